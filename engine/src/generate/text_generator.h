@@ -1,0 +1,42 @@
+// What the serve loop and the CLI need from a loaded model: one conversation session that a prompt fills and
+// each token extends. The model implements it (model/qwen4exp_generator.*); serve/ and cli/ only use this.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+// Thrown by TextGenerator::append when the cancel callback returns true between chunks.
+struct Cancelled {};
+
+class TextGenerator {
+public:
+    virtual ~TextGenerator() = default;
+
+    virtual int context_length() const = 0;   // fixed at start; prompt + generated must fit
+    virtual int vocab_size() const = 0;        // logits row length
+    virtual std::vector<int32_t> stop_ids() const = 0;  // ids that end generation (from the GGUF)
+
+    // Tokens whose state the session holds, in order (prompt tokens and fed generated tokens).
+    virtual const std::vector<int32_t>& session_tokens() const = 0;
+    // Forget everything (state back to empty).
+    virtual void reset_session() = 0;
+
+    // Feed tokens after session_tokens(). Prompts are processed in chunks of at most chunk_tokens();
+    // after each chunk, progress(done, total) is called, then cancel() is polled; if it returns true the
+    // session keeps the chunks already read and Cancelled is thrown. Returns the logits of the last token
+    // (vocab_size() floats, valid until the next call).
+    using ProgressFn = std::function<void(int done, int total)>;
+    using CancelFn = std::function<bool()>;
+    virtual const float* append(std::span<const int32_t> tokens, const ProgressFn& progress,
+                                const CancelFn& cancel) = 0;
+    virtual int chunk_tokens() const = 0;
+
+    // Short description lines for INFO (key, value).
+    virtual std::vector<std::pair<std::string, std::string>> info() const = 0;
+};
+
+}  // namespace strata
