@@ -1,0 +1,5 @@
+// avx2 dot kernels (placeholder until the SIMD kernels land): the scalar kernels are used.
+#include "quant/quant_internal.h"
+namespace strata::qk {
+void fill_dots_avx2(DotTable&) {}
+}  // namespace strata::qk

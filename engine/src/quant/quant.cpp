@@ -1,0 +1,118 @@
+// Run-time ISA choice (CPUID + XGETBV) and dispatch of vec_dot / gemv_rows to the scalar, AVX2 or AVX-512 kernels.
+#include <atomic>
+#include <cpuid.h>
+#include "quant/quant_internal.h"
+#include "common/error.h"
+
+namespace strata {
+using namespace qk;
+
+namespace {
+
+struct CpuFeatures {
+    bool avx2 = false, avx512 = false, avx512_vnni = false;
+};
+
+uint64_t read_xcr0() {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+CpuFeatures probe_cpu() {
+    CpuFeatures f;
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+    bool osxsave = c & (1u << 27), fma = c & (1u << 12), f16c = c & (1u << 29);
+    if (!osxsave) return f;
+    uint64_t xcr0 = read_xcr0();
+    bool os_ymm = (xcr0 & 0x6) == 0x6, os_zmm = (xcr0 & 0xe6) == 0xe6;
+    if (__get_cpuid_max(0, nullptr) < 7) return f;
+    __cpuid_count(7, 0, a, b, c, d);
+    bool avx2 = b & (1u << 5), bmi2 = b & (1u << 8);
+    bool avx512f = b & (1u << 16), avx512dq = b & (1u << 17), avx512bw = b & (1u << 30), avx512vl = b & (1u << 31);
+    bool vnni = c & (1u << 11);
+    f.avx2 = os_ymm && avx2 && fma && f16c && bmi2;
+    f.avx512 = f.avx2 && os_zmm && avx512f && avx512dq && avx512bw && avx512vl;
+    f.avx512_vnni = f.avx512 && vnni;
+    return f;
+}
+
+const CpuFeatures& cpu() {
+    static const CpuFeatures f = probe_cpu();
+    return f;
+}
+
+struct Tables {
+    DotTable t[3];
+    Tables() {
+        fill_dots_scalar(t[0]);
+        t[1] = t[0];
+        fill_dots_avx2(t[1]);
+        t[2] = t[1];
+        fill_dots_avx512(t[2]);
+    }
+};
+
+const Tables& tables() {
+    static const Tables t;
+    return t;
+}
+
+std::atomic<int> g_active{-1};
+
+DotFn dot_fn(Isa isa, GgmlType t) {
+    STRATA_CHECK((uint32_t)t < (uint32_t)kMaxType && quant_supported(t), "vec_dot: unsupported weight type id ",
+                 (uint32_t)t);
+    return tables().t[(int)isa].dot[(int)t];
+}
+
+}  // namespace
+
+bool qk::cpu_has_avx512_vnni() { return cpu().avx512_vnni; }
+
+Isa cpu_best_isa() {
+    if (cpu().avx512) return Isa::avx512;
+    if (cpu().avx2) return Isa::avx2;
+    return Isa::scalar;
+}
+
+Isa active_isa() {
+    int a = g_active.load(std::memory_order_relaxed);
+    return a < 0 ? cpu_best_isa() : (Isa)a;
+}
+
+void set_active_isa(Isa isa) {
+    if ((int)isa > (int)cpu_best_isa()) isa = cpu_best_isa();
+    g_active.store((int)isa, std::memory_order_relaxed);
+}
+
+const char* isa_name(Isa isa) {
+    switch (isa) {
+    case Isa::scalar: return "scalar";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+    }
+    return "?";
+}
+
+float vec_dot_isa(Isa isa, GgmlType t, int64_t n, const void* w, const void* act) {
+    STRATA_CHECK((int)isa <= (int)cpu_best_isa(), "vec_dot_isa: this CPU has no ", isa_name(isa));
+    const GgmlTypeInfo& info = ggml_type_info(t);
+    const int64_t act_block = act_format(t) == ActFormat::Q8_K ? QK_K : act_format(t) == ActFormat::Q8_0 ? 32 : 1;
+    STRATA_CHECK(n % info.block_elems == 0 && n % act_block == 0, "vec_dot: n = ", n, " does not fit the ",
+                 info.name, " block of ", info.block_elems);
+    return dot_fn(isa, t)(n, w, act);
+}
+
+float vec_dot(GgmlType t, int64_t n, const void* w, const void* act) { return vec_dot_isa(active_isa(), t, n, w, act); }
+
+void gemv_rows(GgmlType t, int64_t n, const void* w, size_t row_bytes, int64_t r0, int64_t r1, const void* act,
+               float* y) {
+    if (r1 <= r0) return;
+    DotFn f = dot_fn(active_isa(), t);
+    const uint8_t* base = (const uint8_t*)w;
+    for (int64_t r = r0; r < r1; ++r) y[r] = f(n, base + (size_t)r * row_bytes, act);
+}
+
+}  // namespace strata
