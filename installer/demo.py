@@ -1,0 +1,63 @@
+# The demo model: the small GGUF shipped in installer/demo/, or, while none is shipped, a tiny RANDOM model made
+# with engine/tools/make_tiny.py (it runs and streams tokens, but its text is noise, not a chat model).
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+SHIPPED_DEMO = Path("installer") / "demo" / "strata-demo.gguf"
+TINY_CONFIG = "tiny"
+
+
+class DemoModelError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class DemoModel:
+    path: Path
+    is_random: bool     # True: a random test model, its answers are noise
+
+    @property
+    def description(self) -> str:
+        if self.is_random:
+            return ("a tiny RANDOM test model (no demo model is shipped yet): it shows that the engine, the API "
+                    "and the chat page work, but its answers are meaningless text, not a chat model")
+        return "the small demo model that ships with Strata (not the real Qwen3.8-Flash-Next)"
+
+
+def _load_make_tiny(project_dir: Path):
+    source = project_dir / "engine" / "tools" / "make_tiny.py"
+    if not source.is_file():
+        raise DemoModelError(f"no demo model is shipped ({project_dir / SHIPPED_DEMO}) and {source} is missing, "
+                             f"so no stand-in can be made either.")
+    spec = importlib.util.spec_from_file_location("strata_make_tiny", source)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(source.parent))   # make_tiny may import its sibling modules
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as e:
+        raise DemoModelError(f"cannot make the stand-in demo model: {source} needs a package that is missing "
+                             f"({e}).") from e
+    finally:
+        sys.path.remove(str(source.parent))
+    return module
+
+
+def get_demo_model(project_dir: Path, home_dir: Path, say=print) -> DemoModel:
+    shipped = project_dir / SHIPPED_DEMO
+    if shipped.is_file():
+        return DemoModel(shipped, is_random=False)
+    out_dir = home_dir / "models" / "demo-random-tiny"
+    existing = sorted(out_dir.glob("*.gguf")) if out_dir.is_dir() else []
+    if existing:
+        return DemoModel(existing[0], is_random=True)
+    say(f"No demo model is shipped yet; making a tiny random test model in {out_dir} ...")
+    make_tiny = _load_make_tiny(project_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = make_tiny.build(TINY_CONFIG, out_dir)
+    paths = paths.values() if isinstance(paths, dict) else paths if isinstance(paths, (list, tuple)) else [paths]
+    ggufs = [Path(p) for p in paths if str(p).endswith(".gguf")] or sorted(out_dir.rglob("*.gguf"))
+    if not ggufs:
+        raise DemoModelError(f"make_tiny.build({TINY_CONFIG!r}) wrote no .gguf file into {out_dir}.")
+    return DemoModel(ggufs[0], is_random=True)

@@ -1,0 +1,128 @@
+# Starts Strata from a strata-<name>.json: runs the gateway (which starts the engine), waits until /health
+# answers, opens the browser when there is a display, and stays until Ctrl+C.
+# Usage: python -m installer.launcher strata-<name>.json [--port N] [--no-browser]
+import argparse
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import webbrowser
+from pathlib import Path
+
+from installer.config_writer import StrataConfig, load_config
+
+HEALTH_POLL_S = 0.5
+
+
+class LaunchError(Exception):
+    pass
+
+
+def has_display() -> bool:
+    if platform.system() in ("Windows", "Darwin"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def gateway_command(config: StrataConfig, port: int) -> list[str]:
+    command = [config.python or sys.executable, "-m", "gateway", "--model", config.model, "--engine", config.engine,
+               "--host", config.host, "--port", str(port), "--ctx", str(config.context)]
+    if config.api_key:
+        command += ["--api-key", config.api_key]
+    if config.mmproj:
+        command += ["--mmproj", config.mmproj]
+    return command
+
+
+def check_files(config: StrataConfig) -> None:
+    for what, path in (("engine", config.engine), ("model", config.model), ("image encoder", config.mmproj)):
+        if path and not Path(path).is_file():
+            raise LaunchError(f"the {what} file {path} named in the config is missing; run the installer again "
+                              f"(./setup.sh or START-HERE.bat) to fetch or rebuild it.")
+
+
+def wait_for_health(process: subprocess.Popen, url: str) -> dict:
+    """Poll /health until it answers 200; a model of tens of GB can take minutes to load."""
+    while True:
+        if process.poll() is not None:
+            raise LaunchError(f"the server stopped while starting (exit code {process.returncode}); "
+                              f"its messages above say why.")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return json.loads(response.read() or b"{}")
+        except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+            time.sleep(HEALTH_POLL_S)
+
+
+def start(config: StrataConfig, port: int | None = None, open_browser: bool = True, say=print) -> int:
+    """Run the gateway in the foreground; returns its exit code."""
+    port = port or config.port
+    check_files(config)
+    if not port_is_free(config.host, port):
+        raise LaunchError(f"port {port} on {config.host} is already in use (is Strata already running?). "
+                          f"Stop the other program or start with --port <another port>.")
+    command = gateway_command(config, port)
+    say(f"Starting Strata ({config.name}) on http://{config.host}:{port} ...")
+    if config.demo:
+        say(f"NOTE: this is the DEMO model: {config.demo_note}")
+    process = subprocess.Popen(command, cwd=config.project_dir or None)
+    try:
+        base = f"http://{config.host}:{port}"
+        health = wait_for_health(process, f"{base}/health")
+        say(f"\nStrata is ready ({health.get('model', config.name)}, context {health.get('context', config.context)}).")
+        say(f"  Chat page:        {base}/")
+        say(f"  OpenAI API:       {base}/v1   Anthropic API: {base}")
+        say("  Stop with Ctrl+C.")
+        if open_browser and has_display():
+            webbrowser.open(f"{base}/")
+        return process.wait()
+    except KeyboardInterrupt:
+        say("\nStopping Strata ...")
+        return _stop(process)
+    except BaseException:
+        _stop(process)
+        raise
+
+
+def _stop(process: subprocess.Popen) -> int:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return process.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m installer.launcher", description="Start Strata from its config.")
+    parser.add_argument("config", type=Path, help="strata-<name>.json written by the installer")
+    parser.add_argument("--port", type=int, help="serve on this port instead of the config's")
+    parser.add_argument("--no-browser", action="store_true", help="do not open the chat page in a browser")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # so the gateway is stopped with us
+    try:
+        return start(load_config(args.config), args.port, open_browser=not args.no_browser)
+    except (LaunchError, ValueError) as e:
+        print(f"\nCannot start Strata: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+# The recommended answers to the four questions, from the PC's facts: family, size (from RAM), context (from
+# VRAM), images (when a usable GPU is there). Pure functions; questions.py asks, this only suggests.
+from installer.pc_check import PcFacts
+
+CONTEXT_CHOICES = (8192, 16384, 32768, 65536, 131072, 262144)
+
+# Least total VRAM (GiB) for each context: the KV cache of the 12 attention layers is ~24 KiB per token at FP16
+# (6 GiB at 256K, half that in INT8), and what is left goes to the expert cache, which is where speed comes from.
+CONTEXT_BY_VRAM_GIB = ((22, 262144), (15, 131072), (11, 65536), (7.5, 32768))
+
+
+def recommend_family(catalog: dict) -> str:
+    return catalog.get("default_family") or next(iter(catalog["families"]))
+
+
+def recommend_size(catalog: dict, family: str, ram_total_gib: float) -> str | None:
+    """The largest size whose RAM floor this PC meets (better answers); None when none fits."""
+    sizes = catalog["families"][family]["sizes"]
+    fitting = [name for name, size in sizes.items() if ram_total_gib >= float(size.get("ram_floor_gib") or 0)]
+    return max(fitting, key=lambda name: sizes[name].get("download_gb") or 0) if fitting else None
+
+
+def recommend_context(facts: PcFacts) -> int:
+    gpu = facts.best_gpu
+    if gpu is None:
+        return 8192
+    for vram_floor, context in CONTEXT_BY_VRAM_GIB:
+        if gpu.vram_total_gib >= vram_floor:
+            return context
+    return 16384
+
+
+def recommend_vision(gpu_ok: bool) -> bool:
+    # Pictures are encoded in 0.1-0.5 s on a GPU but 10-30 s on the CPU.
+    return gpu_ok
+
+
+def parse_context(text: str) -> int:
+    """'32K', '32k', '32768' -> 32768. Raises ValueError naming the text when it is not a size we offer."""
+    cleaned = text.strip().upper()
+    try:
+        value = int(cleaned[:-1]) * 1024 if cleaned.endswith("K") else int(cleaned)
+    except ValueError:
+        raise ValueError(f"context {text!r} is not a number of tokens (examples: 32K, 65536)") from None
+    if not 4096 <= value <= 262144:
+        raise ValueError(f"context {text!r} is outside 4K..256K")
+    return value
+
+
+def context_label(tokens: int) -> str:
+    return f"{tokens // 1024}K" if tokens % 1024 == 0 else str(tokens)
