@@ -33,6 +33,17 @@ double uniform(double lo, double hi) { return std::uniform_real_distribution<dou
 
 enum class Scales { normal, huge, tiny };
 
+// Every kernel set this CPU can run: scalar, avx2, avx512 without and (if present) with VNNI.
+struct Path { Isa isa; bool vnni; };
+std::vector<Path> paths() {
+    std::vector<Path> p;
+    for (int isa = 0; isa <= (int)cpu_best_isa(); ++isa) p.push_back({(Isa)isa, false});
+    set_avx512_vnni(true);
+    if (cpu_best_isa() == Isa::avx512 && avx512_vnni_active()) p.push_back({Isa::avx512, true});
+    return p;
+}
+const char* path_name(const Path& p) { return p.vnni ? "avx512-vnni" : isa_name(p.isa); }
+
 uint16_t random_scale(Scales s) {
     double mag = s == Scales::huge ? uniform(30000, 65504) : s == Scales::tiny ? std::exp2(uniform(-24, -13))
                                                                                : std::exp2(uniform(-12, 2));
@@ -119,30 +130,35 @@ void check_case(const TypeCase& c, int64_t n, Scales s, int rows) {
         }
         const int64_t steps = info.block_elems == 1 ? n : n / info.block_elems * 2;
         const double tol = (double)(steps + 8) * std::exp2(-23) * mag + 1e-35;
-        for (int isa = 0; isa <= (int)cpu_best_isa(); ++isa) {
-            float got = vec_dot_isa((Isa)isa, c.type, n, wr, act.data());
+        for (const Path& p : paths()) {
+            set_avx512_vnni(p.vnni);
+            float got = vec_dot_isa(p.isa, c.type, n, wr, act.data());
             CHECK_MSG(std::fabs(got - exact) <= tol, "%s %s n=%lld scales=%d row %d: got %.9g, f64 %.9g, tol %.3g",
-                      info.name, isa_name((Isa)isa), (long long)n, (int)s, r, got, exact, tol);
+                      info.name, path_name(p), (long long)n, (int)s, r, got, exact, tol);
         }
     }
     // gemv_rows on every ISA equals vec_dot of that ISA, row by row, and leaves rows outside [r0, r1) alone.
-    for (int isa = 0; isa <= (int)cpu_best_isa(); ++isa) {
-        set_active_isa((Isa)isa);
+    for (const Path& p : paths()) {
+        set_avx512_vnni(p.vnni);
+        set_active_isa(p.isa);
         std::vector<float> y(rows, -7.0f);
         gemv_rows(c.type, n, w.data(), row_bytes, 1, rows, act.data(), y.data());
         CHECK(y[0] == -7.0f);
         for (int r = 1; r < rows; ++r) {
-            float want = vec_dot_isa((Isa)isa, c.type, n, w.data() + r * row_bytes, act.data());
-            CHECK_MSG(y[r] == want, "%s gemv_rows %s row %d: %g != %g", info.name, isa_name((Isa)isa), r, y[r], want);
+            float want = vec_dot_isa(p.isa, c.type, n, w.data() + r * row_bytes, act.data());
+            CHECK_MSG(y[r] == want, "%s gemv_rows %s row %d: %g != %g", info.name, path_name(p), r, y[r], want);
         }
     }
     set_active_isa(cpu_best_isa());
+    set_avx512_vnni(true);
 }
 
 }  // namespace
 
 int main() {
-    std::printf("cpu_best_isa: %s\n", isa_name(cpu_best_isa()));
+    std::printf("kernel sets tested:");
+    for (const Path& p : paths()) std::printf(" %s", path_name(p));
+    std::printf("\n");
     for (const auto& c : kCases) {
         CHECK(quant_supported(c.type));
         const GgmlTypeInfo& info = ggml_type_info(c.type);

@@ -1,5 +1,6 @@
-// avx2 dot kernels (placeholder until the SIMD kernels land): the scalar kernels are used.
-#include "quant/quant_internal.h"
+// AVX2 (+FMA, F16C) dot kernels: the shared x86 kernels compiled for AVX2. Q2_K, Q3_K and Q6_K use the scalar kernels.
+#include "quant/dot_x86.h"
+
 namespace strata::qk {
-void fill_dots_avx2(DotTable&) {}
+void fill_dots_avx2(DotTable& t) { fill_x86_dots(t); }
 }  // namespace strata::qk

@@ -1,5 +1,6 @@
-// avx512 dot kernels (placeholder until the SIMD kernels land): the scalar kernels are used.
-#include "quant/quant_internal.h"
+// AVX-512 (F/BW/VL/DQ) dot kernels: the shared x86 kernels with 512-bit float loops and mask-register sign flips.
+#include "quant/dot_x86.h"
+
 namespace strata::qk {
-void fill_dots_avx512(DotTable&) {}
+void fill_dots_avx512(DotTable& t) { fill_x86_dots(t); }
 }  // namespace strata::qk

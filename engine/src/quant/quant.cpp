@@ -43,14 +43,17 @@ const CpuFeatures& cpu() {
     return f;
 }
 
+// t[0..2] follow Isa; t[3] is AVX-512 with the VNNI kernels (filled only on a CPU that has them).
 struct Tables {
-    DotTable t[3];
+    DotTable t[4];
     Tables() {
         fill_dots_scalar(t[0]);
         t[1] = t[0];
         fill_dots_avx2(t[1]);
         t[2] = t[1];
         fill_dots_avx512(t[2]);
+        t[3] = t[2];
+        if (cpu().avx512_vnni) fill_dots_avx512_vnni(t[3]);
     }
 };
 
@@ -60,16 +63,20 @@ const Tables& tables() {
 }
 
 std::atomic<int> g_active{-1};
+std::atomic<bool> g_vnni{true};
 
 DotFn dot_fn(Isa isa, GgmlType t) {
     STRATA_CHECK((uint32_t)t < (uint32_t)kMaxType && quant_supported(t), "vec_dot: unsupported weight type id ",
                  (uint32_t)t);
-    return tables().t[(int)isa].dot[(int)t];
+    int table = (int)isa;
+    if (isa == Isa::avx512 && avx512_vnni_active()) table = 3;
+    return tables().t[table].dot[(int)t];
 }
 
 }  // namespace
 
-bool qk::cpu_has_avx512_vnni() { return cpu().avx512_vnni; }
+void set_avx512_vnni(bool enabled) { g_vnni.store(enabled, std::memory_order_relaxed); }
+bool avx512_vnni_active() { return cpu().avx512_vnni && g_vnni.load(std::memory_order_relaxed); }
 
 Isa cpu_best_isa() {
     if (cpu().avx512) return Isa::avx512;

@@ -13,6 +13,10 @@ Isa cpu_best_isa();                 // what this CPU supports (cached CPUID prob
 Isa active_isa();                   // what the kernels use now (defaults to cpu_best_isa())
 void set_active_isa(Isa isa);       // tests and benchmarks; clamps to cpu_best_isa()
 const char* isa_name(Isa isa);
+// Within Isa::avx512, the VNNI kernels are used when CPUID reports AVX512-VNNI; tests and benchmarks can turn
+// them off to exercise the plain AVX-512 kernels. avx512_vnni_active() says whether they are in use.
+void set_avx512_vnni(bool enabled);
+bool avx512_vnni_active();
 
 // True for the weight types the engine can compute with (dequantize + dot).
 bool quant_supported(GgmlType t);

@@ -102,6 +102,6 @@ struct DotTable { DotFn dot[kMaxType] = {}; };
 void fill_dots_scalar(DotTable& t);
 void fill_dots_avx2(DotTable& t);
 void fill_dots_avx512(DotTable& t);
-bool cpu_has_avx512_vnni();
+void fill_dots_avx512_vnni(DotTable& t);  // call only when the CPU has AVX512-VNNI
 
 }  // namespace strata::qk

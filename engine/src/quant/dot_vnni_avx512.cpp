@@ -1,0 +1,8 @@
+// AVX-512 + VNNI dot kernels (vpdpbusd instead of maddubs+madd); only used after a CPUID check for AVX512-VNNI.
+#pragma GCC target("avx512vnni")
+#define STRATA_VNNI 1
+#include "quant/dot_x86.h"
+
+namespace strata::qk {
+void fill_dots_avx512_vnni(DotTable& t) { fill_x86_dots(t); }
+}  // namespace strata::qk
