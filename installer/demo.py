@@ -7,6 +7,7 @@ from pathlib import Path
 
 SHIPPED_DEMO = Path("installer") / "demo" / "strata-demo.gguf"
 TINY_CONFIG = "tiny"
+TINY_GGUF_TYPE = "f32"
 
 
 class DemoModelError(Exception):
@@ -33,14 +34,12 @@ def _load_make_tiny(project_dir: Path):
                              f"so no stand-in can be made either.")
     spec = importlib.util.spec_from_file_location("strata_make_tiny", source)
     module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(source.parent))   # make_tiny may import its sibling modules
+    sys.path.insert(0, str(source.parent))   # make_tiny imports its sibling modules, also later, lazily
     try:
         spec.loader.exec_module(module)
     except ImportError as e:
         raise DemoModelError(f"cannot make the stand-in demo model: {source} needs a package that is missing "
                              f"({e}).") from e
-    finally:
-        sys.path.remove(str(source.parent))
     return module
 
 
@@ -49,15 +48,16 @@ def get_demo_model(project_dir: Path, home_dir: Path, say=print) -> DemoModel:
     if shipped.is_file():
         return DemoModel(shipped, is_random=False)
     out_dir = home_dir / "models" / "demo-random-tiny"
-    existing = sorted(out_dir.glob("*.gguf")) if out_dir.is_dir() else []
-    if existing:
-        return DemoModel(existing[0], is_random=True)
-    say(f"No demo model is shipped yet; making a tiny random test model in {out_dir} ...")
+    say(f"No demo model is shipped yet; making (or reusing) a tiny random test model in {out_dir} ...")
     make_tiny = _load_make_tiny(project_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = make_tiny.build(TINY_CONFIG, out_dir)
-    paths = paths.values() if isinstance(paths, dict) else paths if isinstance(paths, (list, tuple)) else [paths]
-    ggufs = [Path(p) for p in paths if str(p).endswith(".gguf")] or sorted(out_dir.rglob("*.gguf"))
-    if not ggufs:
-        raise DemoModelError(f"make_tiny.build({TINY_CONFIG!r}) wrote no .gguf file into {out_dir}.")
-    return DemoModel(ggufs[0], is_random=True)
+    try:
+        manifest = make_tiny.build(TINY_CONFIG, str(out_dir))
+    except ImportError as e:
+        raise DemoModelError(f"cannot make the stand-in demo model: it needs torch and transformers "
+                             f"(pip install -r requirements-dev.txt): {e}") from e
+    ggufs = manifest.get("gguf", {})
+    path = ggufs.get(TINY_GGUF_TYPE) or next(iter(ggufs.values()), None)
+    if not path or not Path(path).is_file():
+        raise DemoModelError(f"make_tiny.build({TINY_CONFIG!r}) gave no usable GGUF (manifest: {ggufs}).")
+    return DemoModel(Path(path), is_random=True)
