@@ -1,0 +1,1 @@
+"""Text side of the gateway: GGUF metadata, tokenizer, detokenizer, chat template, output parsing."""
