@@ -1,0 +1,83 @@
+// The operations the model is written in. Activations are f32 arrays of rows (row-major [rows, width]); pointers
+// name memory of the backend's device. Weights are views of file data (any block format). The CPU backend is the
+// reference; a CUDA backend implements the same list. Each comment gives the formula and the shapes.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "model/weights.h"
+
+namespace strata {
+
+enum class Unary { silu, sigmoid, softplus, exp };
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual const char* name() const = 0;
+
+    // Memory of the backend's device, in floats.
+    virtual float* alloc(size_t n) = 0;
+    virtual void release(float* p) = 0;
+    virtual void to_device(float* dst, const float* host, size_t n) = 0;
+    virtual void to_host(float* host, const float* src, size_t n) = 0;
+    virtual void fill(float* x, float value, size_t n) = 0;
+    virtual void copy(float* dst, const float* src, size_t n) = 0;
+
+    // y[t] = table row ids[t] (dequantized). table {H, V}; ids on the host.
+    virtual void embed(const Weight& table, const int32_t* ids, int T, float* y) = 0;
+    // y[t, o] = Σ_i W[o, i] x[t, i]. W {in, out} (row o has `in` elements); x [T, in]; y [T, out].
+    virtual void matmul(const Weight& w, const float* x, int T, float* y) = 0;
+    // Offset-folded RMSNorm over groups of `group` columns: y = x · rsqrt(mean(x²) + eps) · w[col % w_len].
+    // w may be null (no weight). x, y [rows, width]; width % group == 0.
+    virtual void rms_norm(const float* x, const Weight* w, int rows, int width, int group, float eps, float* y) = 0;
+    // L2 norm over groups: y = x · rsqrt(Σ x² + eps) · scale.
+    virtual void l2_norm(const float* x, int rows, int width, int group, float eps, float scale, float* y) = 0;
+    // y = f(x · scale) elementwise.
+    virtual void unary(Unary f, const float* x, size_t n, float scale, float* y) = 0;
+    // y = a ⊙ b.
+    virtual void mul(const float* a, const float* b, size_t n, float* y) = 0;
+    // y += x.
+    virtual void add(float* y, const float* x, size_t n) = 0;
+    // x *= s.
+    virtual void scale(float* x, size_t n, float s) = 0;
+    // x[t, j] += v[j] (add_row) or x[t, j] *= v[j] (mul_row); v {width}.
+    virtual void add_row(float* x, int T, int width, const Weight& v) = 0;
+    virtual void mul_row(float* x, int T, int width, const Weight& v) = 0;
+    // y[t, :] = x[t, c0 : c0 + nc] for x [T, width].
+    virtual void slice_cols(const float* x, int T, int width, int c0, int nc, float* y) = 0;
+    // Per head h of x [T, n_heads·(la + lb)]: a[t, h] = first la values, b[t, h] = the next lb.
+    virtual void deinterleave(const float* x, int T, int n_heads, int la, int lb, float* a, float* b) = 0;
+    // y[j] = mean over rows of x[r, j]; x [rows, width].
+    virtual void mean_rows(const float* x, int rows, int width, float* y) = 0;
+    // X[t, s·H + j] = e[t, j] for every stream s.
+    virtual void repeat_streams(const float* e, int T, int n, int H, float* X) = 0;
+    // PLE gate: γ_s = <K_s, Q_s>/√H, γ ← sign(γ)·√max(|γ|, 1e-6); gv[t, s·H + j] = σ(γ_s) · v[t, j].
+    virtual void ple_gate(const float* K, const float* Q, const float* v, int T, int n, int H, float* gv) = 0;
+    // Hyper-connection read, after the norm and the mix weights: u[t] = (1/n) Σ_s m[t, s·H + j] · xn[t, s·H + j].
+    virtual void hyper_mix(const float* xn, const float* m, int T, int n, int H, float* u) = 0;
+    // Hyper-connection write: X[t, s·H + j] += inj[t, s] · y[t, j].
+    virtual void hyper_inject(float* X, const float* inj, const float* y, int T, int n, int H) = 0;
+
+    // Causal depthwise conv over time with a carried history. x [T, C]; hist [(K−1)·dil, C] holds the previous
+    // inputs (oldest first) and is updated; w {K, C}: y[t, c] = Σ_j w[c, j] · x[t − (K−1−j)·dil, c].
+    virtual void causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) = 0;
+    // Gated DeltaNet recurrence, token by token (fp32 state S [nv, dk, dv]); value head p uses key head p % nk.
+    // q, k [T, nk·dk] (already normalised/scaled), v [T, nv·dv], g, beta [T, nv]; o [T, nv·dv].
+    virtual void gdn_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                               int T, int nk, int nv, int dk, int dv, float* S, float* o) = 0;
+    // RoPE (NeoX halves) on the first n_rot dims of each head. x [T, n_heads·hd]; positions on the host.
+    virtual void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) = 0;
+    // Softmax attention of T queries at positions pos0.. over cached keys; keep[t] lists (on the host) the key
+    // positions query t may see, ascending. q [T, nh·hd]; K, V [P, nkv·hd]; o [T, nh·hd].
+    virtual void attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
+                           const std::vector<std::vector<int32_t>>& keep, float* o) = 0;
+    // Dot products for the indexer: s[b] = scale · Σ_h relu(q_h · kb[b]) for b < nb. q [ni·di], kb [nb, di].
+    virtual void indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) = 0;
+    // y[t] = Σ_j w[t, j] · experts_j(x[t]) for the routed experts ids[t, j] (host), SwiGLU experts from 3-D tensors.
+    virtual void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
+                             const float* weights, float* y) = 0;
+};
+
+}  // namespace strata

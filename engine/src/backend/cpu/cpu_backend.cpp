@@ -1,0 +1,350 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/error.h"
+#include "quant/quant.h"
+
+namespace strata {
+
+namespace {
+inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float siluf(float x) { return x / (1.0f + std::exp(-x)); }
+inline float softplusf(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+}  // namespace
+
+std::vector<float> weight_to_f32(const Weight& w) {
+    int64_t n = w.ne[0] * w.n_rows();
+    std::vector<float> out((size_t)n);
+    for (int64_t r = 0; r < w.n_rows(); ++r) dequantize_row(w.type, w.row(r), out.data() + r * w.ne[0], w.ne[0]);
+    return out;
+}
+
+CpuBackend::CpuBackend(int n_threads, bool pin) : pool_(n_threads, pin) {}
+
+float* CpuBackend::alloc(size_t n) {
+    float* p = static_cast<float*>(std::aligned_alloc(64, std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64)));
+    STRATA_CHECK(p, "out of memory allocating ", n * sizeof(float), " bytes");
+    return p;
+}
+void CpuBackend::release(float* p) { std::free(p); }
+void CpuBackend::to_device(float* dst, const float* host, size_t n) { std::memcpy(dst, host, n * sizeof(float)); }
+void CpuBackend::to_host(float* host, const float* src, size_t n) { std::memcpy(host, src, n * sizeof(float)); }
+void CpuBackend::fill(float* x, float value, size_t n) { std::fill(x, x + n, value); }
+void CpuBackend::copy(float* dst, const float* src, size_t n) { std::memmove(dst, src, n * sizeof(float)); }
+
+void CpuBackend::embed(const Weight& table, const int32_t* ids, int T, float* y) {
+    const int64_t H = table.ne[0];
+    for (int t = 0; t < T; ++t) {
+        STRATA_CHECK(ids[t] >= 0 && ids[t] < table.ne[1], "token id ", ids[t], " is outside the vocabulary of ", table.ne[1]);
+        dequantize_row(table.type, table.row(ids[t]), y + (size_t)t * H, H);
+    }
+}
+
+void CpuBackend::gemv(GgmlType type, int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* act,
+                      float* y) {
+    // Pieces of at least 16 rows keep the per-thread overhead small for tiny matrices.
+    int64_t pieces = std::min<int64_t>(pool_.size(), std::max<int64_t>(1, rows / 16));
+    pool_.parallel_for(pieces, [&](int64_t p0, int64_t p1) {
+        int64_t r0 = rows * p0 / pieces, r1 = rows * p1 / pieces;
+        gemv_rows(type, n, w, row_bytes, r0, r1, act, y);
+    });
+}
+
+void CpuBackend::matmul(const Weight& w, const float* x, int T, float* y) {
+    const int64_t in = w.ne[0], out = w.n_rows();
+    const size_t ab = act_bytes(w.type, in);
+    std::vector<uint8_t> act(ab * (size_t)T);
+    for (int t = 0; t < T; ++t) quantize_act(w.type, x + (size_t)t * in, act.data() + ab * t, in);
+    int64_t pieces = std::min<int64_t>(pool_.size(), std::max<int64_t>(1, out / 16));
+    pool_.parallel_for(pieces, [&](int64_t p0, int64_t p1) {
+        int64_t r0 = out * p0 / pieces, r1 = out * p1 / pieces;
+        for (int t = 0; t < T; ++t) gemv_rows(w.type, in, w.data, w.row_bytes, r0, r1, act.data() + ab * t, y + (size_t)t * out);
+    });
+}
+
+void CpuBackend::rms_norm(const float* x, const Weight* w, int rows, int width, int group, float eps, float* y) {
+    std::vector<float> wf;
+    if (w) wf = weight_to_f32(*w);
+    const int w_len = w ? (int)wf.size() : 1;
+    for (int r = 0; r < rows; ++r) {
+        const float* xr = x + (size_t)r * width;
+        float* yr = y + (size_t)r * width;
+        for (int g0 = 0; g0 < width; g0 += group) {
+            float ss = 0;
+            for (int j = 0; j < group; ++j) ss += xr[g0 + j] * xr[g0 + j];
+            float scale = 1.0f / std::sqrt(ss / group + eps);
+            for (int j = 0; j < group; ++j) yr[g0 + j] = xr[g0 + j] * scale * (w ? wf[(g0 + j) % w_len] : 1.0f);
+        }
+    }
+}
+
+void CpuBackend::l2_norm(const float* x, int rows, int width, int group, float eps, float scale, float* y) {
+    for (int r = 0; r < rows; ++r)
+        for (int g0 = 0; g0 < width; g0 += group) {
+            const float* xg = x + (size_t)r * width + g0;
+            float* yg = y + (size_t)r * width + g0;
+            float ss = 0;
+            for (int j = 0; j < group; ++j) ss += xg[j] * xg[j];
+            float s = scale / std::sqrt(ss + eps);
+            for (int j = 0; j < group; ++j) yg[j] = xg[j] * s;
+        }
+}
+
+void CpuBackend::unary(Unary f, const float* x, size_t n, float scale, float* y) {
+    for (size_t i = 0; i < n; ++i) {
+        float v = x[i] * scale;
+        switch (f) {
+            case Unary::silu: y[i] = siluf(v); break;
+            case Unary::sigmoid: y[i] = sigmoidf(v); break;
+            case Unary::softplus: y[i] = softplusf(v); break;
+            case Unary::exp: y[i] = std::exp(v); break;
+        }
+    }
+}
+
+void CpuBackend::mul(const float* a, const float* b, size_t n, float* y) {
+    for (size_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+}
+
+void CpuBackend::add(float* y, const float* x, size_t n) {
+    for (size_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void CpuBackend::scale(float* x, size_t n, float s) {
+    for (size_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void CpuBackend::add_row(float* x, int T, int width, const Weight& v) {
+    const std::vector<float> vf = weight_to_f32(v);
+    STRATA_ASSERT((int)vf.size() == width);
+    for (int t = 0; t < T; ++t)
+        for (int j = 0; j < width; ++j) x[(size_t)t * width + j] += vf[j];
+}
+
+void CpuBackend::mul_row(float* x, int T, int width, const Weight& v) {
+    const std::vector<float> vf = weight_to_f32(v);
+    STRATA_ASSERT((int)vf.size() == width);
+    for (int t = 0; t < T; ++t)
+        for (int j = 0; j < width; ++j) x[(size_t)t * width + j] *= vf[j];
+}
+
+void CpuBackend::slice_cols(const float* x, int T, int width, int c0, int nc, float* y) {
+    for (int t = 0; t < T; ++t) std::memcpy(y + (size_t)t * nc, x + (size_t)t * width + c0, (size_t)nc * sizeof(float));
+}
+
+void CpuBackend::deinterleave(const float* x, int T, int n_heads, int la, int lb, float* a, float* b) {
+    for (int t = 0; t < T; ++t)
+        for (int h = 0; h < n_heads; ++h) {
+            const float* src = x + ((size_t)t * n_heads + h) * (la + lb);
+            std::memcpy(a + ((size_t)t * n_heads + h) * la, src, (size_t)la * sizeof(float));
+            std::memcpy(b + ((size_t)t * n_heads + h) * lb, src + la, (size_t)lb * sizeof(float));
+        }
+}
+
+void CpuBackend::mean_rows(const float* x, int rows, int width, float* y) {
+    for (int j = 0; j < width; ++j) {
+        float acc = 0;
+        for (int r = 0; r < rows; ++r) acc += x[(size_t)r * width + j];
+        y[j] = acc / (float)rows;
+    }
+}
+
+void CpuBackend::repeat_streams(const float* e, int T, int n, int H, float* X) {
+    for (int t = 0; t < T; ++t)
+        for (int s = 0; s < n; ++s) std::memcpy(X + ((size_t)t * n + s) * H, e + (size_t)t * H, (size_t)H * sizeof(float));
+}
+
+void CpuBackend::ple_gate(const float* K, const float* Q, const float* v, int T, int n, int H, float* gv) {
+    const float inv_sqrt_h = 1.0f / std::sqrt((float)H);
+    for (int t = 0; t < T; ++t)
+        for (int s = 0; s < n; ++s) {
+            const float* ks = K + ((size_t)t * n + s) * H;
+            const float* qs = Q + ((size_t)t * n + s) * H;
+            float d = 0;
+            for (int j = 0; j < H; ++j) d += ks[j] * qs[j];
+            d *= inv_sqrt_h;
+            const float sign = d > 0 ? 1.0f : (d < 0 ? -1.0f : 0.0f);
+            const float gamma = sign * std::sqrt(std::max(std::fabs(d), 1e-6f));
+            const float g = sigmoidf(gamma);
+            float* out = gv + ((size_t)t * n + s) * H;
+            for (int j = 0; j < H; ++j) out[j] = g * v[(size_t)t * H + j];
+        }
+}
+
+void CpuBackend::hyper_mix(const float* xn, const float* m, int T, int n, int H, float* u) {
+    for (int t = 0; t < T; ++t)
+        for (int j = 0; j < H; ++j) {
+            float acc = 0;
+            for (int s = 0; s < n; ++s) {
+                size_t i = (size_t)t * n * H + (size_t)s * H + j;
+                acc += m[i] * xn[i];
+            }
+            u[(size_t)t * H + j] = acc / (float)n;
+        }
+}
+
+void CpuBackend::hyper_inject(float* X, const float* inj, const float* y, int T, int n, int H) {
+    for (int t = 0; t < T; ++t)
+        for (int s = 0; s < n; ++s) {
+            float g = inj[t * n + s];
+            float* xs = X + (size_t)t * n * H + (size_t)s * H;
+            const float* yt = y + (size_t)t * H;
+            for (int j = 0; j < H; ++j) xs[j] += g * yt[j];
+        }
+}
+
+void CpuBackend::causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) {
+    const std::vector<float> wf = weight_to_f32(w);   // [C, K]
+    const int H = (K - 1) * dil;                      // history rows
+    // Timeline = history rows then the T new rows.
+    std::vector<float> line((size_t)(H + T) * C);
+    std::memcpy(line.data(), hist, (size_t)H * C * sizeof(float));
+    std::memcpy(line.data() + (size_t)H * C, x, (size_t)T * C * sizeof(float));
+    for (int t = 0; t < T; ++t)
+        for (int c = 0; c < C; ++c) {
+            float acc = 0;
+            for (int j = 0; j < K; ++j) acc += wf[(size_t)c * K + j] * line[(size_t)(H + t - (K - 1 - j) * dil) * C + c];
+            y[(size_t)t * C + c] = acc;
+        }
+    std::memcpy(hist, line.data() + (size_t)T * C, (size_t)H * C * sizeof(float));
+}
+
+void CpuBackend::gdn_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                               int T, int nk, int nv, int dk, int dv, float* S, float* o) {
+    pool_.parallel_for(nv, [&](int64_t h0, int64_t h1) {
+        std::vector<float> kv(dv);
+        for (int64_t h = h0; h < h1; ++h) {
+            const int kh = (int)(h % nk);
+            float* Sh = S + (size_t)h * dk * dv;
+            for (int t = 0; t < T; ++t) {
+                const float* qt = q + (size_t)t * nk * dk + (size_t)kh * dk;
+                const float* kt = k + (size_t)t * nk * dk + (size_t)kh * dk;
+                const float* vt = v + (size_t)t * nv * dv + (size_t)h * dv;
+                const float decay = std::exp(g[(size_t)t * nv + h]);
+                const float b = beta[(size_t)t * nv + h];
+                for (size_t i = 0; i < (size_t)dk * dv; ++i) Sh[i] *= decay;
+                std::fill(kv.begin(), kv.end(), 0.0f);
+                for (int i = 0; i < dk; ++i)
+                    for (int j = 0; j < dv; ++j) kv[j] += Sh[(size_t)i * dv + j] * kt[i];
+                for (int j = 0; j < dv; ++j) kv[j] = b * (vt[j] - kv[j]);   // δ
+                for (int i = 0; i < dk; ++i)
+                    for (int j = 0; j < dv; ++j) Sh[(size_t)i * dv + j] += kt[i] * kv[j];
+                float* ot = o + (size_t)t * nv * dv + (size_t)h * dv;
+                std::fill(ot, ot + dv, 0.0f);
+                for (int i = 0; i < dk; ++i)
+                    for (int j = 0; j < dv; ++j) ot[j] += Sh[(size_t)i * dv + j] * qt[i];
+            }
+        }
+    });
+}
+
+void CpuBackend::rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) {
+    const int half = n_rot / 2;
+    std::vector<float> inv_freq(half);
+    for (int j = 0; j < half; ++j) inv_freq[j] = (float)(1.0 / std::pow((double)theta, (double)(2 * j) / n_rot));
+    for (int t = 0; t < T; ++t)
+        for (int j = 0; j < half; ++j) {
+            const float angle = (float)pos[t] * inv_freq[j];
+            const float c = std::cos(angle), s = std::sin(angle);
+            for (int h = 0; h < n_heads; ++h) {
+                float* xh = x + (size_t)t * n_heads * hd + (size_t)h * hd;
+                const float a = xh[j], b = xh[j + half];
+                xh[j] = a * c - b * s;
+                xh[j + half] = b * c + a * s;
+            }
+        }
+}
+
+void CpuBackend::attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
+                           const std::vector<std::vector<int32_t>>& keep, float* o) {
+    const int group = nh / nkv;
+    const float scale = 1.0f / std::sqrt((float)hd);
+    pool_.parallel_for((int64_t)T * nh, [&](int64_t i0, int64_t i1) {
+        std::vector<float> p;
+        for (int64_t i = i0; i < i1; ++i) {
+            const int t = (int)(i / nh), h = (int)(i % nh), kvh = h / group;
+            const float* qh = q + (size_t)t * nh * hd + (size_t)h * hd;
+            const std::vector<int32_t>& cells = keep[t];
+            p.resize(cells.size());
+            float mx = -INFINITY;
+            for (size_t c = 0; c < cells.size(); ++c) {
+                const float* kc = K + (size_t)cells[c] * nkv * hd + (size_t)kvh * hd;
+                float d = 0;
+                for (int j = 0; j < hd; ++j) d += qh[j] * kc[j];
+                p[c] = d * scale;
+                mx = std::max(mx, p[c]);
+            }
+            float sum = 0;
+            for (float& v : p) { v = std::exp(v - mx); sum += v; }
+            float* oh = o + (size_t)t * nh * hd + (size_t)h * hd;
+            std::fill(oh, oh + hd, 0.0f);
+            for (size_t c = 0; c < cells.size(); ++c) {
+                const float* vc = V + (size_t)cells[c] * nkv * hd + (size_t)kvh * hd;
+                const float w = p[c] / sum;
+                for (int j = 0; j < hd; ++j) oh[j] += w * vc[j];
+            }
+        }
+    });
+}
+
+void CpuBackend::indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) {
+    for (int b = 0; b < nb; ++b) {
+        float acc = 0;
+        for (int h = 0; h < ni; ++h) {
+            float d = 0;
+            for (int j = 0; j < di; ++j) d += q[(size_t)h * di + j] * kb[(size_t)b * di + j];
+            acc += std::max(d, 0.0f);
+        }
+        s[b] = scale * acc;
+    }
+}
+
+void CpuBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
+                             const float* weights, float* y) {
+    const int64_t H = w.gate_exps.ne[0], I = w.gate_exps.ne[1];
+    const size_t ab_in = act_bytes(w.gate_exps.type, H);
+    const size_t ab_up = act_bytes(w.up_exps.type, H);
+    const size_t ab_down = act_bytes(w.down_exps.type, I);
+    std::vector<uint8_t> act_g(ab_in), act_u(ab_up), act_h(ab_down * k);
+    std::vector<float> gate((size_t)k * I), up((size_t)k * I), h(I), down((size_t)k * H);
+    for (int t = 0; t < T; ++t) {
+        const float* xt = x + (size_t)t * H;
+        quantize_act(w.gate_exps.type, xt, act_g.data(), H);
+        quantize_act(w.up_exps.type, xt, act_u.data(), H);
+        const int32_t* et = ids + (size_t)t * k;
+        // gate and up rows of all k experts, split across the pool by rows
+        pool_.parallel_for(pool_.size(), [&](int64_t p0, int64_t p1) {
+            const int64_t rows = (int64_t)k * I;
+            int64_t r0 = rows * p0 / pool_.size(), r1 = rows * p1 / pool_.size();
+            for (int j = 0; j < k; ++j) {
+                int64_t a = std::max<int64_t>(r0, (int64_t)j * I), b = std::min<int64_t>(r1, (int64_t)(j + 1) * I);
+                if (a >= b) continue;
+                gemv_rows(w.gate_exps.type, H, w.gate_exps.matrix(et[j]), w.gate_exps.row_bytes, a - j * I, b - j * I,
+                          act_g.data(), gate.data() + (size_t)j * I);
+                gemv_rows(w.up_exps.type, H, w.up_exps.matrix(et[j]), w.up_exps.row_bytes, a - j * I, b - j * I,
+                          act_u.data(), up.data() + (size_t)j * I);
+            }
+        });
+        for (int j = 0; j < k; ++j) {
+            for (int64_t i = 0; i < I; ++i) h[i] = siluf(gate[(size_t)j * I + i]) * up[(size_t)j * I + i];
+            quantize_act(w.down_exps.type, h.data(), act_h.data() + ab_down * j, I);
+        }
+        pool_.parallel_for(pool_.size(), [&](int64_t p0, int64_t p1) {
+            int64_t r0 = H * p0 / pool_.size(), r1 = H * p1 / pool_.size();
+            for (int j = 0; j < k; ++j)
+                gemv_rows(w.down_exps.type, I, w.down_exps.matrix(et[j]), w.down_exps.row_bytes, r0, r1,
+                          act_h.data() + ab_down * j, down.data() + (size_t)j * H);
+        });
+        float* yt = y + (size_t)t * H;
+        for (int64_t c = 0; c < H; ++c) {
+            float acc = 0;
+            for (int j = 0; j < k; ++j) acc += weights[(size_t)t * k + j] * down[(size_t)j * H + c];
+            yt[c] = acc;
+        }
+    }
+}
+
+}  // namespace strata

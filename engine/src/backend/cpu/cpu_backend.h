@@ -1,0 +1,61 @@
+// The CPU backend: the reference implementation of every Backend op (plain f32 loops), with matrix products
+// through the block-format dot products of quant/ and work split across a ThreadPool by output rows.
+#pragma once
+#include <memory>
+
+#include "backend/backend.h"
+#include "backend/cpu/thread_pool.h"
+
+namespace strata {
+
+class CpuBackend : public Backend {
+public:
+    explicit CpuBackend(int n_threads = 0, bool pin = false);
+    const char* name() const override { return "cpu"; }
+    int n_threads() const { return pool_.size(); }
+    ThreadPool& pool() { return pool_; }
+
+    float* alloc(size_t n) override;
+    void release(float* p) override;
+    void to_device(float* dst, const float* host, size_t n) override;
+    void to_host(float* host, const float* src, size_t n) override;
+    void fill(float* x, float value, size_t n) override;
+    void copy(float* dst, const float* src, size_t n) override;
+
+    void embed(const Weight& table, const int32_t* ids, int T, float* y) override;
+    void matmul(const Weight& w, const float* x, int T, float* y) override;
+    void rms_norm(const float* x, const Weight* w, int rows, int width, int group, float eps, float* y) override;
+    void l2_norm(const float* x, int rows, int width, int group, float eps, float scale, float* y) override;
+    void unary(Unary f, const float* x, size_t n, float scale, float* y) override;
+    void mul(const float* a, const float* b, size_t n, float* y) override;
+    void add(float* y, const float* x, size_t n) override;
+    void scale(float* x, size_t n, float s) override;
+    void add_row(float* x, int T, int width, const Weight& v) override;
+    void mul_row(float* x, int T, int width, const Weight& v) override;
+    void slice_cols(const float* x, int T, int width, int c0, int nc, float* y) override;
+    void deinterleave(const float* x, int T, int n_heads, int la, int lb, float* a, float* b) override;
+    void mean_rows(const float* x, int rows, int width, float* y) override;
+    void repeat_streams(const float* e, int T, int n, int H, float* X) override;
+    void ple_gate(const float* K, const float* Q, const float* v, int T, int n, int H, float* gv) override;
+    void hyper_mix(const float* xn, const float* m, int T, int n, int H, float* u) override;
+    void hyper_inject(float* X, const float* inj, const float* y, int T, int n, int H) override;
+    void causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) override;
+    void gdn_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int T,
+                       int nk, int nv, int dk, int dv, float* S, float* o) override;
+    void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) override;
+    void attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
+                   const std::vector<std::vector<int32_t>>& keep, float* o) override;
+    void indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) override;
+    void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids, const float* weights,
+                     float* y) override;
+
+private:
+    // Matrix [rows, n] of any block format times activation rows prepared for that format.
+    void gemv(GgmlType type, int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* act, float* y);
+    ThreadPool pool_;
+};
+
+// Reads a small weight (norm vector, bias, conv taps) as f32, whatever its stored type.
+std::vector<float> weight_to_f32(const Weight& w);
+
+}  // namespace strata

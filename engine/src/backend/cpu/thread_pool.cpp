@@ -1,0 +1,105 @@
+#include "backend/cpu/thread_pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <fstream>
+#include <set>
+#include <string>
+
+namespace strata {
+
+namespace {
+// Physical cores from /sys (one entry per core id and package); falls back to hardware_concurrency.
+std::vector<int> first_cpu_of_each_core() {
+    std::vector<int> cpus;
+    std::set<std::pair<std::string, std::string>> seen;
+    int n = (int)std::thread::hardware_concurrency();
+    for (int cpu = 0; cpu < n; ++cpu) {
+        std::string base = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+        std::ifstream core(base + "core_id"), pkg(base + "physical_package_id");
+        std::string c, p;
+        if (!(core >> c) || !(pkg >> p)) { cpus.push_back(cpu); continue; }
+        if (seen.insert({p, c}).second) cpus.push_back(cpu);
+    }
+    if (cpus.empty()) cpus.push_back(0);
+    return cpus;
+}
+
+void pin_to(int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+}  // namespace
+
+int ThreadPool::default_threads() {
+    int cores = (int)first_cpu_of_each_core().size();
+    return cores > 1 ? cores - 1 : 1;
+}
+
+ThreadPool::ThreadPool(int n_threads, bool pin) {
+    n_threads_ = n_threads > 0 ? n_threads : default_threads();
+    std::vector<int> cpus = first_cpu_of_each_core();
+    for (int k = 1; k < n_threads_; ++k) {
+        workers_.emplace_back([this, k, pin, cpus] {
+            if (pin) pin_to(cpus[k % cpus.size()]);
+            worker(k);
+        });
+    }
+}
+
+ThreadPool::~ThreadPool() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_ = true;
+    }
+    cv_start_.notify_all();
+    for (auto& t : workers_) t.join();
+}
+
+static void run_piece(const ThreadPool::RangeFn& fn, int64_t n, int index, int n_threads) {
+    int64_t begin = n * index / n_threads, end = n * (index + 1) / n_threads;
+    if (begin < end) fn(begin, end);
+}
+
+void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
+    if (n <= 0) return;
+    if (n_threads_ == 1 || n == 1) { fn(0, n); return; }
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        job_ = &fn;
+        job_n_ = n;
+        pending_ = n_threads_ - 1;
+        ++generation_;
+    }
+    cv_start_.notify_all();
+    run_piece(fn, n, 0, n_threads_);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_done_.wait(lock, [this] { return pending_ == 0; });
+    job_ = nullptr;
+}
+
+void ThreadPool::worker(int index) {
+    uint64_t seen = 0;
+    for (;;) {
+        const RangeFn* job;
+        int64_t n;
+        {
+            std::unique_lock<std::mutex> lock(mu_);
+            cv_start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+            if (stop_) return;
+            seen = generation_;
+            job = job_;
+            n = job_n_;
+        }
+        run_piece(*job, n, index, n_threads_);
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (--pending_ == 0) cv_done_.notify_one();
+        }
+    }
+}
+
+}  // namespace strata

@@ -1,0 +1,41 @@
+// A fixed pool of worker threads (optionally pinned to cores) plus the calling thread. parallel_for splits an index
+// range into contiguous pieces, one per thread; each output element is computed by exactly one thread with the same
+// code, so results do not depend on the thread count.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace strata {
+
+class ThreadPool {
+public:
+    // n_threads counts the calling thread; 0 = one per physical core but one (at least 1).
+    explicit ThreadPool(int n_threads = 0, bool pin = false);
+    ~ThreadPool();
+    ThreadPool(const ThreadPool&) = delete;
+    ThreadPool& operator=(const ThreadPool&) = delete;
+
+    int size() const { return n_threads_; }
+    using RangeFn = std::function<void(int64_t begin, int64_t end)>;
+    void parallel_for(int64_t n, const RangeFn& fn);
+
+    static int default_threads();   // physical cores minus one, at least 1
+
+private:
+    void worker(int index);
+    int n_threads_;
+    std::vector<std::thread> workers_;
+    std::mutex mu_;
+    std::condition_variable cv_start_, cv_done_;
+    const RangeFn* job_ = nullptr;
+    int64_t job_n_ = 0;
+    uint64_t generation_ = 0;
+    int pending_ = 0;
+    bool stop_ = false;
+};
+
+}  // namespace strata

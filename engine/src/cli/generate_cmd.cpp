@@ -1,0 +1,80 @@
+// `strata generate`: greedy token ids for a prompt of ids; speeds on stderr; optional raw logits for tests.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "backend/cpu/cpu_backend.h"
+#include "cli/options.h"
+#include "common/error.h"
+#include "model/qwen4exp_generator.h"
+
+namespace strata {
+
+int generate_command(int argc, char** argv) {
+    Options o(argc, argv, 2, {"--model", "--threads", "--ctx", "--prompt-ids", "--prompt-file", "-n", "--logits-out", "--chunk"},
+              {"--ignore-eos"});
+    const std::string model_path = o.required("--model");
+    std::vector<int32_t> prompt;
+    if (o.has("--prompt-ids")) {
+        prompt = parse_id_list(o.str("--prompt-ids"), "--prompt-ids");
+    } else if (o.has("--prompt-file")) {
+        std::ifstream f(o.str("--prompt-file"));
+        if (!f) fail("--prompt-file: cannot open ", o.str("--prompt-file"));
+        std::stringstream ss;
+        ss << f.rdbuf();
+        prompt = parse_id_list(ss.str(), "--prompt-file");
+    } else {
+        fail("give the prompt with --prompt-ids 1,2,3 or --prompt-file F");
+    }
+    if (prompt.empty()) fail("the prompt has no token ids");
+    const int n_new = (int)o.integer("-n", 16, 0, 1 << 24);
+
+    CpuBackend be((int)o.integer("--threads", 0, 0, 1024));
+    Qwen4Exp model(model_path, be);
+    Qwen4ExpGenerator gen(model, (int)o.integer("--ctx", 0, 0, 1 << 24), (int)o.integer("--chunk", 256, 1, 1 << 20));
+    for (int32_t id : prompt)
+        if (id >= gen.vocab_size()) fail("--prompt-ids: token id ", id, " is outside the vocabulary of ", gen.vocab_size());
+    if ((int)prompt.size() + n_new > gen.context_length())
+        fail("prompt (", prompt.size(), ") + ", n_new, " new tokens exceed the context of ", gen.context_length(),
+             "; raise --ctx");
+
+    std::FILE* logits_out = nullptr;
+    if (o.has("--logits-out")) {
+        logits_out = std::fopen(o.str("--logits-out").c_str(), "wb");
+        if (!logits_out) fail("--logits-out: cannot write ", o.str("--logits-out"));
+    }
+    const std::vector<int32_t> stops = gen.stop_ids();
+    const bool ignore_eos = o.has("--ignore-eos");
+
+    using clock = std::chrono::steady_clock;
+    auto t0 = clock::now();
+    const float* logits = gen.append(prompt, nullptr, nullptr);
+    auto t1 = clock::now();
+    std::vector<int32_t> out;
+    for (int i = 0; i < n_new; ++i) {
+        if (logits_out) std::fwrite(logits, sizeof(float), (size_t)gen.vocab_size(), logits_out);
+        int32_t best = 0;
+        for (int v = 1; v < gen.vocab_size(); ++v)
+            if (logits[v] > logits[best]) best = v;   // first maximum, as torch.argmax
+        out.push_back(best);
+        if (!ignore_eos && std::find(stops.begin(), stops.end(), best) != stops.end()) break;
+        if (i + 1 < n_new) logits = gen.append(std::span<const int32_t>(&best, 1), nullptr, nullptr);
+    }
+    auto t2 = clock::now();
+    if (logits_out) std::fclose(logits_out);
+
+    std::string line;
+    for (size_t k = 0; k < out.size(); ++k) line += (k ? "," : "") + std::to_string(out[k]);
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    const double pp_s = std::chrono::duration<double>(t1 - t0).count();
+    const double tg_s = std::chrono::duration<double>(t2 - t1).count();
+    std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s); decode: %zu tokens in %.3f s (%.1f tok/s); %d threads\n",
+                 prompt.size(), pp_s, prompt.size() / std::max(pp_s, 1e-9), out.size(), tg_s,
+                 out.size() > 1 ? (out.size() - 1) / std::max(tg_s, 1e-9) : 0.0, be.n_threads());
+    return 0;
+}
+
+}  // namespace strata

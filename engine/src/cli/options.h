@@ -1,0 +1,32 @@
+// Command-line parsing shared by the subcommands: --flag value pairs into a map, with typed getters whose errors
+// name the flag.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+class Options {
+public:
+    // flags_with_value: flags that take a value; others are boolean switches. Unknown flags are an error.
+    Options(int argc, char** argv, int first, const std::vector<std::string>& flags_with_value,
+            const std::vector<std::string>& switches);
+    bool has(const std::string& flag) const { return values_.count(flag) > 0; }
+    std::string str(const std::string& flag, const std::string& fallback = "") const;
+    std::string required(const std::string& flag) const;
+    long long integer(const std::string& flag, long long fallback, long long min, long long max) const;
+    const std::vector<std::string>& positional() const { return positional_; }
+
+private:
+    std::map<std::string, std::string> values_;
+    std::vector<std::string> positional_;
+};
+
+std::vector<int32_t> parse_id_list(const std::string& text, const std::string& what);
+
+int generate_command(int argc, char** argv);
+int info_command(int argc, char** argv);
+int serve_command(int argc, char** argv);
+
+}  // namespace strata

@@ -1,0 +1,35 @@
+// strata: `generate`, `info` and `--serve`. Errors from bad input end the command with a message, never a crash.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "cli/options.h"
+#include "common/error.h"
+
+static const char* kUsage =
+    "usage:\n"
+    "  strata generate --model FILE (--prompt-ids 1,2,3 | --prompt-file F) [-n N] [--threads N] [--ctx N]\n"
+    "                  [--chunk N] [--logits-out F] [--ignore-eos]\n"
+    "  strata info FILE.gguf [--metadata]\n"
+    "  strata --serve --model FILE [--threads N] [--ctx N] [--chunk N]\n";
+
+int main(int argc, char** argv) {
+    if (argc < 2) { std::fputs(kUsage, stderr); return 2; }
+    const std::string cmd = argv[1];
+    try {
+        if (cmd == "generate") return strata::generate_command(argc, argv);
+        if (cmd == "info") return strata::info_command(argc, argv);
+        for (int i = 1; i < argc; ++i)
+            if (std::strcmp(argv[i], "--serve") == 0) return strata::serve_command(argc, argv);
+        if (cmd == "-h" || cmd == "--help") { std::fputs(kUsage, stdout); return 0; }
+        std::fprintf(stderr, "strata: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+        return 2;
+    } catch (const strata::Error& e) {
+        std::fprintf(stderr, "strata: error: %s\n", e.what());
+        return 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "strata: internal error: %s\n", e.what());
+        return 3;
+    }
+}

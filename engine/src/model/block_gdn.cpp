@@ -1,0 +1,43 @@
+// Gated DeltaNet layer (MODEL.md §7) on GGUF weights: value heads in tiled order (head p uses key head p mod nk),
+// ssm_a already −exp(A_log), ssm_norm not folded, sigmoid output gate.
+#include <cmath>
+
+#include "model/blocks.h"
+
+namespace strata {
+
+void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& st, const float* u, int T, float* y) {
+    const int nk = hp.ssm_n_key_head, nv = hp.ssm_n_value_head, d = hp.ssm_head_dim;
+    const int kd = hp.key_dim(), vd = hp.value_dim(), cd = hp.conv_dim();
+    Scratch qkv(be, (size_t)T * cd), conv(be, (size_t)T * cd), z(be, (size_t)T * vd);
+    Scratch beta(be, (size_t)T * nv), g(be, (size_t)T * nv);
+    be.matmul(w.qkv, u, T, qkv);
+    be.matmul(w.gate, u, T, z);
+    be.matmul(w.beta, u, T, beta);
+    be.matmul(w.alpha, u, T, g);
+
+    be.causal_conv(qkv, T, cd, w.conv1d, hp.ssm_conv_kernel, 1, st.conv_hist, conv);
+    be.unary(Unary::silu, conv, (size_t)T * cd, 1.0f, conv);
+    Scratch q(be, (size_t)T * kd), k(be, (size_t)T * kd), v(be, (size_t)T * vd);
+    be.slice_cols(conv, T, cd, 0, kd, q);
+    be.slice_cols(conv, T, cd, kd, kd, k);
+    be.slice_cols(conv, T, cd, 2 * kd, vd, v);
+    be.l2_norm(q, T, kd, d, 1e-6f, 1.0f / std::sqrt((float)d), q);   // transformers' l2norm eps is fixed at 1e-6
+    be.l2_norm(k, T, kd, d, 1e-6f, 1.0f, k);
+
+    be.unary(Unary::sigmoid, beta, (size_t)T * nv, 1.0f, beta);
+    be.add_row(g, T, nv, w.dt_bias);
+    be.unary(Unary::softplus, g, (size_t)T * nv, 1.0f, g);
+    be.mul_row(g, T, nv, w.a);                                       // g = −exp(A_log)·softplus(a + dt_bias) ≤ 0
+
+    Scratch o(be, (size_t)T * vd);
+    be.gdn_recurrent(q, k, v, g, beta, T, nk, nv, d, d, st.ssm, o);
+
+    // Gated RMSNorm per value head: norm(o)·w·σ(z)
+    be.rms_norm(o, &w.norm, T, vd, d, hp.rms_eps, o);
+    be.unary(Unary::sigmoid, z, (size_t)T * vd, 1.0f, z);
+    be.mul(o, z, (size_t)T * vd, o);
+    be.matmul(w.out, o, T, y);
+}
+
+}  // namespace strata

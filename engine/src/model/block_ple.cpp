@@ -1,0 +1,74 @@
+// PLE, hashed n-gram per-layer embeddings (MODEL.md §6, GGUF.md §2.5): n-gram ids of the token history with
+// EOS segments, table rows read from the file by positioned reads (never mapped), key/value gate and the dilated
+// causal conv with its carried history.
+#include <cmath>
+
+#include "common/error.h"
+#include "model/blocks.h"
+#include "quant/quant.h"
+
+namespace strata {
+
+void ple_rows(const Hparams& hp, const std::vector<int32_t>& tokens, size_t t, uint64_t* rows) {
+    const int N = hp.ple_ngram, hpn = hp.ple_heads_per_ngram;
+    // ctx[s] = the token s positions back, or EOS once the window reaches the sequence start or crosses an EOS
+    // (the token's own EOS does not cut its own window).
+    uint64_t ctx[8];
+    ctx[0] = (uint64_t)tokens[t];
+    bool cut = false;
+    for (int s = 1; s < N; ++s) {
+        if (cut || t < (size_t)s) {
+            ctx[s] = hp.ple_eos_id;
+            cut = true;
+            continue;
+        }
+        ctx[s] = (uint64_t)tokens[t - s];
+        if (ctx[s] == hp.ple_eos_id) cut = true;
+    }
+    for (int o = 2; o <= N; ++o) {
+        uint64_t mix = 0;
+        for (int j = 0; j < o; ++j) mix ^= ctx[j] * hp.ple_multipliers[j];   // wrapping uint64 arithmetic
+        for (int j = 0; j < hpn; ++j) {
+            const int h = (o - 2) * hpn + j;
+            rows[h] = mix % hp.ple_head_sizes[h] + hp.ple_head_offsets[h];
+        }
+    }
+}
+
+void ple_block(Backend& be, const Hparams& hp, const PleWeights& w, GgufFile& file, LayerState& st,
+               const std::vector<int32_t>& history, const int32_t* ids, int T, float* X) {
+    const int n = hp.hc_count, H = hp.n_embd, nH = n * H, G = hp.ple_n_heads(), dh = hp.ple_row_width, Dp = G * dh;
+    std::vector<int32_t> tokens(history);
+    tokens.insert(tokens.end(), ids, ids + T);
+
+    // Gather the G rows of every token: positioned reads of one row each, dequantized on the host.
+    const GgufTensor& table = *w.table;
+    const size_t row_bytes = ggml_row_bytes(table.type, dh);
+    std::vector<uint8_t> raw(row_bytes);
+    std::vector<float> e_host((size_t)T * Dp);
+    std::vector<uint64_t> rows(G);
+    for (int t = 0; t < T; ++t) {
+        ple_rows(hp, tokens, history.size() + t, rows.data());
+        for (int g = 0; g < G; ++g) {
+            file.read_tensor_bytes(table, rows[g] * row_bytes, row_bytes, raw.data());
+            dequantize_row(table.type, raw.data(), e_host.data() + (size_t)t * Dp + (size_t)g * dh, dh);
+        }
+    }
+    Scratch e(be, (size_t)T * Dp);
+    be.to_device(e, e_host.data(), e_host.size());
+
+    Scratch K(be, (size_t)T * nH), v(be, (size_t)T * H), Q(be, (size_t)T * nH), gv(be, (size_t)T * nH),
+        gvn(be, (size_t)T * nH), c(be, (size_t)T * nH);
+    be.matmul(w.key, e, T, K);
+    be.rms_norm(K, &w.norm_key, T, nH, H, hp.rms_eps, K);
+    be.matmul(w.value, e, T, v);
+    be.rms_norm(X, &w.norm_query, T, nH, H, hp.rms_eps, Q);
+    be.ple_gate(K, Q, v, T, n, H, gv);
+    be.rms_norm(gv, &w.norm_conv, T, nH, H, hp.rms_eps, gvn);
+    be.causal_conv(gvn, T, nH, w.conv1d, hp.ple_conv_kernel, hp.ple_ngram, st.ple_hist, c);
+    be.unary(Unary::silu, c, (size_t)T * nH, 1.0f, c);
+    be.add(X, gv, (size_t)T * nH);
+    be.add(X, c, (size_t)T * nH);
+}
+
+}  // namespace strata

@@ -1,0 +1,48 @@
+// The sub-blocks of qwen4exp, each a straight sequence of backend ops in the order of MODEL.md.
+// Shapes: T tokens of this call, H hidden, n streams; X is the wide residual [T, n·H].
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/hparams.h"
+#include "model/session.h"
+#include "model/weights.h"
+
+namespace strata {
+
+// Device scratch memory that is released at the end of the scope.
+class Scratch {
+public:
+    Scratch(Backend& be, size_t n) : be_(be), p_(be.alloc(n)) {}
+    ~Scratch() { be_.release(p_); }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    operator float*() const { return p_; }
+    float* get() const { return p_; }
+private:
+    Backend& be_;
+    float* p_;
+};
+
+// u [T, H] = stream mix of X; inj [T, n] = 2σ(X̂ W_inj / n) when inj is not null (modules with an inject weight).
+void hyper_read(Backend& be, const Hparams& hp, const HyperWeights& w, const float* X, int T, float* u, float* inj);
+
+// Gated DeltaNet: y [T, H] from u [T, H]; updates the conv history and recurrent state.
+void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& st, const float* u, int T, float* y);
+
+// QSA attention: y [T, H] from u [T, H] for tokens at positions P … P+T−1; cr = 0 means dense attention.
+void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& st, int cr, const float* u, int T,
+               int P, float* y);
+
+// MoE with shared expert: y [T, H] from u [T, H].
+void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float* u, int T, float* y);
+
+// PLE: X += PLE(X) for the tokens ids (history = the session's earlier tokens).
+void ple_block(Backend& be, const Hparams& hp, const PleWeights& w, GgufFile& file, LayerState& st,
+               const std::vector<int32_t>& history, const int32_t* ids, int T, float* X);
+
+// Table rows of each PLE head for token t of `tokens` (MODEL.md §6.2-6.3), given the tokens before it.
+void ple_rows(const Hparams& hp, const std::vector<int32_t>& tokens, size_t t, uint64_t* rows);
+
+}  // namespace strata

@@ -1,0 +1,51 @@
+#include "model/qwen4exp.h"
+
+#include "common/error.h"
+#include "model/blocks.h"
+
+namespace strata {
+
+Qwen4Exp::Qwen4Exp(const std::string& path, Backend& be) : be_(be), file_(GgufFile::open(path)) {
+    hp_ = Hparams::from_gguf(*file_);
+    w_ = ModelWeights::bind(*file_, hp_);
+}
+
+void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, float* logits_host) {
+    const int n = hp_.hc_count, H = hp_.n_embd, nH = n * H;
+    const int P = s.n_past();
+    STRATA_CHECK(T > 0, "forward needs at least one token");
+    STRATA_CHECK(P + T <= s.n_ctx(), "context overflow: ", P, " + ", T, " tokens exceed the context of ", s.n_ctx());
+    for (int t = 0; t < T; ++t)
+        STRATA_CHECK(ids[t] >= 0 && ids[t] < hp_.n_vocab, "token id ", ids[t], " is outside the vocabulary of ", hp_.n_vocab);
+
+    Scratch e(be_, (size_t)T * H), X(be_, (size_t)T * nH), u(be_, (size_t)T * H), y(be_, (size_t)T * H),
+        inj(be_, (size_t)T * n);
+    be_.embed(w_.token_embd, ids, T, e);
+    be_.repeat_streams(e, T, n, H, X);
+
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        const LayerWeights& L = w_.layers[il];
+        LayerState& st = s.layers[il];
+        if (L.has_ple) ple_block(be_, hp_, L.ple, *file_, st, s.tokens, ids, T, X);
+
+        hyper_read(be_, hp_, L.hc_attn, X, T, u, inj);
+        if (L.recurrent) gdn_block(be_, hp_, L.gdn, st, u, T, y);
+        else qsa_block(be_, hp_, L.qsa, st, hp_.compress_ratios[il], u, T, P, y);
+        be_.hyper_inject(X, inj, y, T, n, H);
+
+        hyper_read(be_, hp_, L.hc_ffn, X, T, u, inj);
+        moe_block(be_, hp_, L.moe, u, T, y);
+        be_.hyper_inject(X, inj, y, T, n, H);
+    }
+    s.tokens.insert(s.tokens.end(), ids, ids + T);
+
+    if (logits_host) {
+        const float* X_last = X + (size_t)(T - 1) * nH;
+        Scratch logits(be_, (size_t)hp_.n_vocab);
+        hyper_read(be_, hp_, w_.output_hc, X_last, 1, u, nullptr);
+        be_.matmul(w_.output, u, 1, logits);
+        be_.to_host(logits_host, logits, (size_t)hp_.n_vocab);
+    }
+}
+
+}  // namespace strata

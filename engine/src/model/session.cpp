@@ -1,0 +1,46 @@
+#include "model/session.h"
+
+#include "common/error.h"
+
+namespace strata {
+
+Session::Session(Backend& be, const Hparams& hp, int n_ctx) : be_(be), hp_(hp), n_ctx_(n_ctx) {
+    STRATA_CHECK(n_ctx > 0, "context length must be positive, got ", n_ctx);
+    layers.resize(hp.n_layer);
+    for (int il = 0; il < hp.n_layer; ++il) {
+        LayerState& s = layers[il];
+        if (hp.is_recurrent[il]) {
+            s.conv_hist = take((size_t)(hp.ssm_conv_kernel - 1) * hp.conv_dim());
+            s.ssm = take((size_t)hp.ssm_n_value_head * hp.ssm_head_dim * hp.ssm_head_dim);
+        } else {
+            const size_t kv = (size_t)hp.n_head_kv * hp.head_dim;
+            s.k_cache = take((size_t)n_ctx * kv);
+            s.v_cache = take((size_t)n_ctx * kv);
+            const int cr = hp.compress_ratios[il];
+            if (cr > 0) {
+                s.idx_kraw = take((size_t)n_ctx * hp.indexer_head_dim);
+                s.idx_kblock = take((size_t)(n_ctx / cr + 1) * hp.indexer_head_dim);
+            }
+        }
+        if (il == hp.ple_layer) s.ple_hist = take((size_t)(hp.ple_conv_kernel - 1) * hp.ple_ngram * hp.hc_dim());
+    }
+    reset();
+}
+
+Session::~Session() {
+    for (auto& b : buffers_) be_.release(b.first);
+}
+
+float* Session::take(size_t n) {
+    float* p = be_.alloc(n);
+    buffers_.push_back({p, n});
+    return p;
+}
+
+void Session::reset() {
+    tokens.clear();
+    // Only recurrent state must start at zero; caches are written before they are read.
+    for (auto& b : buffers_) be_.fill(b.first, 0.0f, b.second);
+}
+
+}  // namespace strata
