@@ -161,7 +161,9 @@ def _block_tensors(ck: Checkpoint, hp: Hparams, src: str, il: int, attention: bo
         conv = ck.f32(g + "conv1d.weight")[:, 0, :]
         out[b + "ssm_conv1d.weight"] = np.concatenate([conv[:2 * kd], tile_heads(conv[2 * kd:], nk, nv)])
         out[b + "ssm_dt.bias"] = tile_heads(ck.f32(g + "dt_bias"), nk, nv)
-        out[b + "ssm_a"] = tile_heads(-np.exp(ck.f32(g + "A_log")), nk, nv)
+        # torch's exp, as llama.cpp's converter (numpy's float32 exp differs in the last ulp)
+        a = -torch.exp(ck.raw(g + "A_log").to(torch.float32))
+        out[b + "ssm_a"] = tile_heads(a.numpy(), nk, nv)
         out[b + "ssm_norm.weight"] = ck.f32(g + "norm.weight")
         out[b + "ssm_out.weight"] = tile_heads(ck.f32(g + "out_proj.weight"), nk, nv, axis=1)
     return out

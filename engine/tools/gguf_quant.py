@@ -102,8 +102,8 @@ def quantize_q2_0(x: np.ndarray) -> np.ndarray:
     nb = rows.shape[1] // 64
     blocks = rows.reshape(-1, nb, 64)
     d = np.abs(blocks).max(axis=-1, keepdims=True)
-    inv = np.divide(1.0, d, out=np.zeros_like(d), where=d > 0)
-    codes = np.clip(np.round(blocks * inv) + 1, 0, 3).astype(np.uint8)
+    ratio = np.divide(blocks, d, out=np.zeros_like(blocks), where=d > 0)
+    codes = np.clip(np.round(ratio) + 1, 0, 3).astype(np.uint8)
     codes = codes.reshape(*codes.shape[:-1], 16, 4)
     qs = codes[..., 0] | (codes[..., 1] << 2) | (codes[..., 2] << 4) | (codes[..., 3] << 6)
     dh = d.astype(np.float16).view(np.uint8)

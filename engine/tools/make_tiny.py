@@ -185,6 +185,7 @@ def build(config_name: str = tiny_configs.DEFAULT_CONFIG, out_dir: str | None = 
     os.makedirs(out_dir, exist_ok=True)
     t0 = time.time()
     work = tempfile.mkdtemp(prefix=f".{config_name}-", dir=out_dir)
+    os.chmod(work, 0o755)
     try:
         hf_dir = os.path.join(work, "hf")
         write_hf_checkpoint(config_name, hf_dir)
