@@ -1,4 +1,5 @@
 // Run-time ISA choice (CPUID + XGETBV) and dispatch of vec_dot / gemv_rows to the scalar, AVX2 or AVX-512 kernels.
+#include <algorithm>
 #include <atomic>
 #include <cpuid.h>
 #include "quant/quant_internal.h"
@@ -62,6 +63,10 @@ const Tables& tables() {
     return t;
 }
 
+inline void prefetch_row(const uint8_t* p, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 3);
+}
+
 std::atomic<int> g_active{-1};
 std::atomic<bool> g_vnni{true};
 
@@ -119,7 +124,14 @@ void gemv_rows(GgmlType t, int64_t n, const void* w, size_t row_bytes, int64_t r
     if (r1 <= r0) return;
     DotFn f = dot_fn(active_isa(), t);
     const uint8_t* base = (const uint8_t*)w;
-    for (int64_t r = r0; r < r1; ++r) y[r] = f(n, base + (size_t)r * row_bytes, act);
+    // Low-bit rows are consumed slowly enough that the hardware prefetcher alone leaves DRAM latency exposed
+    // (measured: 2-bit gemv ran at half its in-cache speed): fetch whole rows 4 ahead, at most ~8 KB ahead.
+    const int64_t ahead = std::clamp<int64_t>((int64_t)(8192 / row_bytes), 1, 4);
+    for (int64_t r = r0; r < std::min(r1, r0 + ahead); ++r) prefetch_row(base + (size_t)r * row_bytes, row_bytes);
+    for (int64_t r = r0; r < r1; ++r) {
+        if (r + ahead < r1) prefetch_row(base + (size_t)(r + ahead) * row_bytes, row_bytes);
+        y[r] = f(n, base + (size_t)r * row_bytes, act);
+    }
 }
 
 }  // namespace strata
