@@ -40,13 +40,27 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def gateway_command(config: StrataConfig, port: int) -> list[str]:
-    command = [config.python or sys.executable, "-m", "gateway", "--model", config.model, "--engine", config.engine,
+def gateway_takes_option(python: str, option: str, project_dir: str | None) -> bool:
+    """Whether `python -m gateway --help` lists an option (the image-encoder flag is newer than the gateway)."""
+    try:
+        result = subprocess.run([python, "-m", "gateway", "--help"], capture_output=True, text=True, timeout=60,
+                                cwd=project_dir or None)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return option in result.stdout
+
+
+def gateway_command(config: StrataConfig, port: int, say=print) -> list[str]:
+    python = config.python or sys.executable
+    command = [python, "-m", "gateway", "--model", config.model, "--engine", config.engine,
                "--host", config.host, "--port", str(port), "--ctx", str(config.context)]
     if config.api_key:
         command += ["--api-key", config.api_key]
     if config.mmproj:
-        command += ["--mmproj", config.mmproj]
+        if gateway_takes_option(python, "--mmproj", config.project_dir):
+            command += ["--mmproj", config.mmproj]
+        else:
+            say("Note: this version of the server cannot take the image encoder yet; images stay off.")
     return command
 
 
@@ -77,7 +91,7 @@ def start(config: StrataConfig, port: int | None = None, open_browser: bool = Tr
     if not port_is_free(config.host, port):
         raise LaunchError(f"port {port} on {config.host} is already in use (is Strata already running?). "
                           f"Stop the other program or start with --port <another port>.")
-    command = gateway_command(config, port)
+    command = gateway_command(config, port, say)
     say(f"Starting Strata ({config.name}) on http://{config.host}:{port} ...")
     if config.demo:
         say(f"NOTE: this is the DEMO model: {config.demo_note}")

@@ -54,7 +54,7 @@
     const fraction = total ? Math.min(1, (reached || 0) / total) : 0;
     $("m-progress-bar").style.width = `${(fraction * 100).toFixed(1)}%`;
     $("m-progress-text").textContent = total ? `${reached || 0} of ${total} prompt tokens` : "no prompt being read";
-    renderRequests(metrics?.recent_requests ?? status.recent_requests ?? []);
+    renderRequests(metrics?.recent ?? metrics?.recent_requests ?? status.recent ?? []);
     renderServer(metrics || {});
   }
 
@@ -71,12 +71,12 @@
       const row = document.createElement("tr");
       const when = r.time ?? r.started ?? r.timestamp;
       cell(row, typeof when === "number" ? new Date(when * 1000).toLocaleTimeString() : when);
-      cell(row, r.api ?? r.endpoint);
+      cell(row, r.seconds != null ? `${number(r.seconds)} s` : "-");
       cell(row, r.prompt_tokens);
       cell(row, r.reused_tokens ?? r.cached_tokens);
       cell(row, r.completion_tokens ?? r.generated_tokens);
-      cell(row, number(r.prompt_tokens_per_second));
-      cell(row, number(r.tokens_per_second));
+      cell(row, number(r.prompt_per_second ?? r.prompt_tokens_per_second));
+      cell(row, number(r.predicted_per_second ?? r.tokens_per_second));
       cell(row, r.finish_reason ?? r.finish);
       body.append(row);
     }
