@@ -41,9 +41,10 @@ class MtpHead(nn.Module):
         self.hyper_connection_mixer = qwen4.Qwen4ExpTextGatedResidual(config, use_combine=False)
         self.rotary_emb = qwen4.Qwen4ExpTextRotaryEmbedding(config)
 
-    def forward(self, wide_hidden, next_embeddings, position_ids=None):
+    def forward(self, wide_hidden, next_embeddings, position_ids=None, attention_mask=None):
         """wide_hidden [B, T, n*H] (trunk X_t or the head's own previous wide output), next_embeddings [B, T, H]
-        (embed(token t+1)). Returns (draft hidden [B, T, H] for lm_head, wide output [B, T, n*H])."""
+        (embed(token t+1)), position_ids [B, T] (default 0..T-1), attention_mask [B, 1, T, T] bool (default
+        causal). Returns (draft hidden [B, T, H] for lm_head, wide output [B, T, n*H])."""
         batch, length, _ = wide_hidden.shape
         e = self.fc_embedding(self.pre_fc_norm_embedding(next_embeddings))
         h = self.fc_hidden(self.pre_fc_norm_hidden(wide_hidden).unflatten(-1, (self.hc_count, self.hidden_size)))
@@ -51,9 +52,10 @@ class MtpHead(nn.Module):
         if position_ids is None:
             position_ids = torch.arange(length, device=x.device)[None].expand(batch, -1)
         cos, sin = self.rotary_emb(x, position_ids[None].expand(3, -1, -1))
-        causal = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()
-        mask = causal[None, None].expand(batch, 1, -1, -1)
-        wide = self.layers[0](x, position_embeddings=(cos, sin), attention_mask=mask)
+        if attention_mask is None:
+            causal = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()
+            attention_mask = causal[None, None].expand(batch, 1, -1, -1)
+        wide = self.layers[0](x, position_embeddings=(cos, sin), attention_mask=attention_mask)
         return self.hyper_connection_mixer(wide), wide
 
 
