@@ -1,0 +1,1 @@
+"""HTTP APIs: OpenAI chat completions, Anthropic messages, and the service routes."""

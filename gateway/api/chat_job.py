@@ -1,0 +1,191 @@
+"""The API-neutral request both APIs produce (ChatJob) and the one path that runs it: render the template, tokenize,
+check the context, queue for the engine, and turn its tokens into reasoning / content / tool-call deltas."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+from gateway.engine.process import EngineFailed
+from gateway.engine.protocol import Done, Err, Progress, Resume, Token, format_gen
+from gateway.errors import ApiError, BadRequest, ContextTooLong, EngineUnavailable
+from gateway.metrics import Metrics
+from gateway.text.chat_template import (ChatTemplate, TemplateError, prepare_messages, prompt_opens_thinking,
+                                        thinking_kwargs)
+from gateway.text.detokenizer import Detokenizer
+from gateway.text.output_parser import Delta, OutputParser
+from gateway.text.tokenizer import TextTokenizer
+
+log = logging.getLogger("gateway.chat")
+LOOP_GUARD_TOKENS = 256      # one token repeated this many times in a row ends the answer
+PROGRESS_LOG_S = 15.0
+
+
+@dataclass
+class ChatJob:
+    messages: list[dict]                       # OpenAI-style messages (content: str | parts | None)
+    tools: list[dict] | None = None            # OpenAI-style [{"type": "function", "function": {...}}]
+    effort: str | None = None                  # none | minimal | low | medium | high | xhigh | max | None
+    template_kwargs: dict = field(default_factory=dict)
+    max_tokens: int | None = None              # None: the rest of the context
+    sampling: dict = field(default_factory=dict)
+
+
+@dataclass
+class Prepared:
+    prompt: str
+    ids: list[int]
+    max_new: int
+    starts_in_reasoning: bool
+    schemas: dict[str, dict]
+
+
+@dataclass
+class Final:
+    finish_reason: str          # stop | length | tool_calls
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    prompt_ms: float
+    decode_ms: float
+
+    def timings(self) -> dict:
+        """llama.cpp-style timings."""
+        n_prompt = self.prompt_tokens - self.cached_tokens
+        return {"cache_n": self.cached_tokens, "prompt_n": n_prompt, "prompt_ms": self.prompt_ms,
+                "prompt_per_second": n_prompt * 1000.0 / self.prompt_ms if self.prompt_ms > 0 else 0.0,
+                "predicted_n": self.completion_tokens, "predicted_ms": self.decode_ms,
+                "predicted_per_second": self.completion_tokens * 1000.0 / self.decode_ms if self.decode_ms > 0
+                else 0.0}
+
+
+def has_images(messages: list[dict]) -> bool:
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and (part.get("type") in ("image", "image_url", "input_image")
+                                               or "image_url" in part):
+                    return True
+    return False
+
+
+class ChatService:
+    def __init__(self, tokenizer: TextTokenizer, template: ChatTemplate, runner, metrics: Metrics,
+                 fallback_context: int):
+        self.tokenizer = tokenizer
+        self.template = template
+        self.runner = runner
+        self.metrics = metrics
+        self.fallback_context = fallback_context
+
+    @property
+    def context(self) -> int:
+        return self.runner.max_context or self.fallback_context
+
+    def render(self, job: ChatJob) -> str:
+        if not job.messages:
+            raise BadRequest("messages must not be empty", param="messages")
+        if has_images(job.messages):
+            raise BadRequest("this server was started without image support; send text only", param="messages")
+        kwargs = dict(job.template_kwargs)
+        try:
+            kwargs.update(thinking_kwargs(job.effort))
+            return self.template.render(prepare_messages(job.messages), tools=job.tools or None,
+                                        add_generation_prompt=True, **kwargs)
+        except TemplateError as e:
+            raise BadRequest(str(e), param="messages") from e
+
+    def count_tokens(self, job: ChatJob) -> int:
+        return len(self.tokenizer.encode(self.render(job)))
+
+    def prepare(self, job: ChatJob) -> Prepared:
+        prompt = self.render(job)
+        ids = self.tokenizer.encode(prompt)
+        room = self.context - len(ids)
+        if room < 1:
+            raise ContextTooLong(len(ids), 0, self.context)
+        if job.max_tokens is not None and job.max_tokens < 1:
+            raise BadRequest(f"max_tokens must be at least 1 (got {job.max_tokens})", param="max_tokens")
+        # A max_tokens beyond the room left is served up to the end of the context (agents ask for 32K+).
+        max_new = room if job.max_tokens is None else min(job.max_tokens, room)
+        schemas = {}
+        for tool in job.tools or []:
+            fn = tool.get("function") or {}
+            if fn.get("name"):
+                schemas[fn["name"]] = fn.get("parameters") or {}
+        return Prepared(prompt, ids, max_new, prompt_opens_thinking(prompt), schemas)
+
+    async def prepare_async(self, job: ChatJob) -> Prepared:
+        return await asyncio.get_running_loop().run_in_executor(None, self.prepare, job)
+
+    async def run(self, turn, prepared: Prepared, sampling: dict) -> AsyncIterator[Delta | Final]:
+        """Deltas of the answer, then one Final. Raises ApiError (EngineUnavailable when the engine failed)."""
+        line = format_gen(prepared.max_new, prepared.ids, sampling)
+        parser = OutputParser(prepared.schemas, prepared.starts_in_reasoning)
+        detok = Detokenizer(self.tokenizer)
+        started = time.monotonic()
+        self.metrics.request_started()
+        done: Done | None = None
+        try:
+            async with aclosing(self._events(turn, line, parser, detok, prepared, started)) as items:
+                async for item in items:
+                    yield item
+        finally:
+            self.metrics.in_flight = max(0, self.metrics.in_flight - 1)
+
+    async def _events(self, turn, line, parser, detok, prepared, started):
+        reused, last_token, repeats, loop_guard = 0, None, 0, False
+        last_log = started
+        done: Done | None = None
+        try:
+            async with aclosing(turn.generate(line)) as events:
+                async for event in events:
+                    if isinstance(event, Token):
+                        repeats = repeats + 1 if event.id == last_token else 1
+                        last_token = event.id
+                        if event.id in self.tokenizer.stop_ids:
+                            continue
+                        for d in parser.feed(detok.push(event.id)):
+                            yield d
+                        if repeats >= LOOP_GUARD_TOKENS:
+                            log.warning("loop guard: token %d repeated %d times; ending the answer", event.id,
+                                        repeats)
+                            loop_guard = True
+                            break
+                    elif isinstance(event, Resume):
+                        reused = event.reused
+                    elif isinstance(event, Progress):
+                        now = time.monotonic()
+                        if now - last_log >= PROGRESS_LOG_S:
+                            last_log = now
+                            log.info("reading the prompt: %d / %d tokens, %.0f tok/s", event.reached, event.total,
+                                     event.tokens_per_s)
+                    elif isinstance(event, Done):
+                        done = event
+                    elif isinstance(event, Err):
+                        self.metrics.request_failed()
+                        if event.message.startswith("engine error"):
+                            raise ApiError(f"the engine failed: {event.message}")
+                        raise BadRequest(f"the engine refused the request: {event.message}")
+        except EngineFailed as e:
+            self.metrics.request_failed()
+            raise EngineUnavailable(f"the engine stopped working: {e}") from e
+        for d in parser.feed(detok.flush()):
+            yield d
+        for d in parser.finish():
+            yield d
+        generated = done.generated if done else (self.runner.progress.get("generated", 0))
+        if loop_guard or (done and done.finish == "length"):
+            finish = "length"
+        elif parser.tool_call_count:
+            finish = "tool_calls"
+        else:
+            finish = "stop"
+        final = Final(finish, len(prepared.ids), generated, done.reused if done else reused,
+                      done.prompt_ms if done else 0.0, done.decode_ms if done else 0.0)
+        self.metrics.request_finished(final, time.monotonic() - started)
+        yield final

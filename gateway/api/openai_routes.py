@@ -1,0 +1,139 @@
+"""POST /v1/chat/completions: validate → ChatJob → a JSON answer or chat.completion.chunk events (CLIENTS.md §3)."""
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from contextlib import aclosing
+
+from aiohttp import web
+
+from gateway.api.chat_job import ChatJob, ChatService, Final
+from gateway.api.openai_models import ChatCompletionRequest
+from gateway.api.sampling import gen_keys
+from gateway.errors import ApiError, read_json
+from gateway.keys import MODEL_NAME, SERVICE, SETTINGS
+from gateway.sse import SSEWriter
+from gateway.text.output_parser import Delta, ParsedOutput
+
+log = logging.getLogger("gateway.openai")
+
+
+def to_job(req: ChatCompletionRequest) -> ChatJob:
+    messages = [m.model_dump(exclude_none=True) for m in req.messages]
+    tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
+    kwargs = dict(req.chat_template_kwargs or {})
+    effort = req.reasoning_effort or (req.reasoning.effort if req.reasoning else None)
+    if effort is None and "reasoning_effort" in kwargs:
+        effort = str(kwargs.pop("reasoning_effort"))
+    if effort is None and kwargs.get("enable_thinking") is False:
+        effort = "none"
+    kwargs.pop("enable_thinking", None)
+    if req.tool_choice == "none":
+        tools = []
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    sampling = gen_keys(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
+                        repeat_penalty=req.repetition_penalty, frequency_penalty=req.frequency_penalty,
+                        presence_penalty=req.presence_penalty, seed=req.seed)
+    return ChatJob(messages, tools or None, effort, kwargs, max_tokens, sampling)
+
+
+def usage(final: Final) -> dict:
+    return {"prompt_tokens": final.prompt_tokens, "completion_tokens": final.completion_tokens,
+            "total_tokens": final.prompt_tokens + final.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": final.cached_tokens}}
+
+
+def delta_fields(d: Delta) -> dict:
+    if d.kind == "reasoning":
+        return {"reasoning_content": d.text}
+    if d.kind == "content":
+        return {"content": d.text}
+    if d.kind == "tool_start":
+        return {"tool_calls": [{"index": d.index, "id": d.call_id, "type": "function",
+                                "function": {"name": d.name, "arguments": ""}}]}
+    if d.kind == "tool_args":
+        return {"tool_calls": [{"index": d.index, "function": {"arguments": d.text}}]}
+    return {}
+
+
+def check_connected(request: web.Request) -> None:
+    if request.transport is None or request.transport.is_closing():
+        raise ConnectionResetError("the client closed the connection")
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    req = ChatCompletionRequest.model_validate(await read_json(request))
+    if req.stop:
+        log.warning("ignoring stop sequences %r: not supported yet", req.stop)
+    service: ChatService = request.app[SERVICE]
+    job = to_job(req)
+    async with service.runner.turn() as turn:
+        prepared = await service.prepare_async(job)
+        answer = service.run(turn, prepared, job.sampling)
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            return await _stream(request, answer, include_usage)
+        return await _complete(request, answer)
+
+
+def _envelope(request: web.Request, kind: str) -> dict:
+    return {"id": "chatcmpl-" + secrets.token_hex(12), "object": kind, "created": int(time.time()),
+            "model": request.app[MODEL_NAME], "system_fingerprint": "strata"}
+
+
+async def _complete(request: web.Request, answer) -> web.Response:
+    out, final = ParsedOutput(), None
+    async with aclosing(answer) as items:
+        async for item in items:
+            check_connected(request)
+            if isinstance(item, Final):
+                final = item
+            else:
+                out.add(item)
+    message: dict = {"role": "assistant", "content": out.content or (None if out.tool_calls else "")}
+    if out.reasoning:
+        message["reasoning_content"] = out.reasoning
+    if out.tool_calls:
+        message["tool_calls"] = [{"id": c.call_id, "type": "function",
+                                  "function": {"name": c.name, "arguments": c.arguments}} for c in out.tool_calls]
+    body = _envelope(request, "chat.completion")
+    body["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": final.finish_reason}]
+    body["usage"] = usage(final)
+    body["timings"] = final.timings()
+    return web.json_response(body, dumps=lambda o: json.dumps(o, ensure_ascii=False))
+
+
+async def _stream(request: web.Request, answer, include_usage: bool) -> web.StreamResponse:
+    sse = SSEWriter(request, request.app[SETTINGS].keepalive_s)
+    env = _envelope(request, "chat.completion.chunk")
+
+    def chunk(delta: dict, finish: str | None = None) -> dict:
+        return {**env, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    await sse.open()
+    try:
+        await sse.send(chunk({"role": "assistant", "content": ""}))
+        async with aclosing(answer) as items:
+            async for item in items:
+                if isinstance(item, Final):
+                    last = chunk({}, item.finish_reason)
+                    last["usage"] = usage(item)
+                    last["timings"] = item.timings()
+                    await sse.send(last)
+                    if include_usage:
+                        await sse.send({**env, "choices": [], "usage": usage(item)})
+                else:
+                    fields = delta_fields(item)
+                    if fields:
+                        await sse.send(chunk(fields))
+        await sse.send("[DONE]")
+    except ApiError as e:
+        await sse.send(e.openai_body())
+        await sse.send("[DONE]")
+    except ConnectionError:
+        pass  # the client left; closing the answer sent STOP to the engine
+    finally:
+        await sse.close()
+    return sse.response
