@@ -82,6 +82,7 @@ class OutputParser:
         self._state = "reasoning_start" if starts_in_reasoning else "content_start"
         self._out: list[Delta] = []
         self._held_space = ""       # whitespace held back in reasoning/content (dropped before a tag or the end)
+        self._space_before_tag = ""
         self._calls = 0
         self._call_name = ""
         self._n_params = 0
@@ -162,7 +163,7 @@ class OutputParser:
         if ends:
             i, tag = min(ends)
             self._emit_text("reasoning", self._buf[:i])
-            self._held_space = ""
+            self._held_space = self._space_before_tag = ""
             self._buf = self._buf[i + len(tag):]
             self._state = "content_start" if tag == THINK_CLOSE else "call_open"
             return
@@ -186,6 +187,7 @@ class OutputParser:
         if ends:
             i, tag = min(ends)
             self._emit_text("content", self._buf[:i])
+            self._space_before_tag = self._held_space  # restored if the tag turns out not to start a call
             self._held_space = ""
             self._buf = self._buf[i + len(tag):]
             self._state = "call_open" if tag == CALL_OPEN else "func_name"
@@ -207,7 +209,7 @@ class OutputParser:
             self._state = "between_calls"
         else:
             # Not the XML format (e.g. JSON inside the wrapper): keep the text as content.
-            self._emit("content", CALL_OPEN + self._buf)
+            self._emit("content", self._space_before_tag + CALL_OPEN + self._buf)
             self._buf = ""
             self._state = "content"
 
@@ -215,13 +217,14 @@ class OutputParser:
         end = self._buf.find(">")
         if end < 0:
             if len(self._buf) > MAX_NAME_CHARS or "\n" in self._buf or final:
-                self._emit("content", FUNC_OPEN + self._buf)  # never a name: give the text back
+                self._emit("content", self._space_before_tag + FUNC_OPEN + self._buf)  # not a call: give it back
                 self._buf = ""
                 self._state = "content"
             return
         name = self._buf[:end].strip()
         self._buf = self._buf[end + 1:]
         self._call_name = name
+        self._space_before_tag = ""
         self._n_params = 0
         self._emit("tool_start", index=self._calls, call_id=self._new_id(), name=name)
         self._state = "params"

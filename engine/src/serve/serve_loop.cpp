@@ -124,7 +124,10 @@ private:
         emit(serve::format_info("stop_ids", stops));
         emit(serve::format_info("chunk_tokens", std::to_string(gen_.chunk_tokens())));
         emit(serve::format_info("vision", limits_.vision ? "1" : "0"));
-        for (const auto& [key, value] : gen_.info()) emit(serve::format_info(key, value));
+        const char* announced[] = {"version", "context", "vocab", "stop_ids", "chunk_tokens", "vision"};
+        for (const auto& [key, value] : gen_.info())
+            if (std::find(std::begin(announced), std::end(announced), key) == std::end(announced))
+                emit(serve::format_info(key, value));
         emit(serve::format_ready(limits_.context_length));
     }
 
