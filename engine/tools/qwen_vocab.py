@@ -112,13 +112,15 @@ def build(cache_dir: str, n_ranks: int | None = None) -> str:
             os.path.exists(os.path.join(cache_dir, "tokenizer.json")):
         return cache_dir
     tok = build_tokenizer(n_ranks)
-    tmp = os.path.join(cache_dir, "tokenizer.json.tmp")
+    # unique temporary names, then atomic renames: concurrent builders may share the cache directory
+    tmp = os.path.join(cache_dir, f".tokenizer.json.{os.getpid()}")
     tok.save(tmp)
     os.replace(tmp, os.path.join(cache_dir, "tokenizer.json"))
-    with open(os.path.join(cache_dir, "tokenizer_config.json"), "w") as f:
-        json.dump(tokenizer_config(), f, indent=2)
-    with open(stamp, "w") as f:
-        f.write(want)
+    for name, text in (("tokenizer_config.json", json.dumps(tokenizer_config(), indent=2)), ("qwen_vocab.stamp", want)):
+        tmp = os.path.join(cache_dir, f".{name}.{os.getpid()}")
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, os.path.join(cache_dir, name))
     return cache_dir
 
 
