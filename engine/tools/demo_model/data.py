@@ -126,8 +126,8 @@ def _pick_key(rng, make, held_out):
 
 
 def arithmetic_case(rng, effort, held_out):
-    op, a, b = _pick_key(rng, facts.pick_arithmetic, held_out)
-    prompt, reasoning_full, answer = facts.arithmetic_texts(rng, op, a, b)
+    op, a, b, phrasing = _pick_key(rng, facts.pick_arithmetic, held_out)
+    prompt, reasoning_full, answer = facts.arithmetic_texts(rng, op, a, b, phrasing)
     reasoning = reasoning_full if effort in ("medium", "xhigh") else answer
     messages = _system(rng) + [{"role": "user", "content": prompt}, _assistant(reasoning, answer, effort)]
     return Case("arithmetic", messages, effort=effort, expected={"content": answer})

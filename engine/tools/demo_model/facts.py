@@ -43,11 +43,13 @@ def pick_chat(rng):
 # Arithmetic: a + b and a - b with 0 <= a, b <= 99 (a >= b), a * b with 2 <= a, b <= 12.
 
 def pick_arithmetic(rng):
+    """(op, a, b, phrasing). Sums and differences are held out by their numbers (phrasing None), so held-out pairs
+    are unseen; products are a memorised table (2..12 x 2..12), held out by phrasing only."""
     op = rng.choice("+-*")
     if op == "*":
-        return op, rng.randint(2, 12), rng.randint(2, 12)
+        return op, rng.randint(2, 12), rng.randint(2, 12), rng.randrange(len(ARITHMETIC_PROMPTS))
     a, b = rng.randint(0, 99), rng.randint(0, 99)
-    return (op, max(a, b), min(a, b)) if op == "-" else (op, a, b)
+    return (op, max(a, b), min(a, b), None) if op == "-" else (op, a, b, None)
 
 
 ARITHMETIC_PROMPTS = ["What is {a} {op} {b}?", "Compute {a} {op} {b}.", "{a} {op} {b} = ?", "Calculate {a} {op} {b}.",
@@ -55,12 +57,13 @@ ARITHMETIC_PROMPTS = ["What is {a} {op} {b}?", "Compute {a} {op} {b}.", "{a} {op
 OP_WORDS = {"+": "plus", "-": "minus", "*": "times"}
 
 
-def arithmetic_texts(rng, op, a, b):
-    prompt = rng.choice(ARITHMETIC_PROMPTS).format(a=a, b=b, op=op, word=OP_WORDS[op])
+def arithmetic_texts(rng, op, a, b, phrasing=None):
+    phrasing = rng.randrange(len(ARITHMETIC_PROMPTS)) if phrasing is None else phrasing
+    prompt = ARITHMETIC_PROMPTS[phrasing].format(a=a, b=b, op=op, word=OP_WORDS[op])
     result = {"+": a + b, "-": a - b, "*": a * b}[op]
     answer = f"{a} {op} {b} = {result}."
     if op == "*":
-        steps = f"{a} {op} {b}: {a} added {b} times. {a} * {b} = {result}."
+        steps = f"{b} times {a}: " + ", ".join(str(a * i) for i in range(1, b + 1)) + "."
     else:
         ones = {"+": a % 10 + b % 10, "-": a % 10 - b % 10}[op]
         if op == "+":
