@@ -16,6 +16,8 @@ class Backend {
 public:
     virtual ~Backend() = default;
     virtual const char* name() const = 0;
+    // Called once after the weights are bound: a GPU backend uploads (or pins) what it will read.
+    virtual void prepare_weights(const ModelWeights& w) {}
 
     // Memory of the backend's device, in floats.
     virtual float* alloc(size_t n) = 0;

@@ -8,6 +8,7 @@ namespace strata {
 Qwen4Exp::Qwen4Exp(const std::string& path, Backend& be) : be_(be), file_(GgufFile::open(path)) {
     hp_ = Hparams::from_gguf(*file_);
     w_ = ModelWeights::bind(*file_, hp_);
+    be_.prepare_weights(w_);
 }
 
 void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, float* logits_host) {
