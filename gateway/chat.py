@@ -1,6 +1,6 @@
 # Terminal chat with a running Strata server, through its OpenAI API like any other client: streams answers,
 # shows thinking dimmed, and takes /image <path>, /think none|low|medium|high|default, /reset, /quit.
-# Usage: python -m gateway.chat [--url http://127.0.0.1:8080] [--api-key KEY] [--think LEVEL]
+# Usage: python -m gateway.chat [--url http://127.0.0.1:8080] [--api-key KEY] [--think LEVEL] [--max-tokens N]
 import argparse
 import base64
 import json
@@ -31,8 +31,9 @@ class Style:
 
 
 class ChatSession:
-    def __init__(self, url: str, api_key: str | None, think: str, out=sys.stdout):
+    def __init__(self, url: str, api_key: str | None, think: str, max_tokens: int | None = None, out=sys.stdout):
         self.url = url.rstrip("/")
+        self.max_tokens = max_tokens
         self.http = requests.Session()
         if api_key:
             self.http.headers["Authorization"] = f"Bearer {api_key}"
@@ -102,6 +103,8 @@ class ChatSession:
                 "stream_options": {"include_usage": True}}
         if self.think != "default":
             body["reasoning_effort"] = self.think
+        if self.max_tokens:
+            body["max_tokens"] = self.max_tokens
         return body
 
     def ask(self, text: str) -> None:
@@ -141,6 +144,7 @@ class ChatSession:
                     detail = response.text
                 raise RuntimeError(f"HTTP {response.status_code}: {detail}")
             self.write(f"{self.style.bold_on}strata>{self.style.off} ")
+            response.encoding = "utf-8"   # SSE is UTF-8; requests would guess ISO-8859-1 for text/* without charset
             for raw in response.iter_lines(decode_unicode=True):
                 if not raw or not raw.startswith("data:"):
                     continue
@@ -199,8 +203,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the Strata server (default http://127.0.0.1:8080)")
     parser.add_argument("--api-key", default=os.environ.get("STRATA_API_KEY"), help="API key, if the server needs one")
     parser.add_argument("--think", choices=THINK_LEVELS, default="default", help="thinking level")
+    parser.add_argument("--max-tokens", type=int, help="the longest answer, in tokens (default: the rest of the context)")
     args = parser.parse_args(argv)
-    return run(ChatSession(args.url, args.api_key, args.think))
+    return run(ChatSession(args.url, args.api_key, args.think, args.max_tokens))
 
 
 if __name__ == "__main__":

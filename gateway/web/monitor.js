@@ -37,7 +37,7 @@
   function renderTopbar(status) {
     const word = stateOf(status);
     $("status-dot").className = `dot ${stateClass(word)}`;
-    const speed = status.tokens_per_second ?? status.speed;
+    const speed = status.tokens_per_second;
     $("server-state").textContent = word + (typeof speed === "number" && speed > 0 ? ` · ${number(speed)} tok/s` : "");
   }
 
@@ -45,16 +45,20 @@
     const word = stateOf(status);
     $("m-state").textContent = word;
     $("m-state").className = `big ${stateClass(word)}`;
-    $("m-speed").textContent = `${number(status.tokens_per_second ?? status.speed)} tok/s`;
-    $("m-tokens").textContent = String(status.tokens_generated ?? status.tokens ?? "-");
+    const reached = status.prompt_tokens_done;
+    const total = status.prompt_tokens_total;
+    const reading = total != null && !status.generated_tokens;
+    const speed = reading ? status.prompt_tokens_per_second : status.tokens_per_second;
+    $("m-speed").textContent = typeof speed === "number"
+      ? `${number(speed)} tok/s${reading ? " (prompt)" : ""}`
+      : `last: ${number(metrics?.recent?.at(-1)?.predicted_per_second)} tok/s`;
+    $("m-tokens").textContent = String(status.generated_tokens ?? "-");
     const hits = metrics?.expert_cache_hit_rate ?? status.expert_cache_hit_rate;
-    $("m-hits").textContent = typeof hits === "number" ? `${(hits * 100).toFixed(1)} %` : "-";
-    const reached = status.prompt_reached ?? status.prompt_progress?.reached;
-    const total = status.prompt_total ?? status.prompt_progress?.total;
+    $("m-hits").textContent = typeof hits === "number" ? `${(hits * 100).toFixed(1)} %` : "not reported";
     const fraction = total ? Math.min(1, (reached || 0) / total) : 0;
     $("m-progress-bar").style.width = `${(fraction * 100).toFixed(1)}%`;
     $("m-progress-text").textContent = total ? `${reached || 0} of ${total} prompt tokens` : "no prompt being read";
-    renderRequests(metrics?.recent ?? metrics?.recent_requests ?? status.recent ?? []);
+    renderRequests(metrics?.recent ?? []);
     renderServer(metrics || {});
   }
 

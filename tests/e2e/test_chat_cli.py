@@ -1,0 +1,63 @@
+# gateway/chat.py driven through a pseudo-terminal (pexpect) against the real gateway and engine: thinking
+# streams dimmed, Ctrl+C stops the answer mid-stream (the engine sees STOP), the next message is answered, and
+# /think, /reset, /image and /quit do what they say.
+import struct
+import sys
+import zlib
+
+import pexpect
+
+from e2e_helpers import PROJECT_DIR
+
+DIM = "\x1b[2m"
+
+
+def tiny_png(path) -> None:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    pixels = zlib.compress(b"\x00\xff\x00\x00")   # one red pixel
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
+                     + chunk(b"IDAT", pixels) + chunk(b"IEND", b""))
+
+
+def test_terminal_chat_streams_stops_on_ctrl_c_and_answers_again(gateway, tmp_path):
+    cancels_before = gateway.log_path.read_text().count(", cancel")
+    chat = pexpect.spawn(sys.executable, ["-m", "gateway.chat", "--url", gateway.url, "--think", "high",
+                                          "--max-tokens", "1500"],
+                         cwd=str(PROJECT_DIR), env={"PATH": "/usr/bin:/bin", "TERM": "xterm", "PYTHONPATH": ""},
+                         encoding="utf-8", codec_errors="replace", timeout=30, dimensions=(40, 200))
+    try:
+        chat.expect(f"Connected to {gateway.health['model']}")
+        chat.expect("you> ")
+        chat.sendline("Tell me a long story about a lighthouse.")
+        chat.expect_exact("strata>")
+        chat.expect_exact(f"{DIM}(thinking) ")       # thinking is shown dimmed while it streams
+        chat.expect(r"[^\s\x1b]{3}")                   # and text keeps coming
+        chat.sendintr()                               # Ctrl+C mid-answer
+        chat.expect_exact("[stopped]")
+        chat.expect("you> ")
+        gateway.wait_idle()
+        assert gateway.log_path.read_text().count(", cancel") == cancels_before + 1, "the engine never saw STOP"
+
+        chat.sendline("/think none")
+        chat.expect_exact("Thinking level: none.")
+        chat.expect("you> ")
+        chat.sendline("And a short one?")
+        chat.expect_exact("strata>")
+        chat.expect(r"\[(\d+) tokens", timeout=60)    # the answer ran to its end and reported its length
+        assert 0 < int(chat.match.group(1)) <= 1500
+        chat.expect("you> ")
+
+        chat.sendline("/reset")
+        chat.expect_exact("New conversation.")
+        picture = tmp_path / "red.png"
+        tiny_png(picture)
+        chat.sendline(f"/image {picture}")
+        chat.expect_exact("Attached red.png")
+        chat.sendline("/think sideways")
+        chat.expect_exact("/think takes one of none, low, medium, high, default")
+        chat.sendline("/quit")
+        chat.expect(pexpect.EOF)
+    finally:
+        chat.close()
+    assert chat.exitstatus == 0
