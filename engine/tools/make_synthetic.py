@@ -1,0 +1,200 @@
+"""A synthetic full-size qwen4exp GGUF for benchmarks: the real shapes of GGUF.md (48 layers, H 2560, 512 experts of
+640 x 2560, the IQ2_XS or Q2_0 per-tensor mix of llama-quantize), random valid blocks, a small stand-in PLE table,
+and routers whose rows have per-expert scales so that routing is skewed like the measured curve of the real model
+(PERFORMANCE.md §1: top 32/64/128/256 experts of a layer carry ~37/53/73/93% of the routing mass; this power law
+gives ~42/56/72/88 on random activations). Not a language model: a stand-in with the real bytes per token.
+
+    python engine/tools/make_synthetic.py OUT.gguf [--experts iq2_xs|q2_0] [--layers 48] [--workers N] [--seed 0]
+
+The header is written with gguf-py; tensor data is then filled in place by worker processes (36 GB in minutes)."""
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing as mp
+import os
+import sys
+import time
+
+import numpy as np
+import gguf
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_layout  # noqa: E402
+import gguf_quant  # noqa: E402
+from convert import model_metadata  # noqa: E402
+
+ALIGN = 32
+ROUTER_BETA, ROUTER_LOGIT_STD = 0.2, 2.0   # rank-r expert's logit std = 2·(r+1)^-0.2 (fitted in numpy)
+
+
+def splitmix64(v: int) -> int:
+    m = (1 << 64) - 1
+    v = (v + 0x9E3779B97F4A7C15) & m
+    v = ((v ^ (v >> 30)) * 0xBF58476D1CE4E5B9) & m
+    v = ((v ^ (v >> 27)) * 0x94D049BB133111EB) & m
+    return v ^ (v >> 31)
+
+
+def ple_constants(hp) -> dict:
+    """MODEL.md §6.1 with the config's (small) base: multipliers, head sizes (primes), offsets."""
+    half = max(1, ((2 ** 63 - 1) // hp.n_vocab) // 2)
+    base = 1234 + 10007 * 0
+    mult = [2 * (splitmix64((base + 0x9E3779B97F4A7C15 * (i + 1)) & ((1 << 64) - 1)) % half) + 1
+            for i in range(hp.ple_ngram)]
+    heads = (hp.ple_ngram - 1) * hp.ple_heads_per_ngram
+    sizes, p = [], BASE_ROWS
+    for _ in range(heads):
+        p = gguf_layout._nth_prime_after(p, 1)
+        sizes.append(p)
+    offsets = [sum(sizes[:h]) for h in range(heads)]
+    return {"layer_multipliers": mult, "head_offsets": offsets, "head_vocab_sizes": sizes}
+
+
+BASE_ROWS = 4000   # per-head PLE rows of the stand-in table (the real one has 20M per head)
+
+
+def synthetic_config(layers: int) -> dict:
+    cfg = gguf_layout.real_model_config()
+    cfg["num_hidden_layers"] = layers
+    cfg["layer_types"] = ["linear_attention" if (i + 1) % 4 else "full_attention" for i in range(layers)]
+    cfg["ngram_vocab_size_base"] = BASE_ROWS
+    return cfg
+
+
+def tensor_plan(outtype: str, layers: int):
+    cfg = synthetic_config(layers)
+    hp = gguf_layout.hparams_from_config(cfg, cfg)
+    chooser = gguf_quant.TypeChooser(outtype, hp.n_layer)
+    plan = []
+    for name, ne in gguf_layout.main_tensor_specs(hp):
+        t = chooser.choose(name, ne)
+        if t == "BF16" and len(ne) == 1:
+            t = "F32"
+        _, bs, bb = gguf_quant.TYPES[t]
+        nbytes = math.prod(ne) // bs * bb
+        plan.append((name, tuple(ne), t, nbytes))
+    return hp, plan
+
+
+def fill_values(name: str, ne: tuple, rng: np.random.Generator, hp) -> np.ndarray:
+    """f32 contents of the small tensors that need sensible values (norms, decay, conv, router)."""
+    n = math.prod(ne)
+    if name.endswith("_norm.weight") or "hc_head_norm" in name:
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)       # +1 folded norms near 1
+    if name.endswith("ssm_a"):
+        return (-np.exp(0.5 * rng.standard_normal(n))).astype(np.float32)     # −exp(A_log)
+    if name.endswith("ssm_dt.bias"):
+        return (0.5 * rng.standard_normal(n)).astype(np.float32)
+    if "ssm_conv1d" in name or "ple_conv1d" in name:
+        return (0.3 * rng.standard_normal(n)).astype(np.float32)
+    if "ffn_gate_inp.weight" in name:
+        E, H = ne[1], ne[0]
+        scale = ROUTER_LOGIT_STD * (np.arange(E) + 1.0) ** -ROUTER_BETA
+        scale = scale[rng.permutation(E)]              # popular experts differ per layer
+        w = rng.standard_normal((E, H)) * (scale[:, None] / math.sqrt(H))
+        return w.astype(np.float32).ravel()
+    return (rng.standard_normal(n) / math.sqrt(ne[0])).astype(np.float32)
+
+
+def encode_small(values: np.ndarray, t: str, ne: tuple) -> bytes:
+    if t == "F32":
+        return values.astype(np.float32).tobytes()
+    if t == "F16":
+        return values.astype(np.float16).tobytes()
+    if t == "BF16":
+        return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
+    return gguf_quant.encode(values.reshape(tuple(reversed(ne))), t).tobytes()
+
+
+def random_block_bytes(t: str, nbytes: int, rng: np.random.Generator, scale: float) -> np.ndarray:
+    _, bs, bb = gguf_quant.TYPES[t]
+    raw = np.frombuffer(rng.bytes(nbytes), dtype=np.uint8).reshape(-1, bb).copy()
+    for off in gguf_quant._FP16_FIELDS[t]:
+        d = (rng.uniform(0.5, 1.0, raw.shape[0]) * scale).astype(np.float16)
+        raw[:, off:off + 2] = d.view(np.uint8).reshape(-1, 2)
+    return raw
+
+
+_SCALES: dict = {}
+
+
+def block_scale(t: str, target_std: float) -> float:
+    """fp16 scale that gives dequantized values of about target_std (measured on a sample)."""
+    if t not in _SCALES:
+        rng = np.random.default_rng(1)
+        _, bs, bb = gguf_quant.TYPES[t]
+        sample = random_block_bytes(t, bb * 256, rng, 1.0)
+        std = float(gguf_quant.dequantize(sample, t, (256, bs)).std()) or 1.0
+        _SCALES[t] = 1.0 / std
+    return _SCALES[t] * target_std
+
+
+def fill_one(args) -> int:
+    path, offset, name, ne, t, nbytes, seed, hp_args = args
+    rng = np.random.default_rng(seed)
+    small = (len(ne) == 1 or "ffn_gate_inp" in name or "ssm_conv1d" in name or "ple_conv1d" in name
+             or t in ("F32", "F16", "BF16"))
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        if small:
+            data = encode_small(fill_values(name, ne, rng, None), t, ne)
+            assert len(data) == nbytes, (name, len(data), nbytes)
+            f.write(data)
+        else:
+            std = 1.0 / math.sqrt(ne[0])        # keeps activations O(1) through the layer stack
+            chunk_rows = max(1, (64 << 20) // (nbytes // math.prod(ne[1:])))
+            rows = math.prod(ne[1:])
+            row_bytes = nbytes // rows
+            for r0 in range(0, rows, chunk_rows):
+                n = min(chunk_rows, rows - r0)
+                f.write(random_block_bytes(t, n * row_bytes, rng, block_scale(t, std)).tobytes())
+    return nbytes
+
+
+def write(out: str, outtype: str, layers: int, workers: int, seed: int) -> None:
+    t0 = time.time()
+    hp, plan = tensor_plan(outtype, layers)
+    kv = model_metadata(hp, ple_constants(hp), outtype, f"strata-synthetic-{outtype}-{layers}L", False, "/nonexistent")
+    kv.append(("tokenizer.ggml.eos_token_id", 248046, gguf.GGUFValueType.UINT32, None))
+    w = gguf.GGUFWriter(out, arch=None)
+    for key, val, vt, sub in kv:
+        w.add_key_value(key, val, vt, sub_type=sub)
+    for name, ne, t, nbytes in plan:
+        w.add_tensor_info(name, tuple(reversed(ne)), np.int8, nbytes, raw_dtype=gguf_quant.TYPES[t][0])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.fout[0].flush()
+    data_start = (w.fout[0].tell() + ALIGN - 1) // ALIGN * ALIGN
+    w.fout[0].close()
+    jobs, off = [], data_start
+    for i, (name, ne, t, nbytes) in enumerate(plan):
+        jobs.append((out, off, name, ne, t, nbytes, seed * 100003 + i, None))
+        off += (nbytes + ALIGN - 1) // ALIGN * ALIGN
+    with open(out, "r+b") as f:
+        f.truncate(off)
+    jobs.sort(key=lambda j: -j[5])            # big tensors first
+    done = 0
+    with mp.Pool(workers) as pool:
+        for n in pool.imap_unordered(fill_one, jobs):
+            done += n
+    print(f"wrote {out}: {len(plan)} tensors, {off / 1e9:.2f} GB in {time.time() - t0:.1f} s", flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--experts", choices=["iq2_xs", "q2_0"], default="iq2_xs")
+    ap.add_argument("--layers", type=int, default=48)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    if a.layers < 4 or a.layers % 4:
+        ap.error("--layers must be a positive multiple of 4 (every 4th layer is attention)")
+    write(a.out, a.experts, a.layers, a.workers, a.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
