@@ -20,6 +20,7 @@ struct TypeCase {
 const std::vector<TypeCase> kCases = {
     {GgmlType::F32, {}, {}},       {GgmlType::F16, {}, {}},        {GgmlType::BF16, {}, {}},
     {GgmlType::Q8_0, {0}, {}},     {GgmlType::Q4_0, {0}, {}},      {GgmlType::Q5_0, {0}, {}},
+    {GgmlType::Q4_1, {0, 2}, {4, 20}}, {GgmlType::Q5_1, {0, 2}, {4, 24}},
     {GgmlType::IQ4_NL, {0}, {}},   {GgmlType::Q2_0, {0}, {}},      {GgmlType::Q2_K, {80, 82}, {16, 80}},
     {GgmlType::Q3_K, {108}, {}},   {GgmlType::Q4_K, {0, 2}, {16, 144}}, {GgmlType::Q5_K, {0, 2}, {16, 176}},
     {GgmlType::Q6_K, {208}, {}},   {GgmlType::IQ4_XS, {0}, {}},    {GgmlType::IQ2_XXS, {0}, {}},
@@ -170,7 +171,7 @@ int main() {
         for (int64_t n : lengths)
             for (Scales s : {Scales::normal, Scales::huge, Scales::tiny}) check_case(c, n, s, 3);
     }
-    CHECK(!quant_supported(GgmlType::Q4_1));
+    CHECK(!quant_supported(GgmlType::Q8_1));
     CHECK(!quant_supported(GgmlType::IQ1_S));
     return test::exit_code();
 }

@@ -11,12 +11,13 @@ N_BLOCKS = 64
 
 # Byte offsets of the fp16 scales in each block (they must be finite, "sane" values; all other bytes are random).
 FP16_SCALE_OFFSETS = {
-    T.Q8_0: [0], T.Q4_0: [0], T.Q5_0: [0], T.IQ4_NL: [0], T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2],
+    T.Q8_0: [0], T.Q4_0: [0], T.Q5_0: [0], T.Q4_1: [0, 2], T.Q5_1: [0, 2],
+    T.IQ4_NL: [0], T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2],
     T.Q5_K: [0, 2], T.Q6_K: [208], T.IQ4_XS: [0], T.IQ2_XXS: [0], T.IQ2_XS: [0], T.IQ2_S: [0], T.IQ3_XXS: [0],
     T.IQ3_S: [0],
 }
 # gguf-py can quantize these: use its output as well as random bytes.
-GGUF_QUANTIZABLE = {T.Q8_0, T.Q4_0, T.Q5_0, T.BF16}
+GGUF_QUANTIZABLE = {T.Q8_0, T.Q4_0, T.Q5_0, T.Q4_1, T.Q5_1, T.BF16}
 Q2_0_ID, Q2_0_BLOCK, Q2_0_BYTES = 42, 64, 18
 
 

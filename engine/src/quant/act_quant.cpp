@@ -12,6 +12,7 @@ ActFormat act_format(GgmlType t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16:
         return ActFormat::F32;
     case GgmlType::Q8_0: case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::IQ4_NL: case GgmlType::Q2_0:
+    case GgmlType::Q4_1: case GgmlType::Q5_1:
         return ActFormat::Q8_0;
     case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
     case GgmlType::IQ4_XS: case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S:

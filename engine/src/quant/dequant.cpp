@@ -40,6 +40,29 @@ void deq_q5_0(const BlockQ5_0* b, float* y, int64_t nb) {
     }
 }
 
+void deq_q4_1(const BlockQ4_1* b, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, y += 32) {
+        float d = half_to_float(b[i].d), m = half_to_float(b[i].m);
+        for (int j = 0; j < 16; ++j) {
+            y[j] = d * (float)(b[i].qs[j] & 0xF) + m;
+            y[j + 16] = d * (float)(b[i].qs[j] >> 4) + m;
+        }
+    }
+}
+
+void deq_q5_1(const BlockQ5_1* b, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, y += 32) {
+        float d = half_to_float(b[i].d), m = half_to_float(b[i].m);
+        uint32_t qh = load_u32(b[i].qh);
+        for (int j = 0; j < 16; ++j) {
+            int lo = (b[i].qs[j] & 0xF) | (((qh >> j) & 1) << 4);
+            int hi = (b[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+            y[j] = d * (float)lo + m;
+            y[j + 16] = d * (float)hi + m;
+        }
+    }
+}
+
 void deq_iq4_nl(const BlockIQ4_NL* b, float* y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, y += 32) {
         float d = half_to_float(b[i].d);
@@ -228,6 +251,7 @@ bool quant_supported(GgmlType t) {
     switch (t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16:
     case GgmlType::Q8_0: case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::IQ4_NL: case GgmlType::Q2_0:
+    case GgmlType::Q4_1: case GgmlType::Q5_1:
     case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
     case GgmlType::IQ4_XS: case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S:
     case GgmlType::IQ3_XXS: case GgmlType::IQ3_S:
@@ -258,6 +282,8 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
     case GgmlType::Q8_0: deq_q8_0((const BlockQ8_0*)src, dst, nb); break;
     case GgmlType::Q4_0: deq_q4_0((const BlockQ4_0*)src, dst, nb); break;
     case GgmlType::Q5_0: deq_q5_0((const BlockQ5_0*)src, dst, nb); break;
+    case GgmlType::Q4_1: deq_q4_1((const BlockQ4_1*)src, dst, nb); break;
+    case GgmlType::Q5_1: deq_q5_1((const BlockQ5_1*)src, dst, nb); break;
     case GgmlType::IQ4_NL: deq_iq4_nl((const BlockIQ4_NL*)src, dst, nb); break;
     case GgmlType::Q2_0: deq_q2_0((const BlockQ2_0*)src, dst, nb); break;
     case GgmlType::Q2_K: deq_q2_k((const BlockQ2_K*)src, dst, nb); break;

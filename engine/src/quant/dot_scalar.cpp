@@ -72,6 +72,42 @@ float dot_q5_0(int64_t n, const void* w, const void* act) {
     return sum;
 }
 
+// Q4_1 / Q5_1 (weight d*q + m) x Q8_0: d*da*sum(q*qa) + m*da*sum(qa).
+float dot_q4_1(int64_t n, const void* w, const void* act) {
+    const BlockQ4_1* x = (const BlockQ4_1*)w;
+    const BlockQ8_0* a = (const BlockQ8_0*)act;
+    float sum = 0;
+    for (int64_t i = 0; i < n / 32; ++i) {
+        int s = 0, sa = 0;
+        for (int j = 0; j < 16; ++j) {
+            s += (x[i].qs[j] & 0xF) * a[i].qs[j] + (x[i].qs[j] >> 4) * a[i].qs[j + 16];
+            sa += a[i].qs[j] + a[i].qs[j + 16];
+        }
+        float da = half_to_float(a[i].d);
+        sum += half_to_float(x[i].d) * da * (float)s + half_to_float(x[i].m) * da * (float)sa;
+    }
+    return sum;
+}
+
+float dot_q5_1(int64_t n, const void* w, const void* act) {
+    const BlockQ5_1* x = (const BlockQ5_1*)w;
+    const BlockQ8_0* a = (const BlockQ8_0*)act;
+    float sum = 0;
+    for (int64_t i = 0; i < n / 32; ++i) {
+        uint32_t qh = load_u32(x[i].qh);
+        int s = 0, sa = 0;
+        for (int j = 0; j < 16; ++j) {
+            int lo = (x[i].qs[j] & 0xF) | (((qh >> j) & 1) << 4);
+            int hi = (x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+            s += lo * a[i].qs[j] + hi * a[i].qs[j + 16];
+            sa += a[i].qs[j] + a[i].qs[j + 16];
+        }
+        float da = half_to_float(a[i].d);
+        sum += half_to_float(x[i].d) * da * (float)s + half_to_float(x[i].m) * da * (float)sa;
+    }
+    return sum;
+}
+
 float dot_iq4_nl(int64_t n, const void* w, const void* act) {
     const BlockIQ4_NL* x = (const BlockIQ4_NL*)w;
     const BlockQ8_0* a = (const BlockQ8_0*)act;
@@ -348,7 +384,8 @@ void fill_dots_scalar(DotTable& t) {
     auto set = [&](GgmlType ty, DotFn f) { t.dot[(int)ty] = f; };
     set(GgmlType::F32, dot_f32);         set(GgmlType::F16, dot_f16);       set(GgmlType::BF16, dot_bf16);
     set(GgmlType::Q8_0, dot_q8_0);       set(GgmlType::Q4_0, dot_q4_0);     set(GgmlType::Q5_0, dot_q5_0);
-    set(GgmlType::IQ4_NL, dot_iq4_nl);   set(GgmlType::Q2_0, dot_q2_0);
+    set(GgmlType::IQ4_NL, dot_iq4_nl);   set(GgmlType::Q2_0, dot_q2_0);     set(GgmlType::Q4_1, dot_q4_1);
+    set(GgmlType::Q5_1, dot_q5_1);
     set(GgmlType::Q2_K, dot_q2_k);       set(GgmlType::Q3_K, dot_q3_k);     set(GgmlType::Q4_K, dot_q4_k);
     set(GgmlType::Q5_K, dot_q5_k);       set(GgmlType::Q6_K, dot_q6_k);     set(GgmlType::IQ4_XS, dot_iq4_xs);
     set(GgmlType::IQ2_XXS, dot_iq2_xxs); set(GgmlType::IQ2_XS, dot_iq2_xs); set(GgmlType::IQ2_S, dot_iq2_s);

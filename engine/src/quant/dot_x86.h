@@ -236,6 +236,37 @@ float dot_q5_0(int64_t n, const void* w, const void* act) {
     return hsum8(acc);
 }
 
+// Q4_1 / Q5_1: codes q in 0..31 (u8) against the activations: acc_q += d*da * sum(q*qa), acc_m += m*da * sum(qa)
+inline void dot_min_block(__m256i q, uint16_t d, uint16_t m, const BlockQ8_0& a, __m256& acc_q, __m256& acc_m) {
+    const __m256i z = _mm256_setzero_si256();
+    __m256i y = _mm256_loadu_si256((const __m256i*)a.qs);
+    __m256i p = dpbusd(z, q, y);
+    __m256i sa = dpbusd(z, _mm256_set1_epi8(1), y);
+    float da = h2f(a.d);
+    acc_q = _mm256_fmadd_ps(_mm256_set1_ps(h2f(d) * da), _mm256_cvtepi32_ps(p), acc_q);
+    acc_m = _mm256_fmadd_ps(_mm256_set1_ps(h2f(m) * da), _mm256_cvtepi32_ps(sa), acc_m);
+}
+
+float dot_q4_1(int64_t n, const void* w, const void* act) {
+    const BlockQ4_1* x = (const BlockQ4_1*)w;
+    const BlockQ8_0* a = (const BlockQ8_0*)act;
+    __m256 acc_q = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; ++i) dot_min_block(nibbles32(x[i].qs), x[i].d, x[i].m, a[i], acc_q, acc_m);
+    return hsum8(_mm256_add_ps(acc_q, acc_m));
+}
+
+float dot_q5_1(int64_t n, const void* w, const void* act) {
+    const BlockQ5_1* x = (const BlockQ5_1*)w;
+    const BlockQ8_0* a = (const BlockQ8_0*)act;
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    __m256 acc_q = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; ++i) {
+        __m256i q = _mm256_or_si256(nibbles32(x[i].qs), _mm256_and_si256(bits_to_bytes(load_u32(x[i].qh)), sixteen));
+        dot_min_block(q, x[i].d, x[i].m, a[i], acc_q, acc_m);
+    }
+    return hsum8(_mm256_add_ps(acc_q, acc_m));
+}
+
 inline __m256i iq4nl_table() {
     return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)iq::kvalues_iq4nl));
 }
@@ -512,7 +543,8 @@ void fill_x86_dots(DotTable& t) {
     auto set = [&](GgmlType ty, DotFn f) { t.dot[(int)ty] = f; };
     set(GgmlType::F32, dot_f32);         set(GgmlType::F16, dot_f16);       set(GgmlType::BF16, dot_bf16);
     set(GgmlType::Q8_0, dot_q8_0);       set(GgmlType::Q4_0, dot_q4_0);     set(GgmlType::Q5_0, dot_q5_0);
-    set(GgmlType::IQ4_NL, dot_iq4_nl);   set(GgmlType::Q2_0, dot_q2_0);
+    set(GgmlType::IQ4_NL, dot_iq4_nl);   set(GgmlType::Q2_0, dot_q2_0);     set(GgmlType::Q4_1, dot_q4_1);
+    set(GgmlType::Q5_1, dot_q5_1);
     set(GgmlType::Q4_K, dot_q4_k);       set(GgmlType::Q5_K, dot_q5_k);     set(GgmlType::IQ4_XS, dot_iq4_xs);
     set(GgmlType::IQ2_XXS, dot_iq2_xxs); set(GgmlType::IQ2_XS, dot_iq2_xs); set(GgmlType::IQ2_S, dot_iq2_s);
     set(GgmlType::IQ3_XXS, dot_iq3_xxs); set(GgmlType::IQ3_S, dot_iq3_s);

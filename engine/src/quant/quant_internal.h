@@ -12,6 +12,8 @@ constexpr int QK_K = 256;
 struct BlockQ8_0 { uint16_t d; int8_t qs[32]; };
 struct BlockQ4_0 { uint16_t d; uint8_t qs[16]; };
 struct BlockQ5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; };
+struct BlockQ4_1 { uint16_t d; uint16_t m; uint8_t qs[16]; };              // weight d*q + m
+struct BlockQ5_1 { uint16_t d; uint16_t m; uint8_t qh[4]; uint8_t qs[16]; };
 struct BlockIQ4_NL { uint16_t d; uint8_t qs[16]; };
 struct BlockQ2_0 { uint16_t d; uint8_t qs[16]; };   // 64 weights, code (qs[j/4] >> 2*(j%4)) & 3, value (code-1)*d
 struct BlockQ2_K { uint8_t scales[16]; uint8_t qs[64]; uint16_t d; uint16_t dmin; };
@@ -28,6 +30,7 @@ struct BlockIQ3_S { uint16_t d; uint8_t qs[64]; uint8_t qh[8]; uint8_t signs[32]
 struct BlockIQ4_XS { uint16_t d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[128]; };
 
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ2_0) == 18 && sizeof(BlockIQ4_NL) == 18);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
