@@ -30,11 +30,11 @@ def expect_error(engine_bin, path, *fragments):
             assert frag in err, f"{cmd[0]}: message should mention {frag!r}: {err.strip()}"
 
 
-def rewrite(src, dst, drop_keys=(), set_keys=None, drop_tensors=(), reshape=None):
-    """Copies a GGUF with edits, through gguf-py's reader and writer."""
+def rewrite(src, dst, drop_keys=(), set_keys=None, drop_tensors=(), reshape=None, **writer_args):
+    """Copies a GGUF with edits, through gguf-py's reader and writer (writer_args: split options)."""
     r = GGUFReader(src)
     arch = r.fields["general.architecture"].contents()
-    w = GGUFWriter(dst, arch)
+    w = GGUFWriter(dst, arch, **writer_args)
     for key, f in r.fields.items():
         if key.startswith("GGUF.") or key in drop_keys:
             continue
