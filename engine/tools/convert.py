@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import struct
 import sys
 
 import numpy as np
@@ -303,6 +304,19 @@ def tokenizer_kv(meta: dict) -> list:
     return kv
 
 
+class _Writer(gguf.GGUFWriter):
+    """GGUFWriter with a vectorised packer for large typed arrays (248k tokens and merges per file)."""
+
+    def _pack_val(self, val, vtype, add_vtype, sub_type=None):
+        if vtype != VT.ARRAY or sub_type not in (VT.STRING, VT.INT32, VT.UINT64):
+            return super()._pack_val(val, vtype, add_vtype, sub_type)
+        head = (struct.pack("<I", vtype) if add_vtype else b"") + struct.pack("<IQ", sub_type, len(val))
+        if sub_type == VT.STRING:
+            enc = [v.encode("utf-8") for v in val]
+            return head + b"".join(struct.pack("<Q", len(e)) + e for e in enc)
+        return head + np.asarray(val, dtype="<i4" if sub_type == VT.INT32 else "<u8").tobytes()
+
+
 def write_gguf(path: str, kv: list, specs: list, tensors: dict, outtype: str, n_layer: int, seed: int = 0) -> dict:
     """Writes the file; returns {tensor name: ggml type name}. Checks the tensors against the layout specs."""
     names = [n for n, _ in specs]
@@ -311,7 +325,7 @@ def write_gguf(path: str, kv: list, specs: list, tensors: dict, outtype: str, n_
                            f"extra {sorted(set(tensors) - set(names))}")
     chooser = TypeChooser(outtype, n_layer)
     rng = np.random.default_rng(seed)
-    w = gguf.GGUFWriter(path, arch=None)
+    w = _Writer(path, arch=None)
     for key, val, vt, sub in kv:
         w.add_key_value(key, val, vt, sub_type=sub)
     types = {}

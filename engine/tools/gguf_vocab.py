@@ -18,7 +18,22 @@ def _added_id(tok_json: dict, vocab: dict, text) -> int | None:
     return vocab.get(text)
 
 
+_cache = {}
+
+
 def tokenizer_metadata(hf_dir: str, n_vocab: int, config: dict) -> dict | None:
+    """Memoised on the files' paths and modification times (make_tiny converts one checkpoint many times)."""
+    names = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+    stamp = tuple(os.stat(p).st_mtime_ns if os.path.exists(p) else None
+                  for p in (os.path.join(hf_dir, n) for n in names))
+    key = (os.path.abspath(hf_dir), n_vocab, json.dumps(config, sort_keys=True, default=str), stamp)
+    if key not in _cache:
+        _cache.clear()
+        _cache[key] = _read_tokenizer_metadata(hf_dir, n_vocab, config)
+    return _cache[key]
+
+
+def _read_tokenizer_metadata(hf_dir: str, n_vocab: int, config: dict) -> dict | None:
     """Returns the tokenizer.* keys as {key: value}, or None when the checkpoint has no tokenizer.json.
 
     Value lists are tagged later by the writer: tokens/merges are string arrays, token_type INT32.

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -171,6 +172,14 @@ def write_hf_checkpoint(name: str, hf_dir: str) -> None:
                    "eos_token_id": [cfg["eos_token_id"]]}, f, indent=2)
 
 
+def prune_stale(out_dir: str, config_name: str, keep: str) -> None:
+    """Removes this config's builds from older code or config versions."""
+    pattern = re.compile(re.escape(config_name) + r"-[0-9a-f]{12}")
+    for d in os.listdir(out_dir):
+        if d != keep and pattern.fullmatch(d):
+            shutil.rmtree(os.path.join(out_dir, d), ignore_errors=True)
+
+
 def build(config_name: str = tiny_configs.DEFAULT_CONFIG, out_dir: str | None = None, verbose: bool = False) -> dict:
     """Builds (or reuses from the cache) one tiny model; returns its manifest."""
     import convert
@@ -218,6 +227,7 @@ def build(config_name: str = tiny_configs.DEFAULT_CONFIG, out_dir: str | None = 
         shutil.rmtree(work, ignore_errors=True)
         with open(manifest_path) as f:
             return json.load(f)
+    prune_stale(out_dir, config_name, os.path.basename(final))
     if verbose:
         print(f"built {config_name} in {manifest['build_seconds']} s -> {final}")
     return manifest

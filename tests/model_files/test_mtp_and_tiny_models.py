@@ -40,7 +40,7 @@ def test_tiny_checkpoint_is_random_and_varied(name):
     ids = torch.randint(0, 400, (1, 100), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         logits = model(ids).logits[0]
-        gen = model.generate(ids[:, :12], max_new_tokens=24, do_sample=False)[0, 12:]
+        gen = model.generate(ids[:, :12], max_new_tokens=16, do_sample=False)[0, 12:]
     assert 0.5 < logits.std().item() < 10
     assert len(set(logits.argmax(-1).tolist())) > 20
-    assert len(set(gen.tolist())) >= 6, gen.tolist()
+    assert len(set(gen.tolist())) >= 5, gen.tolist()
