@@ -78,9 +78,9 @@ def decide_demo(args, verdict) -> str | None:
 
 def set_up(args, home_dir: Path) -> StrataConfig | None:
     """Everything up to a ready config; None when only the download was asked for."""
+    say("Checking this PC ...")
     facts = check_pc(home_dir)
     verdict = judge_pc(facts)
-    say("Checking this PC ...")
     for line in verdict.lines:
         say(line)
     catalog = catalog_mod.load_catalog(args.catalog)

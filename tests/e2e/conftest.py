@@ -1,5 +1,5 @@
-# Fixtures for the end-to-end tests (helpers in e2e_helpers.py): the engine binary, the tiny model and one real
-# gateway shared by the page and terminal-chat tests.
+# Fixtures for the end-to-end tests (helpers in e2e_helpers.py): one real gateway on the real engine (engine_bin
+# and tiny_models come from tests/conftest.py), shared by the page and terminal-chat tests.
 import sys
 from pathlib import Path
 
@@ -8,17 +8,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from e2e_helpers import ARTIFACTS_DIR, Gateway, engine_binary, tiny_model  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def engine_path() -> Path:
-    return engine_binary()
-
-
-@pytest.fixture(scope="session")
-def tiny_model_path() -> Path:
-    return tiny_model()
+from e2e_helpers import ARTIFACTS_DIR, TEST_MODEL_CONFIG, Gateway  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +18,8 @@ def artifacts_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def gateway(engine_path, tiny_model_path, artifacts_dir):
-    server = Gateway(tiny_model_path, engine_path, artifacts_dir / "e2e-gateway.log")
+def gateway(engine_bin, tiny_models, artifacts_dir):
+    server = Gateway(Path(tiny_models(TEST_MODEL_CONFIG)["gguf"]["f32"]), Path(engine_bin),
+                     artifacts_dir / "e2e-gateway.log")
     yield server
     server.close()

@@ -1,7 +1,6 @@
-# What the end-to-end tests run on: the real engine binary (built with CMake when none is given), a tiny random
-# model from engine/tools/make_tiny.py, and the real gateway started as `python -m gateway` on a free port.
+# Helpers for the end-to-end tests: the real gateway started as `python -m gateway` on a free port (on the engine
+# binary and tiny model that tests/conftest.py provides), waiting for health, stopping processes.
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -18,27 +17,6 @@ CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-
 # long enough to see thinking stream, then the answer, and to press stop in the middle.
 TEST_MODEL_CONFIG = "wide256"
 TEST_CONTEXT = 32768
-
-
-def engine_binary() -> Path:
-    """$STRATA_ENGINE, else build/engine/strata brought up to date with CMake (the same build the installer does)."""
-    if os.environ.get("STRATA_ENGINE"):
-        path = Path(os.environ["STRATA_ENGINE"])
-        assert path.is_file(), f"STRATA_ENGINE={path} is not a file"
-        return path
-    build_dir = PROJECT_DIR / "build"
-    if not (build_dir / "CMakeCache.txt").exists():
-        subprocess.run(["cmake", "-S", str(PROJECT_DIR), "-B", str(build_dir), "-G", "Ninja",
-                        "-DCMAKE_BUILD_TYPE=Release"], check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["cmake", "--build", str(build_dir), "--target", "strata", "-j2"], check=True,
-                   stdout=subprocess.DEVNULL)
-    return build_dir / "engine" / "strata"
-
-
-def tiny_model(config: str = TEST_MODEL_CONFIG) -> Path:
-    sys.path.insert(0, str(PROJECT_DIR / "engine" / "tools"))
-    import make_tiny
-    return Path(make_tiny.build(config)["gguf"]["f32"])
 
 
 def free_port() -> int:

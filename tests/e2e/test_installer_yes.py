@@ -1,0 +1,64 @@
+# `python -m installer --yes` end to end on this machine: no usable GPU (or, on a bigger PC, a Hub with nothing in
+# it) makes it fall back to the demo model; it writes strata-demo.json and run-demo.sh, starts the real gateway on
+# the real engine, and the run script and a later plain run start it again. SIGTERM stops the server with it.
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+from e2e_helpers import PROJECT_DIR, free_port, port_is_closed, stop_process, wait_for_health, wait_until
+
+sys.path.insert(0, str(PROJECT_DIR / "tests" / "installer"))
+from hub_server import make_server  # noqa: E402
+
+
+def start_and_check(command: list[str], log_path, port: int, env: dict, timeout_s: float = 240) -> str:
+    """Runs a command that should serve Strata on `port`; checks /health, stops it, returns its output."""
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, cwd=PROJECT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
+        try:
+            health = wait_for_health(f"http://127.0.0.1:{port}", process, timeout_s)
+            assert health["status"] == "ok"
+            wait_until(lambda: "Strata is ready" in log_path.read_text(), 30, "the launcher's ready message")
+        finally:
+            process.send_signal(signal.SIGTERM)
+            exit_code = stop_process(process)
+    output = log_path.read_text()
+    assert exit_code in (0, 143), f"exit code {exit_code}:\n{output}"
+    assert port_is_closed(port), "the gateway kept running after the installer was stopped"
+    return output
+
+
+def test_yes_falls_back_to_the_demo_and_writes_a_config_and_run_script_that_start(engine_bin, tmp_path):
+    empty_hub_root = tmp_path / "hub"
+    empty_hub_root.mkdir()
+    hub, _ = make_server(empty_hub_root)
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{hub.server_address[1]}", PYTHONUNBUFFERED="1")
+    home = tmp_path / "home"
+    try:
+        port = free_port()
+        output = start_and_check([sys.executable, "-m", "installer", "--yes", "--dir", str(home), "--engine",
+                                  engine_bin, "--no-browser", "--port", str(port)], tmp_path / "setup.log", port, env)
+        assert "Serving the DEMO model" in output, output
+
+        config = json.loads((home / "strata-demo.json").read_text())
+        assert config["demo"] is True and config["port"] == port and config["engine"] == os.path.abspath(engine_bin)
+        assert os.path.isfile(config["model"])
+        run_script = home / "run-demo.sh"
+        assert os.access(run_script, os.X_OK)
+
+        port = free_port()
+        start_and_check([str(run_script), "--no-browser", "--port", str(port)], tmp_path / "run.log", port, env)
+
+        port = free_port()
+        output = start_and_check([sys.executable, "-m", "installer", "--dir", str(home), "--no-browser", "--port",
+                                  str(port)], tmp_path / "later.log", port, env)
+        assert "Strata is set up (strata-demo.json); starting it." in output
+        assert "Checking this PC" not in output
+    finally:
+        hub.shutdown()
+        hub.server_close()
