@@ -12,6 +12,7 @@ from installer.engine_build import EngineBuildError, get_engine
 from installer.hub_api import HubError, hub_endpoint, hub_session
 from installer.hub_files import resolve_choice
 from installer.launcher import LaunchError, start
+from installer.local_files import find_local_files
 from installer.pc_check import check_pc
 from installer.pc_report import judge_pc
 from installer.questions import Answers, Asker, stdin_is_terminal
@@ -53,7 +54,15 @@ def download_model(args, catalog: dict, answers: Answers, home_dir: Path) -> tup
     choice = catalog_mod.describe_choice(catalog, answers.family, answers.size, answers.vision)
     session = hub_session()
     say(f"\nLooking up {choice.repo} on {hub_endpoint()} ...")
-    resolved = resolve_choice(session, choice)
+    try:
+        resolved = resolve_choice(session, choice)
+    except HubError as e:
+        local = find_local_files(args.gguf_dir, choice) if args.gguf_dir else None
+        if local is None:
+            raise
+        say(f"Could not check the files with the Hub ({e})\nUsing the files in {args.gguf_dir} as they are "
+            f"(their sizes and hashes were not verified).")
+        return local
     if not resolved.pinned:
         say(f"Note: the catalogue pins no revision for {choice.repo} yet; using its current commit "
             f"{resolved.commit[:12]}.")
