@@ -12,7 +12,7 @@ from pathlib import Path
 import requests
 
 try:
-    import readline  # noqa: F401  (line editing and history for input(), where the platform has it)
+    import readline  # noqa: F401 - gives input() line editing and history where the platform has it
 except ImportError:
     pass
 
@@ -203,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the Strata server (default http://127.0.0.1:8080)")
     parser.add_argument("--api-key", default=os.environ.get("STRATA_API_KEY"), help="API key, if the server needs one")
     parser.add_argument("--think", choices=THINK_LEVELS, default="default", help="thinking level")
-    parser.add_argument("--max-tokens", type=int, help="the longest answer, in tokens (default: the rest of the context)")
+    parser.add_argument("--max-tokens", type=int,
+                        help="the longest answer, in tokens (default: the rest of the context)")
     args = parser.parse_args(argv)
     return run(ChatSession(args.url, args.api_key, args.think, args.max_tokens))
 

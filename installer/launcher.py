@@ -72,16 +72,22 @@ def check_files(config: StrataConfig) -> None:
 
 
 def wait_for_health(process: subprocess.Popen, url: str) -> dict:
-    """Poll /health until it answers 200; a model of tens of GB can take minutes to load."""
+    """Poll /health until the engine is loaded (status "ok"); a model of tens of GB can take minutes."""
     while True:
         if process.poll() is not None:
             raise LaunchError(f"the server stopped while starting (exit code {process.returncode}); "
                               f"its messages above say why.")
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
-                return json.loads(response.read() or b"{}")
+                health = json.loads(response.read() or b"{}")
         except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
-            time.sleep(HEALTH_POLL_S)
+            health = {}
+        if health.get("status") == "ok":
+            return health
+        failure = (health.get("engine") or {}).get("last_failure")
+        if failure:
+            raise LaunchError(f"the engine could not start: {failure}")
+        time.sleep(HEALTH_POLL_S)
 
 
 def start(config: StrataConfig, port: int | None = None, open_browser: bool = True, say=print) -> int:
@@ -96,6 +102,7 @@ def start(config: StrataConfig, port: int | None = None, open_browser: bool = Tr
     if config.demo:
         say(f"NOTE: this is the DEMO model: {config.demo_note}")
     process = subprocess.Popen(command, cwd=config.project_dir or None)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # stop the server with us
     try:
         base = f"http://{config.host}:{port}"
         health = wait_for_health(process, f"{base}/health")
@@ -130,7 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, help="serve on this port instead of the config's")
     parser.add_argument("--no-browser", action="store_true", help="do not open the chat page in a browser")
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # so the gateway is stopped with us
     try:
         return start(load_config(args.config), args.port, open_browser=not args.no_browser)
     except (LaunchError, ValueError) as e:

@@ -81,7 +81,8 @@ def decide_demo(args, verdict) -> str | None:
     if verdict.problems and args.model is None and args.gguf_dir is None and not args.download_only:
         return "this PC cannot run the real model: " + "; ".join(verdict.problems)
     if verdict.problems:
-        say("\nWARNING: " + "; ".join(verdict.problems) + ". You chose a model anyway; it may not run here.")
+        say("\nWARNING: " + "; ".join(verdict.problems)
+            + ". Going on with the real model as asked; it may not run on this PC.")
     return None
 
 

@@ -40,8 +40,8 @@ def judge_pc(facts: PcFacts) -> PcVerdict:
     else:
         lines.append(f"  GPU:     {gpu.name}, {gpu.vram_total_gib:.1f} GB VRAM ({gpu.vram_free_gib:.1f} GB free)")
         if gpu.driver_major < MIN_DRIVER_MAJOR:
-            lines.append(f"  Driver:  TOO OLD - {gpu.driver_version}; CUDA 13 needs driver {MIN_DRIVER_MAJOR} or newer. "
-                         f"Update the NVIDIA driver, then run the installer again with --setup.")
+            lines.append(f"  Driver:  TOO OLD - {gpu.driver_version}; CUDA 13 needs driver {MIN_DRIVER_MAJOR} "
+                         f"or newer. Update the NVIDIA driver, then run the installer again with --setup.")
             problems.append(f"NVIDIA driver {gpu.driver_version} is older than {MIN_DRIVER_MAJOR}")
         else:
             lines.append(f"  Driver:  {gpu.driver_version} (ok for CUDA 13)")

@@ -41,7 +41,9 @@
       paragraph = [];
     };
     const flushList = () => {
-      if (list) out.push(`<${list.tag}>${list.items.map(i => `<li>${renderInline(escapeHtml(i))}</li>`).join("")}</${list.tag}>`);
+      if (!list) return;
+      const items = list.items.map(i => `<li>${renderInline(escapeHtml(i))}</li>`).join("");
+      out.push(`<${list.tag}>${items}</${list.tag}>`);
       list = null;
     };
     for (const line of lines) {

@@ -120,8 +120,8 @@ class HubHandler(BaseHTTPRequestHandler):
         headers = {}
         if cursor + TREE_PAGE_SIZE < len(entries):
             host = self.headers.get("Host")
-            headers["Link"] = (f'<http://{host}{url.path}?recursive=true&expand=false&cursor={cursor + TREE_PAGE_SIZE}>;'
-                               f' rel="next"')
+            next_url = f"http://{host}{url.path}?recursive=true&expand=false&cursor={cursor + TREE_PAGE_SIZE}"
+            headers["Link"] = f'<{next_url}>; rel="next"'
         self._json(200, page, headers)
 
     def _file(self, repo: str, file_path: Path, head_only: bool):
