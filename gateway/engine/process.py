@@ -26,10 +26,11 @@ class EngineProcess:
         self.max_context = 0
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
         self._stderr_task: asyncio.Task | None = None
+        self._killed = False  # set at once by kill(); returncode only changes once the child is reaped
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
+        return self.proc is not None and self.proc.returncode is None and not self._killed
 
     @property
     def pid(self) -> int | None:
@@ -103,6 +104,7 @@ class EngineProcess:
                 await asyncio.wait_for(self.proc.wait(), 5)
             except asyncio.TimeoutError:
                 self.kill()
+            self._killed = True
             await asyncio.sleep(0.05)
             raise self.failure(f"the engine exited while {doing}")
         try:
@@ -113,6 +115,7 @@ class EngineProcess:
 
     def kill(self) -> None:
         if self.alive:
+            self._killed = True
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
