@@ -102,6 +102,25 @@ def test_quantized_variants_track_f32(engine_bin, tiny_models, tmp_path, outtype
     assert rate >= floor, f"{outtype}: agreement {rate:.0%} below {floor:.0%}"
 
 
+@pytest.mark.parametrize("config,outtype", [("tiny8", t) for t in ("f16", "bf16", "q8_0", "q2_0", "iq2_xs")]
+                         + [("wide256", "iq2_xs"), ("wide256", "q2_0")])
+def test_quantized_weights_equal_transformers(engine_bin, tiny_models, tmp_path, config, outtype):
+    """Weight decoding through the whole model: the engine on a quantized GGUF with f32 activations equals
+    transformers running the same (dequantized) weights."""
+    import gguf_to_hf
+    m = tiny_models(config)
+    model = load_hf(m["hf_dir"])
+    model.load_state_dict(gguf_to_hf.hf_state_dict(m["gguf"][outtype], m["hf_dir"]), strict=True)
+    vocab = model.config.vocab_size
+    prompt = prompts_for(model.config.to_dict(), vocab)["long150"]
+    hf_tokens, hf_logits = hf_greedy(model, prompt, 24)
+    tokens, flat = engine_logits(engine_bin, m["gguf"][outtype], prompt, 24, tmp_path, "--f32-activations")
+    rel = max_rel(flat.reshape(-1, vocab), hf_logits)
+    print(f"{config}/{outtype}: max rel {rel.max():.2e}")
+    assert tokens == hf_tokens, f"{config}/{outtype}: greedy tokens differ"
+    assert rel.max() <= REL_TOL, f"{config}/{outtype}: logits differ by {rel.max():.3e}"
+
+
 def test_parity_check_fails_for_silu_gate(engine_bin, tiny_models, tmp_path):
     """transformers with a silu GDN output gate (the engine computes sigmoid, as the GGUF implies) must disagree."""
     import torch

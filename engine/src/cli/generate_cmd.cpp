@@ -14,7 +14,7 @@ namespace strata {
 
 int generate_command(int argc, char** argv) {
     Options o(argc, argv, 2, {"--model", "--threads", "--ctx", "--prompt-ids", "--prompt-file", "-n", "--logits-out", "--chunk"},
-              {"--ignore-eos"});
+              {"--ignore-eos", "--f32-activations"});
     const std::string model_path = o.required("--model");
     std::vector<int32_t> prompt;
     if (o.has("--prompt-ids")) {
@@ -31,7 +31,7 @@ int generate_command(int argc, char** argv) {
     if (prompt.empty()) fail("the prompt has no token ids");
     const int n_new = (int)o.integer("-n", 16, 0, 1 << 24);
 
-    CpuBackend be((int)o.integer("--threads", 0, 0, 1024));
+    CpuBackend be((int)o.integer("--threads", 0, 0, 1024), false, o.has("--f32-activations"));
     Qwen4Exp model(model_path, be);
     Qwen4ExpGenerator gen(model, (int)o.integer("--ctx", 0, 0, 1 << 24), (int)o.integer("--chunk", 256, 1, 1 << 20));
     for (int32_t id : prompt)

@@ -22,7 +22,30 @@ std::vector<float> weight_to_f32(const Weight& w) {
     return out;
 }
 
-CpuBackend::CpuBackend(int n_threads, bool pin) : pool_(n_threads, pin) {}
+CpuBackend::CpuBackend(int n_threads, bool pin, bool f32_activations)
+    : pool_(n_threads, pin), f32_activations_(f32_activations) {}
+
+std::vector<uint8_t> CpuBackend::prepare_act(GgmlType type, const float* x, int64_t n) {
+    if (f32_activations_) return {};
+    std::vector<uint8_t> act(act_bytes(type, n));
+    quantize_act(type, x, act.data(), n);
+    return act;
+}
+
+void CpuBackend::rows_dot(GgmlType type, int64_t n, const uint8_t* w, size_t row_bytes, int64_t r0, int64_t r1,
+                          const float* x, const void* act, float* y) {
+    if (!f32_activations_) {
+        gemv_rows(type, n, w, row_bytes, r0, r1, act, y);
+        return;
+    }
+    std::vector<float> row(n);
+    for (int64_t r = r0; r < r1; ++r) {
+        dequantize_row(type, w + (size_t)r * row_bytes, row.data(), n);
+        float acc = 0;
+        for (int64_t i = 0; i < n; ++i) acc += row[i] * x[i];
+        y[r] = acc;
+    }
+}
 
 float* CpuBackend::alloc(size_t n) {
     float* p = static_cast<float*>(std::aligned_alloc(64, std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64)));
@@ -43,25 +66,16 @@ void CpuBackend::embed(const Weight& table, const int32_t* ids, int T, float* y)
     }
 }
 
-void CpuBackend::gemv(GgmlType type, int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* act,
-                      float* y) {
-    // Pieces of at least 16 rows keep the per-thread overhead small for tiny matrices.
-    int64_t pieces = std::min<int64_t>(pool_.size(), std::max<int64_t>(1, rows / 16));
-    pool_.parallel_for(pieces, [&](int64_t p0, int64_t p1) {
-        int64_t r0 = rows * p0 / pieces, r1 = rows * p1 / pieces;
-        gemv_rows(type, n, w, row_bytes, r0, r1, act, y);
-    });
-}
-
 void CpuBackend::matmul(const Weight& w, const float* x, int T, float* y) {
     const int64_t in = w.ne[0], out = w.n_rows();
-    const size_t ab = act_bytes(w.type, in);
-    std::vector<uint8_t> act(ab * (size_t)T);
-    for (int t = 0; t < T; ++t) quantize_act(w.type, x + (size_t)t * in, act.data() + ab * t, in);
+    std::vector<std::vector<uint8_t>> acts(T);
+    for (int t = 0; t < T; ++t) acts[t] = prepare_act(w.type, x + (size_t)t * in, in);
+    // Pieces of at least 16 rows keep the per-thread overhead small for tiny matrices.
     int64_t pieces = std::min<int64_t>(pool_.size(), std::max<int64_t>(1, out / 16));
     pool_.parallel_for(pieces, [&](int64_t p0, int64_t p1) {
         int64_t r0 = out * p0 / pieces, r1 = out * p1 / pieces;
-        for (int t = 0; t < T; ++t) gemv_rows(w.type, in, w.data, w.row_bytes, r0, r1, act.data() + ab * t, y + (size_t)t * out);
+        for (int t = 0; t < T; ++t)
+            rows_dot(w.type, in, w.data, w.row_bytes, r0, r1, x + (size_t)t * in, acts[t].data(), y + (size_t)t * out);
     });
 }
 
@@ -305,15 +319,12 @@ void CpuBackend::indexer_scores(const float* q, const float* kb, int nb, int ni,
 void CpuBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
                              const float* weights, float* y) {
     const int64_t H = w.gate_exps.ne[0], I = w.gate_exps.ne[1];
-    const size_t ab_in = act_bytes(w.gate_exps.type, H);
-    const size_t ab_up = act_bytes(w.up_exps.type, H);
-    const size_t ab_down = act_bytes(w.down_exps.type, I);
-    std::vector<uint8_t> act_g(ab_in), act_u(ab_up), act_h(ab_down * k);
-    std::vector<float> gate((size_t)k * I), up((size_t)k * I), h(I), down((size_t)k * H);
+    std::vector<float> gate((size_t)k * I), up((size_t)k * I), h((size_t)k * I), down((size_t)k * H);
+    std::vector<std::vector<uint8_t>> act_h(k);
     for (int t = 0; t < T; ++t) {
         const float* xt = x + (size_t)t * H;
-        quantize_act(w.gate_exps.type, xt, act_g.data(), H);
-        quantize_act(w.up_exps.type, xt, act_u.data(), H);
+        const std::vector<uint8_t> act_g = prepare_act(w.gate_exps.type, xt, H);
+        const std::vector<uint8_t> act_u = prepare_act(w.up_exps.type, xt, H);
         const int32_t* et = ids + (size_t)t * k;
         // gate and up rows of all k experts, split across the pool by rows
         pool_.parallel_for(pool_.size(), [&](int64_t p0, int64_t p1) {
@@ -322,21 +333,21 @@ void CpuBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k, 
             for (int j = 0; j < k; ++j) {
                 int64_t a = std::max<int64_t>(r0, (int64_t)j * I), b = std::min<int64_t>(r1, (int64_t)(j + 1) * I);
                 if (a >= b) continue;
-                gemv_rows(w.gate_exps.type, H, w.gate_exps.matrix(et[j]), w.gate_exps.row_bytes, a - j * I, b - j * I,
-                          act_g.data(), gate.data() + (size_t)j * I);
-                gemv_rows(w.up_exps.type, H, w.up_exps.matrix(et[j]), w.up_exps.row_bytes, a - j * I, b - j * I,
-                          act_u.data(), up.data() + (size_t)j * I);
+                rows_dot(w.gate_exps.type, H, w.gate_exps.matrix(et[j]), w.gate_exps.row_bytes, a - j * I, b - j * I,
+                         xt, act_g.data(), gate.data() + (size_t)j * I);
+                rows_dot(w.up_exps.type, H, w.up_exps.matrix(et[j]), w.up_exps.row_bytes, a - j * I, b - j * I,
+                         xt, act_u.data(), up.data() + (size_t)j * I);
             }
         });
         for (int j = 0; j < k; ++j) {
-            for (int64_t i = 0; i < I; ++i) h[i] = siluf(gate[(size_t)j * I + i]) * up[(size_t)j * I + i];
-            quantize_act(w.down_exps.type, h.data(), act_h.data() + ab_down * j, I);
+            for (int64_t i = 0; i < I; ++i) h[(size_t)j * I + i] = siluf(gate[(size_t)j * I + i]) * up[(size_t)j * I + i];
+            act_h[j] = prepare_act(w.down_exps.type, h.data() + (size_t)j * I, I);
         }
         pool_.parallel_for(pool_.size(), [&](int64_t p0, int64_t p1) {
             int64_t r0 = H * p0 / pool_.size(), r1 = H * p1 / pool_.size();
             for (int j = 0; j < k; ++j)
-                gemv_rows(w.down_exps.type, I, w.down_exps.matrix(et[j]), w.down_exps.row_bytes, r0, r1,
-                          act_h.data() + ab_down * j, down.data() + (size_t)j * H);
+                rows_dot(w.down_exps.type, I, w.down_exps.matrix(et[j]), w.down_exps.row_bytes, r0, r1,
+                         h.data() + (size_t)j * I, act_h[j].data(), down.data() + (size_t)j * H);
         });
         float* yt = y + (size_t)t * H;
         for (int64_t c = 0; c < H; ++c) {

@@ -10,7 +10,9 @@ namespace strata {
 
 class CpuBackend : public Backend {
 public:
-    explicit CpuBackend(int n_threads = 0, bool pin = false);
+    // f32_activations: multiply dequantized weight rows with f32 activations instead of quantizing activations
+    // (slow; a reference mode that isolates weight decoding from activation rounding in parity tests).
+    explicit CpuBackend(int n_threads = 0, bool pin = false, bool f32_activations = false);
     const char* name() const override { return "cpu"; }
     int n_threads() const { return pool_.size(); }
     ThreadPool& pool() { return pool_; }
@@ -50,9 +52,13 @@ public:
                      float* y) override;
 
 private:
-    // Matrix [rows, n] of any block format times activation rows prepared for that format.
-    void gemv(GgmlType type, int64_t n, const uint8_t* w, size_t row_bytes, int64_t rows, const void* act, float* y);
+    // y[r] = row r of W · x for r in [r0, r1): W of any block format, x one f32 row. In the normal mode x is
+    // quantized to the weight type's activation format first (act holds that, prepared by prepare_act).
+    void rows_dot(GgmlType type, int64_t n, const uint8_t* w, size_t row_bytes, int64_t r0, int64_t r1,
+                  const float* x, const void* act, float* y);
+    std::vector<uint8_t> prepare_act(GgmlType type, const float* x, int64_t n);
     ThreadPool pool_;
+    bool f32_activations_;
 };
 
 // Reads a small weight (norm vector, bias, conv taps) as f32, whatever its stored type.
