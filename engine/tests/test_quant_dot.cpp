@@ -154,6 +154,46 @@ void check_case(const TypeCase& c, int64_t n, Scales s, int rows) {
     set_avx512_vnni(true);
 }
 
+// gemv_rows_multi on every ISA equals vec_dot of that ISA for each (row, activation) pair bit for bit, for 1..11
+// activations (more than one batch of 8), a gap between activation rows and a y stride; other y entries untouched.
+void check_multi(const TypeCase& c, int64_t n) {
+    const GgmlTypeInfo& info = ggml_type_info(c.type);
+    const size_t row_bytes = ggml_row_bytes(c.type, n);
+    const int rows = 5, max_act = 11;
+    std::vector<uint8_t> w;
+    for (int r = 0; r < rows; ++r) {
+        auto row = random_weights(c, n, Scales::normal);
+        w.insert(w.end(), row.begin(), row.end());
+    }
+    const size_t act_stride = act_bytes(c.type, n) + 12;  // not a multiple of anything the kernels like
+    std::vector<uint8_t> acts(act_stride * max_act);
+    std::vector<float> x(n);
+    for (int t = 0; t < max_act; ++t) {
+        for (auto& v : x) v = (float)uniform(-1, 1);
+        quantize_act(c.type, x.data(), acts.data() + t * act_stride, n);
+    }
+    for (const Path& p : paths()) {
+        set_avx512_vnni(p.vnni);
+        set_active_isa(p.isa);
+        for (int na : {1, 2, 3, 5, 8, 11}) {
+            const size_t y_stride = rows + 3;
+            std::vector<float> y(y_stride * na, -7.0f);
+            gemv_rows_multi(c.type, n, w.data(), row_bytes, 1, rows, acts.data(), na, act_stride, y.data(), y_stride);
+            for (int t = 0; t < na; ++t) {
+                CHECK(y[t * y_stride] == -7.0f && y[t * y_stride + rows] == -7.0f);
+                for (int r = 1; r < rows; ++r) {
+                    float want = vec_dot_isa(p.isa, c.type, n, w.data() + r * row_bytes, acts.data() + t * act_stride);
+                    float got = y[t * y_stride + r];
+                    CHECK_MSG(got == want, "%s gemv_rows_multi %s n=%lld na=%d act %d row %d: %.9g != vec_dot %.9g",
+                              info.name, path_name(p), (long long)n, na, t, r, got, want);
+                }
+            }
+        }
+    }
+    set_active_isa(cpu_best_isa());
+    set_avx512_vnni(true);
+}
+
 }  // namespace
 
 int main() {
@@ -170,6 +210,8 @@ int main() {
         else lengths = {unit, 3 * unit, 5 * unit, (2560 / unit) * unit, 11 * unit};
         for (int64_t n : lengths)
             for (Scales s : {Scales::normal, Scales::huge, Scales::tiny}) check_case(c, n, s, 3);
+        check_multi(c, lengths[2]);
+        check_multi(c, lengths[3]);
     }
     CHECK(!quant_supported(GgmlType::Q8_1));
     CHECK(!quant_supported(GgmlType::IQ1_S));

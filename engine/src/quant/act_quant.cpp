@@ -31,7 +31,8 @@ size_t act_bytes(GgmlType t, int64_t n) {
                  act_block(f), " for ", ggml_type_name(t));
     switch (f) {
     case ActFormat::F32: return (size_t)n * 4;
-    case ActFormat::Q8_0: return (size_t)(n / 32) * sizeof(BlockQ8_0);
+    case ActFormat::Q8_0:
+        return (size_t)(n / 32) * sizeof(BlockQ8_0) + (t == GgmlType::Q2_0 ? (size_t)(n / 64) * sizeof(Q2_0ActGroup) : 0);
     case ActFormat::Q8_K: return (size_t)(n / QK_K) * sizeof(BlockQ8_K);
     }
     return 0;
@@ -67,11 +68,30 @@ static void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t nb) {
     }
 }
 
+static void q2_0_act_groups(const BlockQ8_0* blocks, Q2_0ActGroup* g, int64_t ngroups) {
+    for (int64_t i = 0; i < ngroups; ++i) {
+        const BlockQ8_0* ab = blocks + 2 * i;
+        for (int s = 0; s < 4; ++s)
+            for (int k = 0; k < 16; ++k) {
+                int e = 4 * k + s;
+                g[i].perm[16 * s + k] = ab[e / 32].qs[e % 32];
+            }
+        for (int l = 0; l < 16; ++l) {
+            g[i].negsum[l] = -(g[i].perm[4 * l] + g[i].perm[4 * l + 1] + g[i].perm[4 * l + 2] + g[i].perm[4 * l + 3]);
+            g[i].dscale[l] = half_to_float(ab[(l % 4) < 2 ? 0 : 1].d);
+        }
+    }
+}
+
 void quantize_act(GgmlType t, const float* x, void* act, int64_t n) {
     act_bytes(t, n);  // validates n
     switch (act_format(t)) {
     case ActFormat::F32: std::memcpy(act, x, (size_t)n * 4); break;
-    case ActFormat::Q8_0: quantize_q8_0(x, (BlockQ8_0*)act, n / 32); break;
+    case ActFormat::Q8_0:
+        quantize_q8_0(x, (BlockQ8_0*)act, n / 32);
+        if (t == GgmlType::Q2_0)
+            q2_0_act_groups((const BlockQ8_0*)act, (Q2_0ActGroup*)((uint8_t*)act + (n / 32) * sizeof(BlockQ8_0)), n / 64);
+        break;
     case ActFormat::Q8_K: quantize_q8_k(x, (BlockQ8_K*)act, n / QK_K); break;
     }
 }

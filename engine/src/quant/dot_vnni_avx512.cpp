@@ -2,7 +2,8 @@
 #pragma GCC target("avx512vnni")
 #define STRATA_VNNI 1
 #include "quant/dot_x86.h"
+#include "quant/gemv_x86_iq.h"
 
 namespace strata::qk {
-void fill_dots_avx512_vnni(DotTable& t) { fill_x86_dots(t); }
+void fill_dots_avx512_vnni(DotTable& t) { fill_x86_dots(t); fill_x86_multi(t); }
 }  // namespace strata::qk

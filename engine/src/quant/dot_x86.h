@@ -1,4 +1,4 @@
-// x86 SIMD dot kernels, compiled once per ISA: included by dot_avx2.cpp, dot_avx512.cpp and dot_vnni_avx512.cpp,
+// x86 SIMD dot kernels (single activation), compiled once per ISA: included by dot_avx2.cpp, dot_avx512.cpp and dot_vnni_avx512.cpp,
 // each with its own target flags (__AVX512BW__ / STRATA_VNNI pick the variants). Everything here has internal
 // linkage so the copies never mix. Integer sums are exact, so each kernel matches the scalar one up to float rounding.
 #pragma once
@@ -72,25 +72,6 @@ inline __m256i apply_signs(__m256i y, uint32_t bits) {
 // ---- plain float weights x f32 activations ----
 
 #ifdef __AVX512F__
-inline float dot_f32(int64_t n, const void* w, const void* act) {
-    const float* x = (const float*)w;
-    const float* a = (const float*)act;
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(a + i), s0);
-        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(a + i + 16), s1);
-        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 32), _mm512_loadu_ps(a + i + 32), s2);
-        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 48), _mm512_loadu_ps(a + i + 48), s3);
-    }
-    for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(a + i), s0);
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, a + i), s1);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
-}
-
 template <bool Bf16>
 inline __m512 load16_half(const uint16_t* p, __mmask16 m) {
     __m256i h = _mm256_maskz_loadu_epi16(m, p);
@@ -119,23 +100,6 @@ inline float dot_half(int64_t n, const void* w, const void* act) {
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
 }
 #else
-inline float dot_f32(int64_t n, const void* w, const void* act) {
-    const float* x = (const float*)w;
-    const float* a = (const float*)act;
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(a + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(a + i + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(a + i + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(a + i + 24), s3);
-    }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(a + i), s0);
-    float sum = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < n; ++i) sum += x[i] * a[i];
-    return sum;
-}
-
 template <bool Bf16>
 inline __m256 load8_half(const uint16_t* p) {
     __m128i h = _mm_loadu_si128((const __m128i*)p);
@@ -166,27 +130,6 @@ float dot_f16(int64_t n, const void* w, const void* act) { return dot_half<false
 float dot_bf16(int64_t n, const void* w, const void* act) { return dot_half<true>(n, w, act); }
 
 // ---- 32-blocks x Q8_0 activations ----
-
-float dot_q8_0(int64_t n, const void* w, const void* act) {
-    const BlockQ8_0* x = (const BlockQ8_0*)w;
-    const BlockQ8_0* a = (const BlockQ8_0*)act;
-    const int64_t nb = n / 32;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    const __m256i z = _mm256_setzero_si256();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        __m256i p0 = sdot(z, _mm256_loadu_si256((const __m256i*)x[i].qs), _mm256_loadu_si256((const __m256i*)a[i].qs));
-        __m256i p1 = sdot(z, _mm256_loadu_si256((const __m256i*)x[i + 1].qs),
-                          _mm256_loadu_si256((const __m256i*)a[i + 1].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[i + 1].d) * h2f(a[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
-    }
-    for (; i < nb; ++i) {
-        __m256i p = sdot(z, _mm256_loadu_si256((const __m256i*)x[i].qs), _mm256_loadu_si256((const __m256i*)a[i].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(p), acc0);
-    }
-    return hsum8(_mm256_add_ps(acc0, acc1));
-}
 
 // 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0..15) then high nibbles (16..31)
 inline __m256i nibbles32(const uint8_t* qs) {
@@ -271,61 +214,6 @@ inline __m256i iq4nl_table() {
     return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)iq::kvalues_iq4nl));
 }
 
-float dot_iq4_nl(int64_t n, const void* w, const void* act) {
-    const BlockIQ4_NL* x = (const BlockIQ4_NL*)w;
-    const BlockQ8_0* a = (const BlockQ8_0*)act;
-    const __m256i table = iq4nl_table();
-    const __m256i z = _mm256_setzero_si256();
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    const int64_t nb = n / 32;
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        __m256i p0 = sdot(z, _mm256_shuffle_epi8(table, nibbles32(x[i].qs)), _mm256_loadu_si256((const __m256i*)a[i].qs));
-        __m256i p1 = sdot(z, _mm256_shuffle_epi8(table, nibbles32(x[i + 1].qs)),
-                          _mm256_loadu_si256((const __m256i*)a[i + 1].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[i + 1].d) * h2f(a[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
-    }
-    for (; i < nb; ++i) {
-        __m256i p = sdot(z, _mm256_shuffle_epi8(table, nibbles32(x[i].qs)), _mm256_loadu_si256((const __m256i*)a[i].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(p), acc0);
-    }
-    return hsum8(_mm256_add_ps(acc0, acc1));
-}
-
-// Q2_0: the 64 2-bit codes of one block, in element order, as two 32-byte vectors (elements 0..31, 32..63).
-inline void q2_0_codes(const uint8_t* qs, __m256i& c0, __m256i& c1) {
-    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)qs));
-    const __m256i three = _mm256_set1_epi8(3);
-    // lane 0 holds shifts 0/2 (elements 4k, 4k+1), lane 1 shifts 4/6 (elements 4k+2, 4k+3) of byte k
-    __m256i even = _mm256_and_si256(_mm256_srlv_epi32(q, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), three);
-    __m256i odd = _mm256_and_si256(_mm256_srlv_epi32(q, _mm256_setr_epi32(2, 2, 2, 2, 6, 6, 6, 6)), three);
-    __m256i lo = _mm256_permute4x64_epi64(_mm256_unpacklo_epi8(even, odd), 0xD8);
-    __m256i hi = _mm256_permute4x64_epi64(_mm256_unpackhi_epi8(even, odd), 0xD8);
-    const __m256i order = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
-                                           0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
-    c0 = _mm256_shuffle_epi8(lo, order);
-    c1 = _mm256_shuffle_epi8(hi, order);
-}
-
-float dot_q2_0(int64_t n, const void* w, const void* act) {
-    const BlockQ2_0* x = (const BlockQ2_0*)w;
-    const BlockQ8_0* a = (const BlockQ8_0*)act;
-    const __m256i one = _mm256_set1_epi8(1);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 64; ++i) {
-        __m256i c0, c1;
-        q2_0_codes(x[i].qs, c0, c1);
-        const BlockQ8_0* y = a + 2 * i;
-        __m256i p0 = dot_offset(c0, one, _mm256_loadu_si256((const __m256i*)y[0].qs));
-        __m256i p1 = dot_offset(c1, one, _mm256_loadu_si256((const __m256i*)y[1].qs));
-        float d = h2f(x[i].d);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * h2f(y[0].d)), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * h2f(y[1].d)), _mm256_cvtepi32_ps(p1), acc1);
-    }
-    return hsum8(_mm256_add_ps(acc0, acc1));
-}
-
 // ---- 256-blocks x Q8_K activations ----
 
 inline __m256i load256(const void* p) { return _mm256_loadu_si256((const __m256i*)p); }
@@ -386,7 +274,6 @@ inline float dot_q45_k(int64_t n, const void* w, const void* act) {
     return hsum8(acc) - mins;
 }
 
-float dot_q4_k(int64_t n, const void* w, const void* act) { return dot_q45_k<false>(n, w, act); }
 float dot_q5_k(int64_t n, const void* w, const void* act) { return dot_q45_k<true>(n, w, act); }
 
 float dot_iq4_xs(int64_t n, const void* w, const void* act) {
@@ -410,41 +297,6 @@ float dot_iq4_xs(int64_t n, const void* w, const void* act) {
 // i16 x16 scale vector: lanes 0..7 = lo, lanes 8..15 = hi (the two 16-weight halves of a 32-group)
 inline __m256i scales_2x16(int lo, int hi) {
     return _mm256_set_m128i(_mm_set1_epi16((short)hi), _mm_set1_epi16((short)lo));
-}
-
-inline uint32_t ksign4(uint64_t q4) {  // 4 IQ2_XS entries -> 32 sign bits
-    const uint8_t* ks = iq::ksigns_iq2xs;
-    return (uint32_t)ks[(q4 >> 9) & 127] | (uint32_t)ks[(q4 >> 25) & 127] << 8 |
-           (uint32_t)ks[(q4 >> 41) & 127] << 16 | (uint32_t)ks[(q4 >> 57) & 127] << 24;
-}
-
-float dot_iq2_xs(int64_t n, const void* w, const void* act) {
-    const BlockIQ2_XS* x = (const BlockIQ2_XS*)w;
-    const BlockQ8_K* a = (const BlockQ8_K*)act;
-    const uint64_t* grid = iq::iq2xs_grid;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; ++i) {
-        __m256i sumi0 = _mm256_setzero_si256(), sumi1 = _mm256_setzero_si256();
-        const int8_t* y = a[i].qs;
-        for (int ib = 0; ib < 8; ib += 2) {
-            uint64_t q0, q1;
-            std::memcpy(&q0, x[i].qs + 4 * ib, 8);
-            std::memcpy(&q1, x[i].qs + 4 * ib + 4, 8);
-            __m256i g0 = _mm256_set_epi64x((long long)grid[(q0 >> 48) & 511], (long long)grid[(q0 >> 32) & 511],
-                                           (long long)grid[(q0 >> 16) & 511], (long long)grid[q0 & 511]);
-            __m256i g1 = _mm256_set_epi64x((long long)grid[(q1 >> 48) & 511], (long long)grid[(q1 >> 32) & 511],
-                                           (long long)grid[(q1 >> 16) & 511], (long long)grid[q1 & 511]);
-            __m256i y0 = apply_signs(load256(y + 32 * ib), ksign4(q0));
-            __m256i y1 = apply_signs(load256(y + 32 * ib + 32), ksign4(q1));
-            uint8_t s0 = x[i].scales[ib], s1 = x[i].scales[ib + 1];
-            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(g0, y0), scales_2x16(2 * (s0 & 15) + 1, 2 * (s0 >> 4) + 1));
-            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(g1, y1), scales_2x16(2 * (s1 & 15) + 1, 2 * (s1 >> 4) + 1));
-            sumi0 = _mm256_add_epi32(sumi0, p0);
-            sumi1 = _mm256_add_epi32(sumi1, p1);
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * h2f(x[i].d)), _mm256_cvtepi32_ps(_mm256_add_epi32(sumi0, sumi1)), acc);
-    }
-    return 0.125f * hsum8(acc);
 }
 
 float dot_iq2_xxs(int64_t n, const void* w, const void* act) {
@@ -492,30 +344,6 @@ float dot_iq2_s(int64_t n, const void* w, const void* act) {
     return 0.125f * hsum8(acc);
 }
 
-float dot_iq3_xxs(int64_t n, const void* w, const void* act) {
-    const BlockIQ3_XXS* x = (const BlockIQ3_XXS*)w;
-    const BlockQ8_K* a = (const BlockQ8_K*)act;
-    const uint32_t* grid = iq::iq3xxs_grid;
-    const uint8_t* ks = iq::ksigns_iq2xs;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; ++i) {
-        __m256i sumi = _mm256_setzero_si256();
-        const uint8_t* q = x[i].qs;
-        for (int ib = 0; ib < 8; ++ib, q += 8) {
-            uint32_t aux = load_u32(x[i].scales_signs + 4 * ib);
-            __m256i g = _mm256_setr_epi32((int)grid[q[0]], (int)grid[q[1]], (int)grid[q[2]], (int)grid[q[3]],
-                                          (int)grid[q[4]], (int)grid[q[5]], (int)grid[q[6]], (int)grid[q[7]]);
-            uint32_t signs = (uint32_t)ks[aux & 127] | (uint32_t)ks[(aux >> 7) & 127] << 8 |
-                             (uint32_t)ks[(aux >> 14) & 127] << 16 | (uint32_t)ks[(aux >> 21) & 127] << 24;
-            __m256i yv = apply_signs(load256(a[i].qs + 32 * ib), signs);
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(g, yv),
-                                                            _mm256_set1_epi16((short)(2 * (aux >> 28) + 1))));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * h2f(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    return 0.25f * hsum8(acc);
-}
-
 float dot_iq3_s(int64_t n, const void* w, const void* act) {
     const BlockIQ3_S* x = (const BlockIQ3_S*)w;
     const BlockQ8_K* a = (const BlockQ8_K*)act;
@@ -541,13 +369,11 @@ float dot_iq3_s(int64_t n, const void* w, const void* act) {
 
 void fill_x86_dots(DotTable& t) {
     auto set = [&](GgmlType ty, DotFn f) { t.dot[(int)ty] = f; };
-    set(GgmlType::F32, dot_f32);         set(GgmlType::F16, dot_f16);       set(GgmlType::BF16, dot_bf16);
-    set(GgmlType::Q8_0, dot_q8_0);       set(GgmlType::Q4_0, dot_q4_0);     set(GgmlType::Q5_0, dot_q5_0);
-    set(GgmlType::IQ4_NL, dot_iq4_nl);   set(GgmlType::Q2_0, dot_q2_0);     set(GgmlType::Q4_1, dot_q4_1);
-    set(GgmlType::Q5_1, dot_q5_1);
-    set(GgmlType::Q4_K, dot_q4_k);       set(GgmlType::Q5_K, dot_q5_k);     set(GgmlType::IQ4_XS, dot_iq4_xs);
-    set(GgmlType::IQ2_XXS, dot_iq2_xxs); set(GgmlType::IQ2_XS, dot_iq2_xs); set(GgmlType::IQ2_S, dot_iq2_s);
-    set(GgmlType::IQ3_XXS, dot_iq3_xxs); set(GgmlType::IQ3_S, dot_iq3_s);
+    // F32, Q8_0, IQ4_NL, Q2_0, Q4_K, IQ2_XS and IQ3_XXS: multi-activation kernels, gemv_x86*.h
+    set(GgmlType::F16, dot_f16);         set(GgmlType::BF16, dot_bf16);
+    set(GgmlType::Q4_0, dot_q4_0);       set(GgmlType::Q5_0, dot_q5_0);     set(GgmlType::Q4_1, dot_q4_1);
+    set(GgmlType::Q5_1, dot_q5_1);       set(GgmlType::Q5_K, dot_q5_k);     set(GgmlType::IQ4_XS, dot_iq4_xs);
+    set(GgmlType::IQ2_XXS, dot_iq2_xxs); set(GgmlType::IQ2_S, dot_iq2_s);   set(GgmlType::IQ3_S, dot_iq3_s);
 }
 
 }  // namespace

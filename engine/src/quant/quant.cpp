@@ -78,6 +78,12 @@ DotFn dot_fn(Isa isa, GgmlType t) {
     return tables().t[table].dot[(int)t];
 }
 
+MultiFn multi_fn(GgmlType t) {
+    int table = (int)active_isa();
+    if (table == (int)Isa::avx512 && avx512_vnni_active()) table = 3;
+    return tables().t[table].multi[(int)t];
+}
+
 }  // namespace
 
 void set_avx512_vnni(bool enabled) { g_vnni.store(enabled, std::memory_order_relaxed); }
@@ -131,6 +137,32 @@ void gemv_rows(GgmlType t, int64_t n, const void* w, size_t row_bytes, int64_t r
     for (int64_t r = r0; r < r1; ++r) {
         if (r + ahead < r1) prefetch_row(base + (size_t)(r + ahead) * row_bytes, row_bytes);
         y[r] = f(n, base + (size_t)r * row_bytes, act);
+    }
+}
+
+void gemv_rows_multi(GgmlType t, int64_t n, const void* w, size_t row_bytes, int64_t r0, int64_t r1,
+                     const void* acts, int n_act, size_t act_stride, float* y, size_t y_stride) {
+    if (r1 <= r0 || n_act <= 0) return;
+    DotFn f = dot_fn(active_isa(), t);
+    MultiFn m = multi_fn(t);
+    const uint8_t* base = (const uint8_t*)w;
+    const uint8_t* act = (const uint8_t*)acts;
+    const int64_t ahead = std::clamp<int64_t>((int64_t)(8192 / row_bytes), 1, 4);
+    for (int64_t r = r0; r < std::min(r1, r0 + ahead); ++r) prefetch_row(base + (size_t)r * row_bytes, row_bytes);
+    float out[kMaxMultiAct];
+    for (int64_t r = r0; r < r1; ++r) {
+        if (r + ahead < r1) prefetch_row(base + (size_t)(r + ahead) * row_bytes, row_bytes);
+        const uint8_t* row = base + (size_t)r * row_bytes;
+        for (int t0 = 0; t0 < n_act; t0 += kMaxMultiAct) {
+            const int na = std::min(kMaxMultiAct, n_act - t0);
+            const uint8_t* a0 = act + (size_t)t0 * act_stride;
+            if (m) {
+                m(n, row, a0, act_stride, na, out);
+            } else {  // no multi kernel for this type and ISA: one dot per activation
+                for (int k = 0; k < na; ++k) out[k] = f(n, row, a0 + (size_t)k * act_stride);
+            }
+            for (int k = 0; k < na; ++k) y[(size_t)(t0 + k) * y_stride + r] = out[k];
+        }
     }
 }
 

@@ -24,7 +24,9 @@ bool quant_supported(GgmlType t);
 // Reference dequantizer: n elements (a multiple of the block size) from src to f32. Always scalar.
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 
-// Activations are quantized once per row of input and then dotted with every weight row.
+// Activations are quantized once per row of input and then dotted with every weight row. A Q8_0 / Q8_K activation
+// row starts with those blocks; some weight types append kernel-specific data (Q2_0: a reordered copy with block
+// sums), so size buffers with act_bytes only.
 enum class ActFormat { F32, Q8_0, Q8_K };
 ActFormat act_format(GgmlType weight_type);
 size_t act_bytes(GgmlType weight_type, int64_t n);
@@ -38,6 +40,12 @@ float vec_dot_isa(Isa isa, GgmlType weight_type, int64_t n, const void* weight_r
 // y[r] = dot(row r of W, act) for r in [r0, r1); W rows are row_bytes apart. Uses active_isa().
 void gemv_rows(GgmlType weight_type, int64_t n, const void* w, size_t row_bytes, int64_t r0, int64_t r1,
                const void* act, float* y);
+
+// Several activation rows against each weight row, each weight row read once (prompts, speculative verify):
+// y[t * y_stride + r] = dot(row r of W, act + t * act_stride) for t in [0, n_act), r in [r0, r1).
+// Every value equals what gemv_rows / vec_dot give for that activation alone, bit for bit.
+void gemv_rows_multi(GgmlType weight_type, int64_t n, const void* w, size_t row_bytes, int64_t r0, int64_t r1,
+                     const void* acts, int n_act, size_t act_stride, float* y, size_t y_stride);
 
 float fp16_to_f32(uint16_t h);
 uint16_t f32_to_fp16(float f);

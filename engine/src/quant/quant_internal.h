@@ -95,11 +95,25 @@ inline int iq4xs_scale(const BlockIQ4_XS& b, int ib) {
     return (lo | (hi << 4)) - 32;
 }
 
+// Q2_0 activations: after the n/32 Q8_0 blocks, one group per 64 activations (blocks 2g, 2g+1), laid out for
+// the SIMD kernels: perm[16*s + k] = a[4k + s] (the order in which shifts of a broadcast Q2_0 block yield codes),
+// negsum[L] = -(sum of perm bytes 4L..4L+3) (folds the code-1 offset into the integer dot), dscale[L] = the
+// fp16 scale of the Q8_0 block those 4 bytes come from (lane L = 4s + j belongs to block 2g when j < 2).
+struct Q2_0ActGroup { int8_t perm[64]; int32_t negsum[16]; float dscale[16]; };
+static_assert(sizeof(Q2_0ActGroup) == 192);
+inline const Q2_0ActGroup* q2_0_act_groups(const void* act, int64_t n) {
+    return (const Q2_0ActGroup*)((const uint8_t*)act + (size_t)(n / 32) * sizeof(BlockQ8_0));
+}
+
 // One dot kernel: a weight row of n elements against an activation row in the type's ActFormat.
 using DotFn = float (*)(int64_t n, const void* w, const void* act);
+// out[t] = dot(weight row, activation row t) for t < na <= kMaxMultiAct; activation t is at act + t * act_stride.
+// Each out[t] equals the same ISA's DotFn on that activation bit for bit.
+using MultiFn = void (*)(int64_t n, const void* w, const uint8_t* act, size_t act_stride, int na, float* out);
+constexpr int kMaxMultiAct = 8;
 
 constexpr int kMaxType = 43;  // ggml type ids are below this
-struct DotTable { DotFn dot[kMaxType] = {}; };
+struct DotTable { DotFn dot[kMaxType] = {}; MultiFn multi[kMaxType] = {}; };
 
 // Every ISA file fills a table; entries it leaves empty fall back to the scalar kernel.
 void fill_dots_scalar(DotTable& t);

@@ -1,0 +1,295 @@
+// Multi-activation x86 kernels (one weight row against 1..8 activation rows, the row decoded once) for F32, Q8_0,
+// IQ4_NL, Q2_0 and Q4_K; the 1-activation instance is also the type's vec_dot kernel, so gemv_rows_multi equals
+// vec_dot bit for bit. Included after dot_x86.h by each ISA file; the grid i-quants are in gemv_x86_iq.h.
+#pragma once
+#include <cmath>
+#include "quant/dot_x86.h"
+
+namespace strata::qk {
+namespace {
+
+// A kernel template K<NA>(n, w, act, act_stride, out) becomes a DotFn (NA = 1) and a MultiFn (NA = 1..8).
+#define STRATA_MULTI_KERNEL(K)                                                                              \
+    float K##_dot(int64_t n, const void* w, const void* act) {                                              \
+        float o;                                                                                            \
+        K<1>(n, w, (const uint8_t*)act, 0, &o);                                                             \
+        return o;                                                                                           \
+    }                                                                                                       \
+    void K##_multi(int64_t n, const void* w, const uint8_t* act, size_t st, int na, float* out) {          \
+        switch (na) {                                                                                       \
+        case 1: K<1>(n, w, act, st, out); break;                                                            \
+        case 2: K<2>(n, w, act, st, out); break;                                                            \
+        case 3: K<3>(n, w, act, st, out); break;                                                            \
+        case 4: K<4>(n, w, act, st, out); break;                                                            \
+        case 5: K<5>(n, w, act, st, out); break;                                                            \
+        case 6: K<6>(n, w, act, st, out); break;                                                            \
+        case 7: K<7>(n, w, act, st, out); break;                                                            \
+        default: K<8>(n, w, act, st, out); break;                                                           \
+        }                                                                                                   \
+    }
+
+// Two u8 x s8 dot products summed into acc per group of 4 (maddubs path: u0, u1 <= 3 so i16 sums cannot saturate).
+inline __m256i dpbusd2_small(__m256i acc, __m256i u0, __m256i s0, __m256i u1, __m256i s1) {
+#ifdef STRATA_VNNI
+    return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(acc, u0, s0), u1, s1);
+#else
+    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+#endif
+}
+
+// acc + pairwise i16 products summed to i32
+inline __m256i dpwssd(__m256i acc, __m256i a, __m256i b) {
+#ifdef STRATA_VNNI
+    return _mm256_dpwssd_epi32(acc, a, b);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
+
+#ifdef __AVX512BW__
+inline __m512i dpbusd512(__m512i acc, __m512i u, __m512i s) {
+#ifdef STRATA_VNNI
+    return _mm512_dpbusd_epi32(acc, u, s);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
+#endif
+}
+
+inline __m512i dpwssd512(__m512i acc, __m512i a, __m512i b) {
+#ifdef STRATA_VNNI
+    return _mm512_dpwssd_epi32(acc, a, b);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+#endif
+}
+#endif
+
+inline const uint8_t* act_row(const uint8_t* act, size_t st, int t) { return act + (size_t)t * st; }
+
+// ---- F32 ----
+
+template <int NA>
+void f32_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out) {
+    const float* x = (const float*)w;
+    const float* a[NA];
+    for (int t = 0; t < NA; ++t) a[t] = (const float*)act_row(act, st, t);
+#ifdef __AVX512F__
+    __m512 s0[NA], s1[NA];
+    for (int t = 0; t < NA; ++t) s0[t] = s1[t] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+        for (int t = 0; t < NA; ++t) {
+            s0[t] = _mm512_fmadd_ps(x0, _mm512_loadu_ps(a[t] + i), s0[t]);
+            s1[t] = _mm512_fmadd_ps(x1, _mm512_loadu_ps(a[t] + i + 16), s1[t]);
+        }
+    }
+    if (i + 16 <= n) {
+        __m512 x0 = _mm512_loadu_ps(x + i);
+        for (int t = 0; t < NA; ++t) s0[t] = _mm512_fmadd_ps(x0, _mm512_loadu_ps(a[t] + i), s0[t]);
+        i += 16;
+    }
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        __m512 x0 = _mm512_maskz_loadu_ps(m, x + i);
+        for (int t = 0; t < NA; ++t) s1[t] = _mm512_fmadd_ps(x0, _mm512_maskz_loadu_ps(m, a[t] + i), s1[t]);
+    }
+    for (int t = 0; t < NA; ++t) out[t] = _mm512_reduce_add_ps(_mm512_add_ps(s0[t], s1[t]));
+#else
+    __m256 s0[NA], s1[NA];
+    for (int t = 0; t < NA; ++t) s0[t] = s1[t] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+        for (int t = 0; t < NA; ++t) {
+            s0[t] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(a[t] + i), s0[t]);
+            s1[t] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(a[t] + i + 8), s1[t]);
+        }
+    }
+    if (i + 8 <= n) {
+        __m256 x0 = _mm256_loadu_ps(x + i);
+        for (int t = 0; t < NA; ++t) s0[t] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(a[t] + i), s0[t]);
+        i += 8;
+    }
+    for (int t = 0; t < NA; ++t) {
+        float sum = hsum8(_mm256_add_ps(s0[t], s1[t]));
+        for (int64_t k = i; k < n; ++k) sum = std::fma(x[k], a[t][k], sum);
+        out[t] = sum;
+    }
+#endif
+}
+STRATA_MULTI_KERNEL(f32_k)
+
+// ---- 32-blocks of signed bytes (Q8_0, IQ4_NL) x Q8_0 ----
+
+// Block i's 32 weights as signed bytes (|w| <= 127) and its fp16 scale.
+struct DecodeQ8_0 {
+    const BlockQ8_0* x;
+    __m256i operator()(int64_t i) const { return _mm256_loadu_si256((const __m256i*)x[i].qs); }
+    uint16_t d(int64_t i) const { return x[i].d; }
+};
+struct DecodeIQ4_NL {
+    const BlockIQ4_NL* x;
+    __m256i table;
+    __m256i operator()(int64_t i) const { return _mm256_shuffle_epi8(table, nibbles32(x[i].qs)); }
+    uint16_t d(int64_t i) const { return x[i].d; }
+};
+
+// sum over blocks of d_w * d_a * (integer dot), two blocks per step into one accumulator per activation.
+template <int NA, typename Decode>
+void signed32_k(int64_t n, const Decode& dec, const uint8_t* act, size_t st, float* out) {
+    const BlockQ8_0* a[NA];
+    for (int t = 0; t < NA; ++t) a[t] = (const BlockQ8_0*)act_row(act, st, t);
+    const int64_t nb = n / 32;
+    const __m256i z = _mm256_setzero_si256();
+    __m256 acc[NA];
+    for (int t = 0; t < NA; ++t) acc[t] = _mm256_setzero_ps();
+    auto lane_sums = [&](__m256i ax, __m256i xv, const BlockQ8_0& ab) {
+        return _mm256_cvtepi32_ps(dpbusd(z, ax, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i*)ab.qs), xv)));
+    };
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        __m256i x0 = dec(i), x1 = dec(i + 1);
+        __m256i ax0 = _mm256_sign_epi8(x0, x0), ax1 = _mm256_sign_epi8(x1, x1);
+        float d0 = h2f(dec.d(i)), d1 = h2f(dec.d(i + 1));
+        for (int t = 0; t < NA; ++t) {
+            __m256 u = _mm256_mul_ps(_mm256_set1_ps(d0 * h2f(a[t][i].d)), lane_sums(ax0, x0, a[t][i]));
+            u = _mm256_fmadd_ps(_mm256_set1_ps(d1 * h2f(a[t][i + 1].d)), lane_sums(ax1, x1, a[t][i + 1]), u);
+            acc[t] = _mm256_add_ps(acc[t], u);
+        }
+    }
+    if (i < nb) {
+        __m256i x0 = dec(i), ax0 = _mm256_sign_epi8(x0, x0);
+        float d0 = h2f(dec.d(i));
+        for (int t = 0; t < NA; ++t)
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * h2f(a[t][i].d)), lane_sums(ax0, x0, a[t][i]), acc[t]);
+    }
+    for (int t = 0; t < NA; ++t) out[t] = hsum8(acc[t]);
+}
+
+template <int NA>
+void q8_0_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out) {
+    signed32_k<NA>(n, DecodeQ8_0{(const BlockQ8_0*)w}, act, st, out);
+}
+STRATA_MULTI_KERNEL(q8_0_k)
+
+template <int NA>
+void iq4_nl_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out) {
+    signed32_k<NA>(n, DecodeIQ4_NL{(const BlockIQ4_NL*)w, iq4nl_table()}, act, st, out);
+}
+STRATA_MULTI_KERNEL(iq4_nl_k)
+
+// ---- Q2_0 x Q8_0 (with the Q2_0ActGroup data quantize_act appends) ----
+// A broadcast 16-byte block shifted by 0/2/4/6 per 128-bit lane and masked to 2 bits gives all 64 codes in the
+// order of Q2_0ActGroup::perm; starting the dot from negsum subtracts the activations once (code - 1).
+
+template <int NA>
+void q2_0_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out) {
+    const BlockQ2_0* x = (const BlockQ2_0*)w;
+    const Q2_0ActGroup* g[NA];
+    for (int t = 0; t < NA; ++t) g[t] = q2_0_act_groups(act_row(act, st, t), n);
+    const int64_t nb = n / 64;
+#ifdef __AVX512BW__
+    const __m512i shifts = _mm512_setr_epi64(0, 0, 2, 2, 4, 4, 6, 6), three = _mm512_set1_epi8(3);
+    auto codes = [&](int64_t i) {
+        __m512i q = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)x[i].qs));
+        return _mm512_and_si512(_mm512_srlv_epi64(q, shifts), three);
+    };
+    auto lanes = [&](const Q2_0ActGroup& e, __m512i c) {
+        __m512i p = dpbusd512(_mm512_loadu_si512(e.negsum), c, _mm512_loadu_si512(e.perm));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(p), _mm512_loadu_ps(e.dscale));
+    };
+    auto dw = [&](int64_t i) { return _mm512_cvtph_ps(_mm256_set1_epi16((short)x[i].d)); };
+    __m512 acc0[NA], acc1[NA];  // even and odd blocks
+    for (int t = 0; t < NA; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        __m512i c0 = codes(i), c1 = codes(i + 1);
+        __m512 d0 = dw(i), d1 = dw(i + 1);
+        for (int t = 0; t < NA; ++t) {
+            acc0[t] = _mm512_fmadd_ps(lanes(g[t][i], c0), d0, acc0[t]);
+            acc1[t] = _mm512_fmadd_ps(lanes(g[t][i + 1], c1), d1, acc1[t]);
+        }
+    }
+    if (i < nb) {
+        __m512i c0 = codes(i);
+        __m512 d0 = dw(i);
+        for (int t = 0; t < NA; ++t) acc0[t] = _mm512_fmadd_ps(lanes(g[t][i], c0), d0, acc0[t]);
+    }
+    for (int t = 0; t < NA; ++t) out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
+#else
+    const __m256i sh_lo = _mm256_setr_epi64x(0, 0, 2, 2), sh_hi = _mm256_setr_epi64x(4, 4, 6, 6);
+    const __m256i three = _mm256_set1_epi8(3);
+    auto lanes = [&](const Q2_0ActGroup& e, __m256i c_lo, __m256i c_hi) {
+        __m256i ns = _mm256_add_epi32(load256(e.negsum), load256(e.negsum + 8));
+        __m256i p = dpbusd2_small(ns, c_lo, load256(e.perm), c_hi, load256(e.perm + 32));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_loadu_ps(e.dscale));
+    };
+    __m256 acc[NA];
+    for (int t = 0; t < NA; ++t) acc[t] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        __m256i q0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)x[i].qs));
+        __m256i q1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)x[i + 1].qs));
+        __m256i c0l = _mm256_and_si256(_mm256_srlv_epi64(q0, sh_lo), three);
+        __m256i c0h = _mm256_and_si256(_mm256_srlv_epi64(q0, sh_hi), three);
+        __m256i c1l = _mm256_and_si256(_mm256_srlv_epi64(q1, sh_lo), three);
+        __m256i c1h = _mm256_and_si256(_mm256_srlv_epi64(q1, sh_hi), three);
+        __m256 d0 = _mm256_set1_ps(h2f(x[i].d)), d1 = _mm256_set1_ps(h2f(x[i + 1].d));
+        for (int t = 0; t < NA; ++t) {
+            __m256 u = _mm256_mul_ps(lanes(g[t][i], c0l, c0h), d0);
+            u = _mm256_fmadd_ps(lanes(g[t][i + 1], c1l, c1h), d1, u);
+            acc[t] = _mm256_add_ps(acc[t], u);
+        }
+    }
+    if (i < nb) {
+        __m256i q0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)x[i].qs));
+        __m256i c0l = _mm256_and_si256(_mm256_srlv_epi64(q0, sh_lo), three);
+        __m256i c0h = _mm256_and_si256(_mm256_srlv_epi64(q0, sh_hi), three);
+        __m256 d0 = _mm256_set1_ps(h2f(x[i].d));
+        for (int t = 0; t < NA; ++t) acc[t] = _mm256_fmadd_ps(lanes(g[t][i], c0l, c0h), d0, acc[t]);
+    }
+    for (int t = 0; t < NA; ++t) out[t] = hsum8(acc[t]);
+#endif
+}
+STRATA_MULTI_KERNEL(q2_0_k)
+
+// ---- Q4_K x Q8_K ----
+
+template <int NA>
+void q4_k_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out) {
+    const BlockQ4_K* x = (const BlockQ4_K*)w;
+    const BlockQ8_K* a[NA];
+    for (int t = 0; t < NA; ++t) a[t] = (const BlockQ8_K*)act_row(act, st, t);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[NA];
+    float mins[NA];
+    for (int t = 0; t < NA; ++t) { acc[t] = _mm256_setzero_ps(); mins[t] = 0; }
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        uint32_t sm[4];
+        k4_unpack_scales(x[i].scales, sm);
+        const uint8_t* sc = (const uint8_t*)sm;
+        __m256i sumi[NA];
+        for (int t = 0; t < NA; ++t) sumi[t] = _mm256_setzero_si256();
+        for (int c = 0; c < 4; ++c) {
+            __m256i q = load256(x[i].qs + 32 * c);
+            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            __m256i sl = _mm256_set1_epi16(sc[2 * c]), sh = _mm256_set1_epi16(sc[2 * c + 1]);
+            for (int t = 0; t < NA; ++t) {
+                sumi[t] = dpwssd(sumi[t], _mm256_maddubs_epi16(lo, load256(a[t][i].qs + 64 * c)), sl);
+                sumi[t] = dpwssd(sumi[t], _mm256_maddubs_epi16(hi, load256(a[t][i].qs + 64 * c + 32)), sh);
+            }
+        }
+        float d = h2f(x[i].d), dmin = h2f(x[i].dmin);
+        for (int t = 0; t < NA; ++t) {
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t][i].d * d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+            mins[t] += a[t][i].d * dmin * (float)k4_min_sum(sm, a[t][i].bsums);
+        }
+    }
+    for (int t = 0; t < NA; ++t) out[t] = hsum8(acc[t]) - mins[t];
+}
+STRATA_MULTI_KERNEL(q4_k_k)
+
+}  // namespace
+}  // namespace strata::qk
