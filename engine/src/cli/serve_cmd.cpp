@@ -1,5 +1,8 @@
 // `strata --serve`: load the model, then hand stdin/stdout to the serve loop (protocol.md).
 #include <iostream>
+#include <memory>
+
+#include "common/error.h"
 
 #include "backend/cpu/cpu_backend.h"
 #include "cli/options.h"
@@ -12,8 +15,19 @@ namespace strata {
 int serve_command(int argc, char** argv) {
     Options o(argc, argv, 1, {"--model", "--threads", "--ctx", "--chunk"}, {"--serve"});
     CpuBackend be((int)o.integer("--threads", 0, 0, 1024));
-    Qwen4Exp model(o.required("--model"), be);
-    Qwen4ExpGenerator gen(model, (int)o.integer("--ctx", 0, 0, 1 << 24), (int)o.integer("--chunk", 256, 1, 1 << 20));
+    std::unique_ptr<Qwen4Exp> model_ptr;
+    std::unique_ptr<Qwen4ExpGenerator> gen_ptr;
+    try {
+        model_ptr = std::make_unique<Qwen4Exp>(o.required("--model"), be);
+        gen_ptr = std::make_unique<Qwen4ExpGenerator>(*model_ptr, (int)o.integer("--ctx", 0, 0, 1 << 24),
+                                                      (int)o.integer("--chunk", 256, 1, 1 << 20));
+    } catch (const Error& e) {
+        // protocol.md: a start that fails says READY 0 so the gateway knows at once; the message goes to stderr.
+        std::cout << "READY 0 stop" << std::endl;
+        throw;
+    }
+    Qwen4Exp& model = *model_ptr;
+    Qwen4ExpGenerator& gen = *gen_ptr;
     log_info("serve", "model loaded: " + model.file().paths()[0] + ", context " + std::to_string(gen.context_length()) +
                           ", " + std::to_string(be.n_threads()) + " threads");
     return serve_main(gen, std::cin, std::cout);
