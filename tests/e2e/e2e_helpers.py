@@ -73,14 +73,15 @@ def port_is_closed(port: int) -> bool:
 class Gateway:
     """`python -m gateway` on the real engine; logs to log_path."""
 
-    def __init__(self, model: Path, engine: Path, log_path: Path, context: int = TEST_CONTEXT):
+    def __init__(self, model: Path, engine: Path, log_path: Path, *extra: str, context: int = TEST_CONTEXT):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.log = open(log_path, "w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gateway", "--model", str(model), "--engine", str(engine), "--port",
-             str(self.port), "--ctx", str(context)], cwd=PROJECT_DIR, stdout=self.log, stderr=subprocess.STDOUT)
+             str(self.port), "--ctx", str(context), *extra], cwd=PROJECT_DIR, stdout=self.log,
+            stderr=subprocess.STDOUT)
         self.health = wait_for_health(self.url, self.process, timeout_s=120)
 
     def wait_idle(self, timeout_s: float = 30) -> dict:

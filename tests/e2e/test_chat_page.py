@@ -2,28 +2,43 @@
 # engine with the tiny model: an answer streams in, stop lands mid-answer, the next message is answered, chats
 # survive a reload, the monitor shows the requests; screenshots go to tests/artifacts/.
 import json
+import re
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from e2e_helpers import CHROMIUM, CHROMIUM_FLAGS, get_json
+from e2e_helpers import CHROMIUM, CHROMIUM_FLAGS, TEST_MODEL_CONFIG, Gateway, get_json
+
+
+def open_page(url: str):
+    """A context manager yielding the page at `url` in headless Chromium; fails on any JavaScript error."""
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run tests/e2e/install_browser.sh"
+
+    class Opened:
+        def __enter__(self):
+            self.playwright = sync_playwright().start()
+            self.browser = self.playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                                           args=CHROMIUM_FLAGS)
+            context = self.browser.new_context(viewport={"width": 1200, "height": 800})
+            context.grant_permissions(["clipboard-read", "clipboard-write"], origin=url)
+            self.page = context.new_page()
+            self.errors = []
+            self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+            self.page.goto(url)
+            return self.page
+
+        def __exit__(self, *exc):
+            self.browser.close()
+            self.playwright.stop()
+            assert self.errors == [], f"JavaScript errors on the page: {self.errors}"
+    return Opened()
 
 
 @pytest.fixture
 def page(gateway):
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run tests/e2e/install_browser.sh"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
-        context = browser.new_context(viewport={"width": 1200, "height": 800})
-        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=gateway.url)
-        page = context.new_page()
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(gateway.url)
+    with open_page(gateway.url) as page:
         yield page
-        browser.close()
-        assert errors == [], f"JavaScript errors on the page: {errors}"
 
 
 def text_length(page: Page, selector: str) -> int:
@@ -32,6 +47,7 @@ def text_length(page: Page, selector: str) -> int:
 
 def test_answer_streams_stop_lands_mid_answer_and_next_message_is_answered(page, gateway, artifacts_dir):
     expect(page.locator("#model-name")).to_have_text(gateway.health["model"])
+    expect(page.locator("#attach")).to_be_hidden()        # the server says images are off
     # First message with thinking on: the reasoning streams into the open thinking box, which folds when the
     # answer starts; stop is pressed while the answer is still streaming.
     page.select_option("#thinking-level", "high")
@@ -106,3 +122,27 @@ def test_stored_markdown_is_escaped_and_code_blocks_copy(page, gateway):
     page.click(".copy-code")
     expect(page.locator(".copy-code")).to_have_text("Copied")
     assert page.evaluate("() => navigator.clipboard.readText()") == "print('<b>hi</b>')"
+
+
+def test_page_asks_for_the_api_key_when_the_server_needs_one(engine_bin, tiny_models, artifacts_dir):
+    server = Gateway(Path(tiny_models(TEST_MODEL_CONFIG)["gguf"]["f32"]), Path(engine_bin),
+                     artifacts_dir / "e2e-gateway-key.log", "--api-key", "sk-page-test")
+    try:
+        with open_page(server.url) as page:
+            expect(page.locator("#banner")).to_contain_text("needs an API key")
+            page.select_option("#thinking-level", "none")
+            page.fill("#prompt", "Hello?")
+            page.press("#prompt", "Enter")
+            expect(page.locator(".message.assistant .error")).to_contain_text("set the API key in Settings")
+            page.click("#toggle-settings")
+            page.fill("#s-api-key", "sk-page-test")
+            page.fill("#s-max_tokens", "8")
+            page.click("#settings-close")
+            expect(page.locator("#banner")).to_be_hidden()
+            page.fill("#prompt", "Hello again?")
+            page.press("#prompt", "Enter")
+            answer = page.locator(".message.assistant").last
+            expect(answer.locator(".stats")).to_contain_text(re.compile(r"^[1-8] tokens"), timeout=30_000)
+            assert answer.locator(".error").count() == 0
+    finally:
+        server.close()
