@@ -107,7 +107,8 @@ def set_up(args, home_dir: Path) -> StrataConfig | None:
             say(f"\nThe download stopped: {e}")
             if args.download_only or args.model is not None:
                 raise InstallError("the model could not be downloaded (see above).") from None
-            demo_reason = "the model could not be downloaded (see above); run the installer again to continue"
+            demo_reason = ("the model could not be downloaded (see above); run the installer again with --setup "
+                           "to continue the download where it stopped")
     if args.download_only:
         return None
     use_cuda = verdict.gpu_ok and bool(facts.tools.get("nvcc"))

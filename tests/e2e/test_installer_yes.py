@@ -62,3 +62,25 @@ def test_yes_falls_back_to_the_demo_and_writes_a_config_and_run_script_that_star
     finally:
         hub.shutdown()
         hub.server_close()
+
+
+def test_failed_download_falls_back_to_the_demo_and_says_how_to_continue(engine_bin, tmp_path):
+    empty_hub_root = tmp_path / "hub"
+    empty_hub_root.mkdir()
+    hub, _ = make_server(empty_hub_root)
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{hub.server_address[1]}", PYTHONUNBUFFERED="1")
+    home, my_ggufs = tmp_path / "home", tmp_path / "my-ggufs"
+    my_ggufs.mkdir()
+    try:
+        result = subprocess.run([sys.executable, "-m", "installer", "--yes", "--gguf-dir", str(my_ggufs), "--dir",
+                                 str(home), "--engine", engine_bin, "--no-start"], cwd=PROJECT_DIR, env=env,
+                                capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    finally:
+        hub.shutdown()
+        hub.server_close()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "The download stopped:" in result.stdout and "HTTP 404" in result.stdout
+    assert "Serving the DEMO model, because the model could not be downloaded" in result.stdout
+    assert "--setup" in result.stdout
+    assert json.loads((home / "strata-demo.json").read_text())["demo"] is True
