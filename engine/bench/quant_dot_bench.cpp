@@ -1,7 +1,8 @@
 // Benchmark (not a test): GB/s of gemv_rows over expert-sized weight blobs (640 rows x 2560) streaming through
 // many experts (more than the caches hold), with 1..N threads split by rows, next to this machine's DRAM read
 // bandwidth measured in the same run. Prints JSON. Usage: quant_dot_bench [--threads 1,2,6] [--mb 2048]
-// [--formats IQ2_XS,IQ3_XXS,Q2_0,Q4_K,IQ4_NL] [--isa best|avx2|avx512|scalar] [--passes 3]
+// [--formats IQ2_XS,IQ3_XXS,Q2_0,Q4_K,IQ4_NL] [--isa best|avx2|avx512|scalar] [--passes 3] [--acts 1]
+// --acts N > 1 runs gemv_rows_multi with N activation rows (weights read once for all N).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,6 +28,7 @@ struct Options {
     std::vector<std::string> formats = {"IQ2_XS", "IQ3_XXS", "Q2_0", "Q4_K", "IQ4_NL"};
     std::string isa = "best";
     int passes = 3;
+    int acts = 1;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -114,6 +116,7 @@ int main(int argc, char** argv) {
         else if (k == "--formats") o.formats = split(v);
         else if (k == "--isa") o.isa = v;
         else if (k == "--passes") o.passes = std::stoi(v);
+        else if (k == "--acts") o.acts = std::max(1, std::stoi(v));
         else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
     }
     Isa isa = cpu_best_isa();
@@ -131,8 +134,8 @@ int main(int argc, char** argv) {
     std::printf("{\n  \"cpu\": \"%s\",\n  \"hardware_threads\": %u,\n  \"isa\": \"%s\",\n  \"avx512_vnni\": %s,\n",
                 cpu_model().c_str(), std::thread::hardware_concurrency(), isa_name(isa),
                 isa == Isa::avx512 && avx512_vnni_active() ? "true" : "false");
-    std::printf("  \"expert_shape\": [%lld, %lld],\n  \"blob_mb\": %lld,\n  \"passes\": %d,\n", (long long)kRows,
-                (long long)kCols, (long long)o.mb, o.passes);
+    std::printf("  \"expert_shape\": [%lld, %lld],\n  \"blob_mb\": %lld,\n  \"passes\": %d,\n  \"acts\": %d,\n",
+                (long long)kRows, (long long)kCols, (long long)o.mb, o.passes, o.acts);
 
     std::vector<uint8_t> blob;
     std::string dram_json, results_json;
@@ -152,18 +155,24 @@ int main(int argc, char** argv) {
                 dram_json += buf;
             }
         }
-        std::vector<uint8_t> act(act_bytes(info->type, kCols));
-        quantize_act(info->type, x.data(), act.data(), kCols);
-        std::vector<float> y((size_t)kRows * experts);
+        const size_t ab = act_bytes(info->type, kCols);
+        std::vector<uint8_t> act(ab * o.acts);
+        for (int t = 0; t < o.acts; ++t) quantize_act(info->type, x.data(), act.data() + ab * t, kCols);
+        std::vector<float> y((size_t)kRows * experts * o.acts);
         for (int threads : o.threads) {
             double best = 0;
             for (int pass = 0; pass < o.passes; ++pass) {
                 auto t0 = Clock::now();
                 run_threads(threads, [&](int t) {
                     int64_t r0 = kRows * t / threads, r1 = kRows * (t + 1) / threads;
-                    for (int64_t e = 0; e < experts; ++e)
-                        gemv_rows(info->type, kCols, blob.data() + e * expert_bytes, row_bytes, r0, r1, act.data(),
-                                  y.data() + e * kRows);
+                    for (int64_t e = 0; e < experts; ++e) {
+                        const uint8_t* m = blob.data() + e * expert_bytes;
+                        if (o.acts == 1)
+                            gemv_rows(info->type, kCols, m, row_bytes, r0, r1, act.data(), y.data() + e * kRows);
+                        else
+                            gemv_rows_multi(info->type, kCols, m, row_bytes, r0, r1, act.data(), o.acts, ab,
+                                            y.data() + e * kRows, (size_t)kRows * experts);
+                    }
                 });
                 double s = std::chrono::duration<double>(Clock::now() - t0).count();
                 best = std::max(best, (double)blob.size() / s / 1e9);

@@ -136,17 +136,18 @@ struct DecodeIQ4_NL {
     uint16_t d(int64_t i) const { return x[i].d; }
 };
 
-// sum over blocks of d_w * d_a * (integer dot), two blocks per step into one accumulator per activation.
+// sum over blocks of d_w * d_a * (integer dot); even and odd blocks go to separate accumulators.
 template <int NA, typename Decode>
 void signed32_k(int64_t n, const Decode& dec, const uint8_t* act, size_t st, float* out) {
     const BlockQ8_0* a[NA];
     for (int t = 0; t < NA; ++t) a[t] = (const BlockQ8_0*)act_row(act, st, t);
     const int64_t nb = n / 32;
     const __m256i z = _mm256_setzero_si256();
-    __m256 acc[NA];
-    for (int t = 0; t < NA; ++t) acc[t] = _mm256_setzero_ps();
-    auto lane_sums = [&](__m256i ax, __m256i xv, const BlockQ8_0& ab) {
-        return _mm256_cvtepi32_ps(dpbusd(z, ax, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i*)ab.qs), xv)));
+    __m256 acc0[NA], acc1[NA];
+    for (int t = 0; t < NA; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
+    auto step = [&](__m256 acc, __m256i ax, __m256i xv, float d, const BlockQ8_0& ab) {
+        __m256i p = dpbusd(z, ax, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i*)ab.qs), xv));
+        return _mm256_fmadd_ps(_mm256_set1_ps(d * h2f(ab.d)), _mm256_cvtepi32_ps(p), acc);
     };
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
@@ -154,18 +155,16 @@ void signed32_k(int64_t n, const Decode& dec, const uint8_t* act, size_t st, flo
         __m256i ax0 = _mm256_sign_epi8(x0, x0), ax1 = _mm256_sign_epi8(x1, x1);
         float d0 = h2f(dec.d(i)), d1 = h2f(dec.d(i + 1));
         for (int t = 0; t < NA; ++t) {
-            __m256 u = _mm256_mul_ps(_mm256_set1_ps(d0 * h2f(a[t][i].d)), lane_sums(ax0, x0, a[t][i]));
-            u = _mm256_fmadd_ps(_mm256_set1_ps(d1 * h2f(a[t][i + 1].d)), lane_sums(ax1, x1, a[t][i + 1]), u);
-            acc[t] = _mm256_add_ps(acc[t], u);
+            acc0[t] = step(acc0[t], ax0, x0, d0, a[t][i]);
+            acc1[t] = step(acc1[t], ax1, x1, d1, a[t][i + 1]);
         }
     }
     if (i < nb) {
         __m256i x0 = dec(i), ax0 = _mm256_sign_epi8(x0, x0);
         float d0 = h2f(dec.d(i));
-        for (int t = 0; t < NA; ++t)
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * h2f(a[t][i].d)), lane_sums(ax0, x0, a[t][i]), acc[t]);
+        for (int t = 0; t < NA; ++t) acc0[t] = step(acc0[t], ax0, x0, d0, a[t][i]);
     }
-    for (int t = 0; t < NA; ++t) out[t] = hsum8(acc[t]);
+    for (int t = 0; t < NA; ++t) out[t] = hsum8(_mm256_add_ps(acc0[t], acc1[t]));
 }
 
 template <int NA>

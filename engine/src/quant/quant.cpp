@@ -114,12 +114,16 @@ const char* isa_name(Isa isa) {
     return "?";
 }
 
-float vec_dot_isa(Isa isa, GgmlType t, int64_t n, const void* w, const void* act) {
-    STRATA_CHECK((int)isa <= (int)cpu_best_isa(), "vec_dot_isa: this CPU has no ", isa_name(isa));
+static void check_row_length(GgmlType t, int64_t n) {
     const GgmlTypeInfo& info = ggml_type_info(t);
     const int64_t act_block = act_format(t) == ActFormat::Q8_K ? QK_K : act_format(t) == ActFormat::Q8_0 ? 32 : 1;
     STRATA_CHECK(n % info.block_elems == 0 && n % act_block == 0, "vec_dot: n = ", n, " does not fit the ",
                  info.name, " block of ", info.block_elems);
+}
+
+float vec_dot_isa(Isa isa, GgmlType t, int64_t n, const void* w, const void* act) {
+    STRATA_CHECK((int)isa <= (int)cpu_best_isa(), "vec_dot_isa: this CPU has no ", isa_name(isa));
+    check_row_length(t, n);
     return dot_fn(isa, t)(n, w, act);
 }
 
@@ -144,6 +148,7 @@ void gemv_rows_multi(GgmlType t, int64_t n, const void* w, size_t row_bytes, int
                      const void* acts, int n_act, size_t act_stride, float* y, size_t y_stride) {
     if (r1 <= r0 || n_act <= 0) return;
     DotFn f = dot_fn(active_isa(), t);
+    check_row_length(t, n);
     MultiFn m = multi_fn(t);
     const uint8_t* base = (const uint8_t*)w;
     const uint8_t* act = (const uint8_t*)acts;
