@@ -133,7 +133,10 @@ def _fetch_into_part(session: requests.Session, remote: RemoteFile, part: Path, 
               dynamic_ncols=True) as bar:
         while have < size:
             try:
+                before = have
                 have, hasher = _fetch_range(session, url, remote, part, have, hasher, bar, say)
+                if have == before and have < size:
+                    raise requests.ConnectionError(f"the server sent no bytes at offset {have}")
                 failures = 0
             except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as e:
                 failures += 1

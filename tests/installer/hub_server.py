@@ -24,6 +24,7 @@ class HubState:
         self.root = Path(root)
         self.bytes_per_s: float | None = None     # throttle for file bodies (None = full speed)
         self.required_token: str | None = None    # when set, requests without "Bearer <token>" get 401
+        self.drop_after_bytes: int | None = None  # the next file body is cut off after this many bytes, once
         self.requests: list[dict] = []
         self.lock = threading.Lock()
 
@@ -150,11 +151,20 @@ class HubHandler(BaseHTTPRequestHandler):
 
     def _send_body(self, file_path: Path, start: int):
         piece = 64 << 10
+        with self.state.lock:
+            drop_after, self.state.drop_after_bytes = self.state.drop_after_bytes, None
+        sent = 0
         with open(file_path, "rb") as f:
             f.seek(start)
             try:
                 for block in iter(lambda: f.read(piece), b""):
+                    if drop_after is not None and sent + len(block) > drop_after:
+                        self.wfile.write(block[:drop_after - sent])
+                        self.wfile.flush()
+                        self.close_connection = True   # a dropped connection: the body ends early
+                        return
                     self.wfile.write(block)
+                    sent += len(block)
                     if self.state.bytes_per_s:
                         time.sleep(len(block) / self.state.bytes_per_s)
             except (BrokenPipeError, ConnectionResetError):

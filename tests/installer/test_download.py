@@ -119,3 +119,17 @@ def test_catalogue_hash_that_disagrees_with_the_hub_is_refused(hub, tmp_path):
     assert result.returncode == 1
     assert wrong in result.stdout and "disagree" in result.stdout
     assert hub.state.file_gets(SHARD_NAMES[0]) == []
+
+
+def test_connection_dropped_mid_file_is_resumed_within_the_same_run(hub, tmp_path):
+    first = hub.add_file(SHARD_NAMES[0], 3_000_000, seed=13)
+    hub.add_file(SHARD_NAMES[1], 10_000, seed=14)
+    hub.state.drop_after_bytes = 1_234_567
+    result = run_installer(hub, tmp_path / "home")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Connection problem" in result.stdout
+    ranges = [r["range"] for r in hub.state.file_gets(SHARD_NAMES[0])]
+    assert len(ranges) == 2 and ranges[0] is None
+    resumed_at = int(ranges[1][len("bytes="):-1])
+    assert 0 < resumed_at <= 1_234_567
+    assert (models_dir(tmp_path / "home") / SHARD_NAMES[0]).read_bytes() == first
