@@ -18,6 +18,8 @@ public:
     virtual const char* name() const = 0;
     // Called once after the weights are bound: a GPU backend uploads (or pins) what it will read.
     virtual void prepare_weights(const ModelWeights& w) {}
+    // The same for the MTP head's block and nextn tensors (loaded from their own file).
+    virtual void prepare_weights_extra(const LayerWeights& block, const NextnWeights& nextn) {}
 
     // Memory of the backend's device, in floats.
     virtual float* alloc(size_t n) = 0;
@@ -49,6 +51,8 @@ public:
     virtual void mul_row(float* x, int T, int width, const Weight& v) = 0;
     // y[t, :] = x[t, c0 : c0 + nc] for x [T, width].
     virtual void slice_cols(const float* x, int T, int width, int c0, int nc, float* y) = 0;
+    // y[r] = [a[r] | b[r]] for a [rows, wa], b [rows, wb].
+    virtual void concat_cols(const float* a, const float* b, int rows, int wa, int wb, float* y) = 0;
     // Per head h of x [T, n_heads·(la + lb)]: a[t, h] = first la values, b[t, h] = the next lb.
     virtual void deinterleave(const float* x, int T, int n_heads, int la, int lb, float* a, float* b) = 0;
     // y[j] = mean over rows of x[r, j]; x [rows, width].

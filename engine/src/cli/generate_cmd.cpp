@@ -12,8 +12,23 @@
 
 namespace strata {
 
+std::unique_ptr<Backend> (*cuda_backend_factory)() = nullptr;
+
+std::unique_ptr<Backend> make_backend(const Options& o) {
+    const std::string name = o.str("--backend", "cpu");
+    if (name == "cpu")
+        return std::make_unique<CpuBackend>((int)o.integer("--threads", 0, 0, 1024), false, o.has("--f32-activations"));
+    if (name == "cuda") {
+        if (!cuda_backend_factory) fail("--backend cuda: this strata was built without CUDA (configure with -DSTRATA_CUDA=ON)");
+        if (o.has("--f32-activations")) fail("--f32-activations is a CPU reference mode; leave it out with --backend cuda");
+        return cuda_backend_factory();
+    }
+    fail("--backend must be cpu or cuda, got '", name, "'");
+}
+
 int generate_command(int argc, char** argv) {
-    Options o(argc, argv, 2, {"--model", "--threads", "--ctx", "--prompt-ids", "--prompt-file", "-n", "--logits-out", "--chunk"},
+    Options o(argc, argv, 2, {"--model", "--backend", "--threads", "--ctx", "--prompt-ids", "--prompt-file", "-n", "--logits-out", "--chunk",
+               "--mtp", "--spec", "--mtp-logits-out"},
               {"--ignore-eos", "--f32-activations"});
     const std::string model_path = o.required("--model");
     std::vector<int32_t> prompt;
@@ -31,9 +46,12 @@ int generate_command(int argc, char** argv) {
     if (prompt.empty()) fail("the prompt has no token ids");
     const int n_new = (int)o.integer("-n", 16, 0, 1 << 24);
 
-    CpuBackend be((int)o.integer("--threads", 0, 0, 1024), false, o.has("--f32-activations"));
-    Qwen4Exp model(model_path, be);
+    std::unique_ptr<Backend> be = make_backend(o);
+    Qwen4Exp model(model_path, *be);
     Qwen4ExpGenerator gen(model, (int)o.integer("--ctx", 0, 0, 1 << 24), (int)o.integer("--chunk", 256, 1, 1 << 20));
+    if (o.has("--mtp")) gen.enable_speculation(o.str("--mtp"), (int)o.integer("--spec", 3, 1, 8));
+    else if (o.has("--spec") || o.has("--mtp-logits-out")) fail("--spec and --mtp-logits-out need --mtp MTP.gguf");
+    if (o.has("--logits-out") && o.has("--mtp")) fail("--logits-out cannot be combined with --mtp (drafted tokens have no single-step logits)");
     for (int32_t id : prompt)
         if (id >= gen.vocab_size()) fail("--prompt-ids: token id ", id, " is outside the vocabulary of ", gen.vocab_size());
     if ((int)prompt.size() + n_new > gen.context_length())
@@ -52,18 +70,36 @@ int generate_command(int argc, char** argv) {
     auto t0 = clock::now();
     const float* logits = gen.append(prompt, nullptr, nullptr);
     auto t1 = clock::now();
+    if (o.has("--mtp-logits-out")) {
+        std::vector<float> draft = gen.mtp_logits_of_session();
+        std::FILE* f = std::fopen(o.str("--mtp-logits-out").c_str(), "wb");
+        if (!f) fail("--mtp-logits-out: cannot write ", o.str("--mtp-logits-out"));
+        std::fwrite(draft.data(), sizeof(float), draft.size(), f);
+        std::fclose(f);
+        logits = gen.last_logits();
+    }
     std::vector<int32_t> out;
-    for (int i = 0; i < n_new; ++i) {
+    int offered = 0, accepted = 0, passes = 0;
+    while ((int)out.size() < n_new) {
         if (logits_out) std::fwrite(logits, sizeof(float), (size_t)gen.vocab_size(), logits_out);
         int32_t best = 0;
         for (int v = 1; v < gen.vocab_size(); ++v)
             if (logits[v] > logits[best]) best = v;   // first maximum, as torch.argmax
         out.push_back(best);
         if (!ignore_eos && std::find(stops.begin(), stops.end(), best) != stops.end()) break;
-        if (i + 1 < n_new) logits = gen.append(std::span<const int32_t>(&best, 1), nullptr, nullptr);
+        if ((int)out.size() == n_new) break;
+        TextGenerator::GreedyStep step = gen.append_greedy(best, n_new - (int)out.size());
+        out.insert(out.end(), step.fed.begin() + 1, step.fed.end());
+        offered += step.offered;
+        accepted += step.accepted;
+        ++passes;
+        logits = step.logits;
     }
     auto t2 = clock::now();
     if (logits_out) std::fclose(logits_out);
+    if (gen.spec_depth() > 0)
+        std::fprintf(stderr, "speculation: %d passes, %d drafts offered, %d accepted (%.2f tokens per pass)\n", passes,
+                     offered, accepted, passes ? (double)(passes + accepted) / passes : 0.0);
 
     std::string line;
     for (size_t k = 0; k < out.size(); ++k) line += (k ? "," : "") + std::to_string(out[k]);
@@ -71,9 +107,11 @@ int generate_command(int argc, char** argv) {
     std::fflush(stdout);
     const double pp_s = std::chrono::duration<double>(t1 - t0).count();
     const double tg_s = std::chrono::duration<double>(t2 - t1).count();
-    std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s); decode: %zu tokens in %.3f s (%.1f tok/s); %d threads\n",
+    const CpuBackend* cpu = dynamic_cast<const CpuBackend*>(be.get());
+    std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s); decode: %zu tokens in %.3f s (%.1f tok/s); %s%s\n",
                  prompt.size(), pp_s, prompt.size() / std::max(pp_s, 1e-9), out.size(), tg_s,
-                 out.size() > 1 ? (out.size() - 1) / std::max(tg_s, 1e-9) : 0.0, be.n_threads());
+                 out.size() > 1 ? (out.size() - 1) / std::max(tg_s, 1e-9) : 0.0, be->name(),
+                 cpu ? (", " + std::to_string(cpu->n_threads()) + " threads").c_str() : "");
     return 0;
 }
 

@@ -35,6 +35,24 @@ public:
                                 const CancelFn& cancel) = 0;
     virtual int chunk_tokens() const = 0;
 
+    // Greedy speculation: how many drafted tokens one pass may verify (0 = none).
+    virtual int spec_depth() const { return 0; }
+    struct GreedyStep {
+        std::vector<int32_t> fed;       // tokens fed, in order; fed[0] is `next`, the rest are accepted drafts
+        const float* logits = nullptr;  // logits after the last fed token
+        int offered = 0;                // drafts verified in this pass
+        int accepted = 0;               // drafts accepted (fed.size() − 1)
+    };
+    // Feeds `next` (the caller's greedy choice) and up to max_extra further tokens that greedy decoding would
+    // choose, drafted by the MTP head and verified in one pass; never a stop id. The result equals feeding the
+    // same tokens one at a time (same state, same logits, bit for bit).
+    virtual GreedyStep append_greedy(int32_t next, int max_extra) {
+        GreedyStep step;
+        step.fed = {next};
+        step.logits = append(std::span<const int32_t>(&next, 1), nullptr, nullptr);
+        return step;
+    }
+
     // Short description lines for INFO (key, value).
     virtual std::vector<std::pair<std::string, std::string>> info() const = 0;
 };

@@ -11,7 +11,7 @@ Qwen4Exp::Qwen4Exp(const std::string& path, Backend& be) : be_(be), file_(GgufFi
     be_.prepare_weights(w_);
 }
 
-void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, float* logits_host) {
+void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out) {
     const int n = hp_.hc_count, H = hp_.n_embd, nH = n * H;
     const int P = s.n_past();
     STRATA_CHECK(T > 0, "forward needs at least one token");
@@ -40,12 +40,14 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, float* logits_host
     }
     s.tokens.insert(s.tokens.end(), ids, ids + T);
 
-    if (logits_host) {
-        const float* X_last = X + (size_t)(T - 1) * nH;
-        Scratch logits(be_, (size_t)hp_.n_vocab);
-        hyper_read(be_, hp_, w_.output_hc, X_last, 1, u, nullptr);
-        be_.matmul(w_.output, u, 1, logits);
-        be_.to_host(logits_host, logits, (size_t)hp_.n_vocab);
+    if (out.wide) be_.to_host(out.wide, X, (size_t)T * nH);
+    if (out.logits) {
+        const int rows = out.all_logits ? T : 1;
+        const float* X_first = X + (size_t)(T - rows) * nH;
+        Scratch logits(be_, (size_t)rows * hp_.n_vocab);
+        hyper_read(be_, hp_, w_.output_hc, X_first, rows, u, nullptr);
+        be_.matmul(w_.output, u, rows, logits);
+        be_.to_host(out.logits, logits, (size_t)rows * hp_.n_vocab);
     }
 }
 

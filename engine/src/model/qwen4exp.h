@@ -23,9 +23,17 @@ public:
     GgufFile& file() { return *file_; }
     Backend& backend() { return be_; }
 
-    // Feeds T tokens after the session's tokens; writes the logits of the last token to logits_host (n_vocab
-    // floats) when it is not null. Throws if the context would overflow.
-    void forward(Session& s, const int32_t* ids, int T, float* logits_host);
+    // What a forward pass hands back to the host (each pointer may be null).
+    struct Outputs {
+        float* logits = nullptr;       // [n_vocab] of the last token, or [T, n_vocab] with all_logits
+        bool all_logits = false;
+        float* wide = nullptr;         // [T, n·H]: the final wide residual of every token (input of the MTP head)
+    };
+    // Feeds T tokens after the session's tokens. Throws if the context would overflow.
+    void forward(Session& s, const int32_t* ids, int T, const Outputs& out);
+    void forward(Session& s, const int32_t* ids, int T, float* last_logits) {
+        forward(s, ids, T, Outputs{last_logits, false, nullptr});
+    }
 
 private:
     Backend& be_;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "generate/text_generator.h"
+#include "model/mtp_head.h"
 #include "model/qwen4exp.h"
 #include "model/session.h"
 
@@ -13,21 +14,43 @@ class Qwen4ExpGenerator : public TextGenerator {
 public:
     // n_ctx 0 = min(trained context, 32768). chunk = tokens per prompt chunk.
     Qwen4ExpGenerator(Qwen4Exp& model, int n_ctx, int chunk = 256);
+    // Loads the MTP head (its own GGUF) for greedy speculation of up to `depth` drafted tokens per pass.
+    void enable_speculation(const std::string& mtp_path, int depth);
 
     int context_length() const override { return session_.n_ctx(); }
     int vocab_size() const override { return model_.hparams().n_vocab; }
     std::vector<int32_t> stop_ids() const override { return model_.hparams().stop_ids; }
     const std::vector<int32_t>& session_tokens() const override { return session_.tokens; }
-    void reset_session() override { session_.reset(); }
+    void reset_session() override;
     const float* append(std::span<const int32_t> tokens, const ProgressFn& progress, const CancelFn& cancel) override;
     int chunk_tokens() const override { return chunk_; }
+    int spec_depth() const override { return mtp_ ? depth_ : 0; }
+    GreedyStep append_greedy(int32_t next, int max_extra) override;
+    // Draft logits of the MTP head for every prompt pair (X_s, token s+1) the session holds, s = 0 … n_past−2,
+    // processed from the start of the session (tests compare them with the PyTorch head).
+    std::vector<float> mtp_logits_of_session();
+    const float* last_logits() const { return logits_.data(); }
     std::vector<std::pair<std::string, std::string>> info() const override;
 
 private:
+    // Runs the trunk over tokens and queues their wide residuals for the MTP head.
+    void feed(const int32_t* ids, int T, float* logits, bool all_logits);
+    // Runs the MTP head over the queued rows whose next token is known (all but the last unless `next` is given);
+    // with `next`, returns the draft logits of the last row and keeps its wide output in draft_wide_.
+    const float* run_mtp(const int32_t* next);
+
     Qwen4Exp& model_;
     Session session_;
     int chunk_;
     std::vector<float> logits_;
+
+    std::unique_ptr<MtpHead> mtp_;
+    int depth_ = 0;
+    std::vector<float> mtp_rows_;     // queued trunk wide residuals [n, n·H] of positions mtp_pos0_ …
+    int mtp_pos0_ = 0;
+    std::vector<float> draft_logits_, draft_wide_, verify_logits_, verify_wide_;
+    std::vector<float> mtp_log_;      // when logging: draft logits of processed rows (mtp_logits_of_session)
+    bool mtp_logging_ = false;
 };
 
 }  // namespace strata

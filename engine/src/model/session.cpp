@@ -10,19 +10,20 @@ Session::Session(Backend& be, const Hparams& hp, int n_ctx) : be_(be), hp_(hp), 
     for (int il = 0; il < hp.n_layer; ++il) {
         LayerState& s = layers[il];
         if (hp.is_recurrent[il]) {
-            s.conv_hist = take((size_t)(hp.ssm_conv_kernel - 1) * hp.conv_dim());
-            s.ssm = take((size_t)hp.ssm_n_value_head * hp.ssm_head_dim * hp.ssm_head_dim);
+            s.conv_hist = take((size_t)(hp.ssm_conv_kernel - 1) * hp.conv_dim(), true);
+            s.ssm = take((size_t)hp.ssm_n_value_head * hp.ssm_head_dim * hp.ssm_head_dim, true);
         } else {
             const size_t kv = (size_t)hp.n_head_kv * hp.head_dim;
-            s.k_cache = take((size_t)n_ctx * kv);
-            s.v_cache = take((size_t)n_ctx * kv);
+            s.k_cache = take((size_t)n_ctx * kv, false);
+            s.v_cache = take((size_t)n_ctx * kv, false);
             const int cr = hp.compress_ratios[il];
             if (cr > 0) {
-                s.idx_kraw = take((size_t)n_ctx * hp.indexer_head_dim);
-                s.idx_kblock = take((size_t)(n_ctx / cr + 1) * hp.indexer_head_dim);
+                s.idx_kraw = take((size_t)n_ctx * hp.indexer_head_dim, false);
+                s.idx_kblock = take((size_t)(n_ctx / cr + 1) * hp.indexer_head_dim, false);
             }
         }
-        if (il == hp.ple_layer) s.ple_hist = take((size_t)(hp.ple_conv_kernel - 1) * hp.ple_ngram * hp.hc_dim());
+        if (il == hp.ple_layer)
+            s.ple_hist = take((size_t)(hp.ple_conv_kernel - 1) * hp.ple_ngram * hp.hc_dim(), true);
     }
     reset();
 }
@@ -31,10 +32,27 @@ Session::~Session() {
     for (auto& b : buffers_) be_.release(b.first);
 }
 
-float* Session::take(size_t n) {
+float* Session::take(size_t n, bool recurrent) {
     float* p = be_.alloc(n);
     buffers_.push_back({p, n});
+    if (recurrent) recurrent_.push_back({p, n});
     return p;
+}
+
+Session::Snapshot Session::snapshot() const {
+    Snapshot snap;
+    snap.n_tokens = tokens.size();
+    for (const auto& [p, n] : recurrent_) {
+        snap.buffers.emplace_back(n);
+        be_.to_host(snap.buffers.back().data(), p, n);
+    }
+    return snap;
+}
+
+void Session::restore(const Snapshot& snap) {
+    STRATA_ASSERT(snap.buffers.size() == recurrent_.size() && snap.n_tokens <= tokens.size());
+    for (size_t k = 0; k < recurrent_.size(); ++k) be_.to_device(recurrent_[k].first, snap.buffers[k].data(), recurrent_[k].second);
+    tokens.resize(snap.n_tokens);
 }
 
 void Session::reset() {

@@ -27,6 +27,15 @@ public:
     Session& operator=(const Session&) = delete;
 
     void reset();                 // back to the empty state
+
+    // The recurrent part of the state (GDN conv + ssm, PLE history, the token list), copied to the host. KV caches,
+    // indexer keys and block keys are positional: entries past the restored length are rewritten before use.
+    struct Snapshot {
+        std::vector<std::vector<float>> buffers;
+        size_t n_tokens = 0;
+    };
+    Snapshot snapshot() const;
+    void restore(const Snapshot& snap);
     int n_past() const { return (int)tokens.size(); }
     int n_ctx() const { return n_ctx_; }
 
@@ -34,11 +43,12 @@ public:
     std::vector<LayerState> layers;       // one per trunk block
 
 private:
-    float* take(size_t n);
+    float* take(size_t n, bool recurrent);
     Backend& be_;
     const Hparams& hp_;
     int n_ctx_;
     std::vector<std::pair<float*, size_t>> buffers_;
+    std::vector<std::pair<float*, size_t>> recurrent_;   // the subset a snapshot copies
 };
 
 }  // namespace strata

@@ -82,6 +82,64 @@ void bind_moe(Binder& b, const std::string& p, const Hparams& hp, MoeWeights& w)
 
 }  // namespace
 
+LayerWeights bind_layer(GgufFile& f, const Hparams& hp, int il) {
+    Binder b(f);
+    const int64_t H = hp.n_embd;
+    const std::string p = "blk." + std::to_string(il) + ".";
+    LayerWeights L;
+    L.recurrent = hp.is_recurrent[il];
+    L.hc_attn = bind_hyper(b, p + "hc_attn_", hp, true);
+    L.hc_ffn = bind_hyper(b, p + "hc_ffn_", hp, true);
+    bind_moe(b, p, hp, L.moe);
+    if (L.recurrent) {
+        const int64_t nv = hp.ssm_n_value_head, dk = hp.ssm_head_dim;
+        L.gdn.qkv = b.get(p + "attn_qkv.weight", {H, hp.conv_dim()});
+        L.gdn.gate = b.get(p + "attn_gate.weight", {H, hp.value_dim()});
+        L.gdn.beta = b.get(p + "ssm_beta.weight", {H, nv});
+        L.gdn.alpha = b.get(p + "ssm_alpha.weight", {H, nv});
+        L.gdn.conv1d = b.get(p + "ssm_conv1d.weight", {hp.ssm_conv_kernel, hp.conv_dim()});
+        L.gdn.dt_bias = b.get(p + "ssm_dt.bias", {nv});
+        L.gdn.a = b.get(p + "ssm_a", {nv});
+        L.gdn.norm = b.get(p + "ssm_norm.weight", {dk});
+        L.gdn.out = b.get(p + "ssm_out.weight", {hp.value_dim(), H});
+    } else {
+        // The MTP block attends densely; its indexer tensors are optional (loaded but unused by llama.cpp).
+        bind_attention(b, p, hp, L.qsa, il < hp.n_layer);
+    }
+    if (il == hp.ple_layer) {
+        L.has_ple = true;
+        const int64_t nH = hp.hc_dim();
+        L.ple.key = b.get(p + "ple_key.weight", {hp.ple_dim(), nH});
+        L.ple.value = b.get(p + "ple_value.weight", {hp.ple_dim(), H});
+        L.ple.norm_key = b.get(p + "ple_norm_key.weight", {nH});
+        L.ple.norm_query = b.get(p + "ple_norm_query.weight", {nH});
+        L.ple.norm_conv = b.get(p + "ple_norm_conv.weight", {nH});
+        L.ple.conv1d = b.get(p + "ple_conv1d.weight", {hp.ple_conv_kernel, nH});
+        const GgufTensor& table = f.tensor("per_layer_token_embd.weight");
+        if (table.n_dims != 2 || table.ne[0] != hp.ple_row_width)
+            fail(f.paths()[table.shard], ": per_layer_token_embd.weight has shape ", table.shape_string(),
+                 ", expected {", hp.ple_row_width, ", rows}");
+        for (int g = 0; g < hp.ple_n_heads(); ++g)
+            if (hp.ple_head_offsets[g] + hp.ple_head_sizes[g] > (uint64_t)table.ne[1])
+                fail(f.paths()[0], ": PLE head ", g, " reaches row ", hp.ple_head_offsets[g] + hp.ple_head_sizes[g],
+                     " but the table has ", table.ne[1], " rows");
+        L.ple.table = &table;
+    }
+    return L;
+}
+
+NextnWeights bind_nextn(GgufFile& f, const Hparams& hp, int il) {
+    Binder b(f);
+    const int64_t H = hp.n_embd;
+    const std::string p = "blk." + std::to_string(il) + ".nextn.";
+    NextnWeights n;
+    n.eh_proj = b.get(p + "eh_proj.weight", {2 * H, H});
+    n.enorm = b.get(p + "enorm.weight", {H});
+    n.hnorm = b.get(p + "hnorm.weight", {hp.hc_dim()});
+    n.head = bind_hyper(b, p + "hc_head_", hp, false);
+    return n;
+}
+
 ModelWeights ModelWeights::bind(GgufFile& f, Hparams& hp) {
     Binder b(f);
     ModelWeights m;
@@ -96,58 +154,10 @@ ModelWeights ModelWeights::bind(GgufFile& f, Hparams& hp) {
     m.output = b.get("output.weight", {H, hp.n_vocab}, false);
     if (!m.output.present()) m.output = m.token_embd;
     m.output_hc = bind_hyper(b, "output_hc_", hp, false);
-
-    const int n_block = hp.n_layer + hp.n_nextn;
-    m.layers.resize(n_block);
-    for (int il = 0; il < n_block; ++il) {
-        const std::string p = "blk." + std::to_string(il) + ".";
-        LayerWeights& L = m.layers[il];
-        L.recurrent = hp.is_recurrent[il];
-        L.hc_attn = bind_hyper(b, p + "hc_attn_", hp, true);
-        L.hc_ffn = bind_hyper(b, p + "hc_ffn_", hp, true);
-        bind_moe(b, p, hp, L.moe);
-        if (L.recurrent) {
-            const int64_t nv = hp.ssm_n_value_head, dk = hp.ssm_head_dim;
-            L.gdn.qkv = b.get(p + "attn_qkv.weight", {H, hp.conv_dim()});
-            L.gdn.gate = b.get(p + "attn_gate.weight", {H, hp.value_dim()});
-            L.gdn.beta = b.get(p + "ssm_beta.weight", {H, nv});
-            L.gdn.alpha = b.get(p + "ssm_alpha.weight", {H, nv});
-            L.gdn.conv1d = b.get(p + "ssm_conv1d.weight", {hp.ssm_conv_kernel, hp.conv_dim()});
-            L.gdn.dt_bias = b.get(p + "ssm_dt.bias", {nv});
-            L.gdn.a = b.get(p + "ssm_a", {nv});
-            L.gdn.norm = b.get(p + "ssm_norm.weight", {dk});
-            L.gdn.out = b.get(p + "ssm_out.weight", {hp.value_dim(), H});
-        } else {
-            // The MTP block attends densely; its indexer tensors are optional (loaded but unused by llama.cpp).
-            bind_attention(b, p, hp, L.qsa, il < hp.n_layer);
-        }
-        if (il == hp.ple_layer) {
-            L.has_ple = true;
-            const int64_t nH = hp.hc_dim();
-            L.ple.key = b.get(p + "ple_key.weight", {hp.ple_dim(), nH});
-            L.ple.value = b.get(p + "ple_value.weight", {hp.ple_dim(), H});
-            L.ple.norm_key = b.get(p + "ple_norm_key.weight", {nH});
-            L.ple.norm_query = b.get(p + "ple_norm_query.weight", {nH});
-            L.ple.norm_conv = b.get(p + "ple_norm_conv.weight", {nH});
-            L.ple.conv1d = b.get(p + "ple_conv1d.weight", {hp.ple_conv_kernel, nH});
-            const GgufTensor& table = f.tensor("per_layer_token_embd.weight");
-            if (table.n_dims != 2 || table.ne[0] != hp.ple_row_width)
-                fail(f.paths()[table.shard], ": per_layer_token_embd.weight has shape ", table.shape_string(),
-                     ", expected {", hp.ple_row_width, ", rows}");
-            for (int g = 0; g < hp.ple_n_heads(); ++g)
-                if (hp.ple_head_offsets[g] + hp.ple_head_sizes[g] > (uint64_t)table.ne[1])
-                    fail(f.paths()[0], ": PLE head ", g, " reaches row ", hp.ple_head_offsets[g] + hp.ple_head_sizes[g],
-                         " but the table has ", table.ne[1], " rows");
-            L.ple.table = &table;
-        }
-    }
+    for (int il = 0; il < hp.n_layer + hp.n_nextn; ++il) m.layers.push_back(bind_layer(f, hp, il));
     if (hp.n_nextn) {
-        const std::string p = "blk." + std::to_string(hp.n_layer) + ".nextn.";
         m.has_nextn = true;
-        m.nextn.eh_proj = b.get(p + "eh_proj.weight", {2 * H, H});
-        m.nextn.enorm = b.get(p + "enorm.weight", {H});
-        m.nextn.hnorm = b.get(p + "hnorm.weight", {hp.hc_dim()});
-        m.nextn.head = bind_hyper(b, p + "hc_head_", hp, false);
+        m.nextn = bind_nextn(f, hp, hp.n_layer);
     }
     return m;
 }

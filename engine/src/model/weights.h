@@ -98,4 +98,9 @@ struct ModelWeights {
     static ModelWeights bind(GgufFile& f, Hparams& hp);
 };
 
+// Binds block `il` of a file: a trunk layer, or the MTP block (attention type; its indexer is optional).
+LayerWeights bind_layer(GgufFile& f, const Hparams& hp, int il);
+// Binds the MTP block's nextn.* tensors (GGUF.md §2.6).
+NextnWeights bind_nextn(GgufFile& f, const Hparams& hp, int il);
+
 }  // namespace strata

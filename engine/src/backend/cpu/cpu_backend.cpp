@@ -149,6 +149,13 @@ void CpuBackend::slice_cols(const float* x, int T, int width, int c0, int nc, fl
     for (int t = 0; t < T; ++t) std::memcpy(y + (size_t)t * nc, x + (size_t)t * width + c0, (size_t)nc * sizeof(float));
 }
 
+void CpuBackend::concat_cols(const float* a, const float* b, int rows, int wa, int wb, float* y) {
+    for (int r = 0; r < rows; ++r) {
+        std::memcpy(y + (size_t)r * (wa + wb), a + (size_t)r * wa, (size_t)wa * sizeof(float));
+        std::memcpy(y + (size_t)r * (wa + wb) + wa, b + (size_t)r * wb, (size_t)wb * sizeof(float));
+    }
+}
+
 void CpuBackend::deinterleave(const float* x, int T, int n_heads, int la, int lb, float* a, float* b) {
     for (int t = 0; t < T; ++t)
         for (int h = 0; h < n_heads; ++h) {

@@ -35,6 +35,7 @@ public:
     void add_row(float* x, int T, int width, const Weight& v) override;
     void mul_row(float* x, int T, int width, const Weight& v) override;
     void slice_cols(const float* x, int T, int width, int c0, int nc, float* y) override;
+    void concat_cols(const float* a, const float* b, int rows, int wa, int wb, float* y) override;
     void deinterleave(const float* x, int T, int n_heads, int la, int lb, float* a, float* b) override;
     void mean_rows(const float* x, int rows, int width, float* y) override;
     void repeat_streams(const float* e, int T, int n, int H, float* X) override;
