@@ -17,6 +17,9 @@ except ImportError:
     pass
 
 THINK_LEVELS = ("none", "low", "medium", "high", "default")
+# Control characters in model text (carriage returns, escape sequences) would move the cursor or restyle the
+# terminal; they are shown as U+FFFD instead. Tab and newline stay.
+CONTROL_CHARS = {c: "\ufffd" for c in (*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f)}
 HELP = ("Commands: /image <path> (attach a picture to the next message), /think none|low|medium|high|default, "
         "/reset (new conversation), /quit. Ctrl+C stops an answer.")
 
@@ -159,13 +162,13 @@ class ChatSession:
                     if not in_thinking:
                         self.write(f"{self.style.dim_on}(thinking) ")
                         in_thinking = True
-                    self.write(delta["reasoning_content"])
+                    self.write(delta["reasoning_content"].translate(CONTROL_CHARS))
                     reply["reasoning_content"] += delta["reasoning_content"]
                 if delta.get("content"):
                     if in_thinking:
                         self.write(f"{self.style.off}\n")
                         in_thinking = False
-                    self.write(delta["content"])
+                    self.write(delta["content"].translate(CONTROL_CHARS))
                     reply["content"] += delta["content"]
                 for call in delta.get("tool_calls") or []:
                     function = call.get("function") or {}
