@@ -1,6 +1,8 @@
 # gateway/chat.py driven through a pseudo-terminal (pexpect) against the real gateway and engine: thinking
 # streams dimmed, Ctrl+C stops the answer mid-stream (the engine sees STOP), the next message is answered, and
 # /think, /reset, /image and /quit do what they say.
+import io
+import re
 import struct
 import sys
 import zlib
@@ -26,6 +28,8 @@ def test_terminal_chat_streams_stops_on_ctrl_c_and_answers_again(gateway, tmp_pa
                                           "--max-tokens", "1500"],
                          cwd=str(PROJECT_DIR), env={"PATH": "/usr/bin:/bin", "TERM": "xterm", "PYTHONPATH": ""},
                          encoding="utf-8", codec_errors="replace", timeout=30, dimensions=(40, 200))
+    transcript = io.StringIO()
+    chat.logfile_read = transcript
     try:
         chat.expect(f"Connected to {gateway.health['model']}")
         chat.expect("you> ")
@@ -61,3 +65,5 @@ def test_terminal_chat_streams_stops_on_ctrl_c_and_answers_again(gateway, tmp_pa
     finally:
         chat.close()
     assert chat.exitstatus == 0
+    # Model text never reaches the terminal as raw control characters (a lone CR would overwrite the line).
+    assert re.search(r"\r(?!\n)", transcript.getvalue()) is None
