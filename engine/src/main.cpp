@@ -6,17 +6,25 @@
 
 #include "cli/options.h"
 #include "common/error.h"
+#if STRATA_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 static const char* kUsage =
     "usage:\n"
-    "  strata generate --model FILE (--prompt-ids 1,2,3 | --prompt-file F) [-n N] [--threads N] [--ctx N]\n"
+    "  strata generate --model FILE (--prompt-ids 1,2,3 | --prompt-file F) [-n N] [--backend cpu|cuda]\n"
+    "                  [--threads N] [--ctx N]\n"
     "                  [--chunk N] [--logits-out F] [--ignore-eos]\n"
     "  strata info FILE.gguf [--metadata]\n"
-    "  strata --serve --model FILE [--threads N] [--ctx N] [--chunk N]\n";
+    "  strata --serve --model FILE [--backend cpu|cuda] [--threads N] [--ctx N] [--chunk N]\n"
+    "  (--backend cuda needs a build with -DSTRATA_CUDA=ON)\n";
 
 int main(int argc, char** argv) {
     if (argc < 2) { std::fputs(kUsage, stderr); return 2; }
     const std::string cmd = argv[1];
+#if STRATA_HAVE_CUDA
+    strata::cuda_backend_factory = strata::make_cuda_backend;
+#endif
     try {
         if (cmd == "generate") return strata::generate_command(argc, argv);
         if (cmd == "info") return strata::info_command(argc, argv);

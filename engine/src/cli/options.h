@@ -2,6 +2,7 @@
 // name the flag.
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,12 @@ private:
 };
 
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& what);
+
+// The backend named by --backend (cpu, the default, or cuda) with --threads for the CPU one. cuda works only in an
+// executable built with the CUDA backend, whose main() sets cuda_backend_factory.
+class Backend;
+extern std::unique_ptr<Backend> (*cuda_backend_factory)();
+std::unique_ptr<Backend> make_backend(const Options& o);
 
 int generate_command(int argc, char** argv);
 int info_command(int argc, char** argv);

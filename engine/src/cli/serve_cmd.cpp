@@ -13,23 +13,27 @@
 namespace strata {
 
 int serve_command(int argc, char** argv) {
-    Options o(argc, argv, 1, {"--model", "--threads", "--ctx", "--chunk"}, {"--serve"});
-    CpuBackend be((int)o.integer("--threads", 0, 0, 1024));
+    Options o(argc, argv, 1, {"--model", "--backend", "--threads", "--ctx", "--chunk", "--mtp", "--spec"}, {"--serve"});
+    std::unique_ptr<Backend> be;
     std::unique_ptr<Qwen4Exp> model_ptr;
     std::unique_ptr<Qwen4ExpGenerator> gen_ptr;
     try {
-        model_ptr = std::make_unique<Qwen4Exp>(o.required("--model"), be);
+        be = make_backend(o);
+        model_ptr = std::make_unique<Qwen4Exp>(o.required("--model"), *be);
         gen_ptr = std::make_unique<Qwen4ExpGenerator>(*model_ptr, (int)o.integer("--ctx", 0, 0, 1 << 24),
                                                       (int)o.integer("--chunk", 256, 1, 1 << 20));
+        if (o.has("--mtp")) gen_ptr->enable_speculation(o.str("--mtp"), (int)o.integer("--spec", 3, 1, 8));
     } catch (const Error& e) {
         // protocol.md: a start that fails says READY 0 so the gateway knows at once; the message goes to stderr.
         std::cout << "READY 0 stop" << std::endl;
         throw;
     }
+    const CpuBackend* cpu = dynamic_cast<const CpuBackend*>(be.get());
     Qwen4Exp& model = *model_ptr;
     Qwen4ExpGenerator& gen = *gen_ptr;
     log_info("serve", "model loaded: " + model.file().paths()[0] + ", context " + std::to_string(gen.context_length()) +
-                          ", " + std::to_string(be.n_threads()) + " threads");
+                          ", backend " + be->name() +
+                          (cpu ? ", " + std::to_string(cpu->n_threads()) + " threads" : std::string()));
     return serve_main(gen, std::cin, std::cout);
 }
 

@@ -1,0 +1,415 @@
+// CudaBackend: device memory, weight uploads and the Backend ops, each a thin host wrapper over kernels/.
+// Host-side arguments (token ids, positions, keep-lists, expert ids and weights) are uploaded per call.
+// STRATA_CUDA_SYNC=1 in the environment synchronises after every op, so an asynchronous fault names its op.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <unordered_map>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_pool.h"
+#include "backend/cuda/kernels/kernels.h"
+#include "common/error.h"
+
+namespace strata {
+
+struct CudaBackend::Impl {
+    int device = 0;
+    cudaStream_t stream = nullptr;
+    cuda::DevicePool pool;
+    struct Upload {
+        size_t bytes;
+        uint8_t* dev;
+    };
+    std::map<const uint8_t*, Upload> weights;                // host data start → device copy (stored format)
+    std::unordered_map<const uint8_t*, float*> f32;          // host data → f32 copy (vectors the ops read as f32)
+    size_t weight_bytes = 0;
+    bool sync_each_op = false;
+
+    // The device address of a weight's data (also for views inside an uploaded tensor).
+    const uint8_t* dev(const Weight& w) const {
+        STRATA_CHECK(w.data, "cuda: weight ", w.tensor ? w.tensor->name : "(unnamed)", " has no data");
+        auto it = weights.upper_bound(w.data);
+        if (it != weights.begin()) {
+            --it;
+            if (w.data < it->first + it->second.bytes) return it->second.dev + (w.data - it->first);
+        }
+        fail("cuda: weight ", w.tensor ? w.tensor->name : "(unnamed)", " is not on the device (prepare_weights not called?)");
+    }
+
+    const float* dev_f32(const Weight& w) {
+        auto it = f32.find(w.data);
+        if (it != f32.end()) return it->second;
+        const std::vector<float> host = weight_to_f32(w);
+        float* d = nullptr;
+        CUDA_CHECK(cudaMalloc(&d, host.size() * sizeof(float)));
+        CUDA_CHECK(cudaMemcpy(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+        f32[w.data] = d;
+        weight_bytes += host.size() * sizeof(float);
+        return d;
+    }
+
+    // Scratch device memory for the duration of one op (stream order makes the early return to the pool safe).
+    struct Buf {
+        Impl& im;
+        void* p;
+        Buf(Impl& i, size_t bytes) : im(i), p(i.pool.get(bytes)) {}
+        ~Buf() { im.pool.put(p); }
+        Buf(const Buf&) = delete;
+        Buf& operator=(const Buf&) = delete;
+        template <class T> T* as() const { return static_cast<T*>(p); }
+    };
+
+    void upload(void* dst, const void* host, size_t bytes) {
+        if (!bytes) return;
+        CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));       // the host array may be pageable and short-lived
+    }
+
+    void done(const char* op) {
+        if (!sync_each_op) return;
+        const cudaError_t err = cudaStreamSynchronize(stream);
+        if (err != cudaSuccess) fail("CUDA error after op ", op, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
+    }
+
+    // y[p] = W_p · x[p / act_div] for P activation rows; quantizes x first for block formats as the CPU path does.
+    void matmul_rows(const cuda::MatmulArgs& m, const float* x, int act_rows, int P, float* y) {
+        const int blk = cuda::act_block(m.type);
+        if (!blk) {
+            cuda::matmul(stream, m, x, cuda::ActQ8{}, P, y);
+            return;
+        }
+        STRATA_CHECK(m.n % blk == 0, "cuda matmul: ", m.n, " inputs are not a multiple of the activation block ", blk,
+                     " of ", ggml_type_name(m.type));
+        Buf q(*this, (size_t)act_rows * m.n), d(*this, (size_t)act_rows * (m.n / blk) * sizeof(float));
+        cuda::ActQ8 act{q.as<int8_t>(), d.as<float>()};
+        cuda::quantize_act(stream, blk, x, act_rows, m.n, act);
+        cuda::matmul(stream, m, x, act, P, y);
+    }
+};
+
+CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
+    int count = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&count));
+    STRATA_CHECK(device >= 0 && device < count, "cuda: device ", device, " does not exist (", count, " devices)");
+    impl_->device = device;
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+    cuda::upload_iq_tables();
+    const char* env = std::getenv("STRATA_CUDA_SYNC");
+    impl_->sync_each_op = env && std::strcmp(env, "1") == 0;
+}
+
+CudaBackend::~CudaBackend() {
+    cudaStreamSynchronize(impl_->stream);
+    for (auto& [host, up] : impl_->weights) cudaFree(up.dev);
+    for (auto& [host, d] : impl_->f32) cudaFree(d);
+    cudaStreamDestroy(impl_->stream);
+}
+
+std::string CudaBackend::device_name() const {
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, impl_->device));
+    return prop.name;
+}
+
+size_t CudaBackend::weight_bytes() const { return impl_->weight_bytes; }
+
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+
+void CudaBackend::upload_weight(const Weight& w) {
+    if (!w.present() || !w.data) return;
+    auto it = impl_->weights.upper_bound(w.data);
+    if (it != impl_->weights.begin() && w.data < std::prev(it)->first + std::prev(it)->second.bytes) return;
+    STRATA_CHECK(cuda::format_supported(w.type), "cuda: weight ", w.tensor->name, " has type ", ggml_type_name(w.type),
+                 ", which the CUDA backend cannot read");
+    const size_t bytes = w.row_bytes * (size_t)w.n_rows();
+    uint8_t* d = nullptr;
+    CUDA_CHECK(cudaMalloc(&d, bytes));
+    CUDA_CHECK(cudaMemcpy(d, w.data, bytes, cudaMemcpyHostToDevice));
+    impl_->weights[w.data] = Impl::Upload{bytes, d};
+    impl_->weight_bytes += bytes;
+}
+
+namespace {
+template <class Fn>
+void visit_hyper(const HyperWeights& h, Fn&& fn) {
+    for (const Weight* w : {&h.norm, &h.down, &h.up, &h.inject}) fn(*w);
+}
+
+template <class Fn>
+void visit_layer(const LayerWeights& L, Fn&& fn) {
+    visit_hyper(L.hc_attn, fn);
+    visit_hyper(L.hc_ffn, fn);
+    const GdnWeights& g = L.gdn;
+    for (const Weight* w : {&g.qkv, &g.gate, &g.beta, &g.alpha, &g.conv1d, &g.dt_bias, &g.a, &g.norm, &g.out}) fn(*w);
+    const QsaWeights& q = L.qsa;
+    for (const Weight* w : {&q.q, &q.k, &q.v, &q.out, &q.q_norm, &q.k_norm, &q.idx_q, &q.idx_k, &q.idx_q_norm,
+                            &q.idx_k_norm})
+        fn(*w);
+    const MoeWeights& m = L.moe;
+    for (const Weight* w : {&m.router, &m.gate_exps, &m.up_exps, &m.down_exps, &m.shexp_gate_inp, &m.gate_shexp,
+                            &m.up_shexp, &m.down_shexp})
+        fn(*w);
+    if (L.has_ple) {
+        const PleWeights& p = L.ple;     // the PLE table itself stays on the host (rows are read per token)
+        for (const Weight* w : {&p.key, &p.value, &p.norm_key, &p.norm_query, &p.norm_conv, &p.conv1d}) fn(*w);
+    }
+}
+
+template <class Fn>
+void visit_nextn(const NextnWeights& n, Fn&& fn) {
+    for (const Weight* w : {&n.eh_proj, &n.enorm, &n.hnorm}) fn(*w);
+    visit_hyper(n.head, fn);
+}
+}  // namespace
+
+void CudaBackend::prepare_weights(const ModelWeights& mw) {
+    auto up = [&](const Weight& w) { upload_weight(w); };
+    up(mw.token_embd);
+    up(mw.output);
+    visit_hyper(mw.output_hc, up);
+    for (const LayerWeights& L : mw.layers) visit_layer(L, up);
+    if (mw.has_nextn) visit_nextn(mw.nextn, up);
+}
+
+void CudaBackend::prepare_weights_extra(const LayerWeights& block, const NextnWeights& nextn) {
+    auto up = [&](const Weight& w) { upload_weight(w); };
+    visit_layer(block, up);
+    visit_nextn(nextn, up);
+}
+
+float* CudaBackend::alloc(size_t n) { return static_cast<float*>(impl_->pool.get(std::max<size_t>(n, 1) * sizeof(float))); }
+void CudaBackend::release(float* p) { impl_->pool.put(p); }
+
+void CudaBackend::to_device(float* dst, const float* host, size_t n) { impl_->upload(dst, host, n * sizeof(float)); }
+
+void CudaBackend::to_host(float* host, const float* src, size_t n) {
+    if (!n) return;
+    CUDA_CHECK(cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDeviceToHost, impl_->stream));
+    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+}
+
+void CudaBackend::fill(float* x, float value, size_t n) {
+    cuda::fill(impl_->stream, x, value, n);
+    impl_->done("fill");
+}
+
+void CudaBackend::copy(float* dst, const float* src, size_t n) {
+    if (!n || dst == src) return;
+    const size_t bytes = n * sizeof(float);
+    if (dst < src + n && src < dst + n) {     // overlapping (memmove): through scratch
+        Impl::Buf tmp(*impl_, bytes);
+        CUDA_CHECK(cudaMemcpyAsync(tmp.p, src, bytes, cudaMemcpyDeviceToDevice, impl_->stream));
+        CUDA_CHECK(cudaMemcpyAsync(dst, tmp.p, bytes, cudaMemcpyDeviceToDevice, impl_->stream));
+    } else {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, impl_->stream));
+    }
+    impl_->done("copy");
+}
+
+void CudaBackend::embed(const Weight& table, const int32_t* ids, int T, float* y) {
+    for (int t = 0; t < T; ++t)
+        STRATA_CHECK(ids[t] >= 0 && ids[t] < table.ne[1], "token id ", ids[t], " is outside the vocabulary of ", table.ne[1]);
+    Impl::Buf d_ids(*impl_, (size_t)T * sizeof(int32_t));
+    impl_->upload(d_ids.p, ids, (size_t)T * sizeof(int32_t));
+    cuda::dequant_rows(impl_->stream, table.type, impl_->dev(table), table.row_bytes, (int)table.ne[0],
+                       d_ids.as<int32_t>(), T, y);
+    impl_->done("embed");
+}
+
+void CudaBackend::matmul(const Weight& w, const float* x, int T, float* y) {
+    cuda::MatmulArgs m;
+    m.type = w.type;
+    m.w = impl_->dev(w);
+    m.row_bytes = w.row_bytes;
+    m.rows = w.n_rows();
+    m.n = (int)w.ne[0];
+    impl_->matmul_rows(m, x, T, T, y);
+    impl_->done("matmul");
+}
+
+void CudaBackend::rms_norm(const float* x, const Weight* w, int rows, int width, int group, float eps, float* y) {
+    const float* wf = w ? impl_->dev_f32(*w) : nullptr;
+    const int w_len = w ? (int)(w->ne[0] * w->n_rows()) : 0;
+    cuda::rms_norm(impl_->stream, x, wf, w_len, rows, width, group, eps, y);
+    impl_->done("rms_norm");
+}
+
+void CudaBackend::l2_norm(const float* x, int rows, int width, int group, float eps, float scale, float* y) {
+    cuda::l2_norm(impl_->stream, x, rows, width, group, eps, scale, y);
+    impl_->done("l2_norm");
+}
+
+void CudaBackend::unary(Unary f, const float* x, size_t n, float scale, float* y) {
+    cuda::unary(impl_->stream, f, x, n, scale, y);
+    impl_->done("unary");
+}
+
+void CudaBackend::mul(const float* a, const float* b, size_t n, float* y) {
+    cuda::mul(impl_->stream, a, b, n, y);
+    impl_->done("mul");
+}
+
+void CudaBackend::add(float* y, const float* x, size_t n) {
+    cuda::add(impl_->stream, y, x, n);
+    impl_->done("add");
+}
+
+void CudaBackend::scale(float* x, size_t n, float s) {
+    cuda::scale(impl_->stream, x, n, s);
+    impl_->done("scale");
+}
+
+void CudaBackend::add_row(float* x, int T, int width, const Weight& v) {
+    STRATA_CHECK(v.ne[0] * v.n_rows() == width, "cuda add_row: weight ", v.tensor ? v.tensor->name : "", " has ",
+                 v.ne[0] * v.n_rows(), " values for a row of ", width);
+    cuda::row_op(impl_->stream, false, x, T, width, impl_->dev_f32(v));
+    impl_->done("add_row");
+}
+
+void CudaBackend::mul_row(float* x, int T, int width, const Weight& v) {
+    STRATA_CHECK(v.ne[0] * v.n_rows() == width, "cuda mul_row: weight ", v.tensor ? v.tensor->name : "", " has ",
+                 v.ne[0] * v.n_rows(), " values for a row of ", width);
+    cuda::row_op(impl_->stream, true, x, T, width, impl_->dev_f32(v));
+    impl_->done("mul_row");
+}
+
+void CudaBackend::slice_cols(const float* x, int T, int width, int c0, int nc, float* y) {
+    cuda::slice_cols(impl_->stream, x, T, width, c0, nc, y);
+    impl_->done("slice_cols");
+}
+
+void CudaBackend::concat_cols(const float* a, const float* b, int rows, int wa, int wb, float* y) {
+    cuda::concat_cols(impl_->stream, a, b, rows, wa, wb, y);
+    impl_->done("concat_cols");
+}
+
+void CudaBackend::deinterleave(const float* x, int T, int n_heads, int la, int lb, float* a, float* b) {
+    cuda::deinterleave(impl_->stream, x, T, n_heads, la, lb, a, b);
+    impl_->done("deinterleave");
+}
+
+void CudaBackend::mean_rows(const float* x, int rows, int width, float* y) {
+    cuda::mean_rows(impl_->stream, x, rows, width, y);
+    impl_->done("mean_rows");
+}
+
+void CudaBackend::repeat_streams(const float* e, int T, int n, int H, float* X) {
+    cuda::repeat_streams(impl_->stream, e, T, n, H, X);
+    impl_->done("repeat_streams");
+}
+
+void CudaBackend::ple_gate(const float* K, const float* Q, const float* v, int T, int n, int H, float* gv) {
+    cuda::ple_gate(impl_->stream, K, Q, v, T, n, H, gv);
+    impl_->done("ple_gate");
+}
+
+void CudaBackend::hyper_mix(const float* xn, const float* m, int T, int n, int H, float* u) {
+    cuda::hyper_mix(impl_->stream, xn, m, T, n, H, u);
+    impl_->done("hyper_mix");
+}
+
+void CudaBackend::hyper_inject(float* X, const float* inj, const float* y, int T, int n, int H) {
+    cuda::hyper_inject(impl_->stream, X, inj, y, T, n, H);
+    impl_->done("hyper_inject");
+}
+
+void CudaBackend::causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) {
+    STRATA_CHECK(w.ne[0] * w.n_rows() == (int64_t)K * C, "cuda causal_conv: weight ", w.tensor ? w.tensor->name : "",
+                 " has ", w.ne[0] * w.n_rows(), " taps for ", C, " channels of ", K);
+    Impl::Buf tmp(*impl_, std::max<size_t>(1, (size_t)(K - 1) * dil * C) * sizeof(float));
+    cuda::causal_conv(impl_->stream, x, T, C, impl_->dev_f32(w), K, dil, hist, tmp.as<float>(), y);
+    impl_->done("causal_conv");
+}
+
+void CudaBackend::gdn_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                                int T, int nk, int nv, int dk, int dv, float* S, float* o) {
+    cuda::gdn_recurrent(impl_->stream, q, k, v, g, beta, T, nk, nv, dk, dv, S, o);
+    impl_->done("gdn_recurrent");
+}
+
+void CudaBackend::rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) {
+    bool consecutive = true;
+    for (int t = 1; t < T && consecutive; ++t) consecutive = pos[t] == pos[0] + t;
+    if (consecutive) {
+        cuda::rope(impl_->stream, x, T, n_heads, hd, n_rot, theta, nullptr, T ? pos[0] : 0);
+    } else {
+        Impl::Buf d_pos(*impl_, (size_t)T * sizeof(int32_t));
+        impl_->upload(d_pos.p, pos, (size_t)T * sizeof(int32_t));
+        cuda::rope(impl_->stream, x, T, n_heads, hd, n_rot, theta, d_pos.as<int32_t>(), 0);
+    }
+    impl_->done("rope");
+}
+
+void CudaBackend::attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
+                            const std::vector<std::vector<int32_t>>& keep, float* o) {
+    STRATA_CHECK((int)keep.size() >= T, "cuda attention: ", keep.size(), " keep-lists for ", T, " queries");
+    // The dense causal pattern (query t sees 0 … n0 + t − 1) needs no upload.
+    const int n0 = T ? (int)keep[0].size() : 0;
+    bool dense = true;
+    for (int t = 0; t < T && dense; ++t) {
+        dense = (int)keep[t].size() == n0 + t;
+        for (int c = 0; dense && c < (int)keep[t].size(); ++c) dense = keep[t][c] == c;
+    }
+    if (dense) {
+        cuda::attention(impl_->stream, q, K, V, T, nh, nkv, hd, nullptr, nullptr, n0, o);
+    } else {
+        std::vector<int32_t> flat(T + 1);
+        for (int t = 0; t < T; ++t) flat[t + 1] = flat[t] + (int32_t)keep[t].size();
+        for (int t = 0; t < T; ++t) flat.insert(flat.end(), keep[t].begin(), keep[t].end());
+        Impl::Buf d_flat(*impl_, flat.size() * sizeof(int32_t));
+        impl_->upload(d_flat.p, flat.data(), flat.size() * sizeof(int32_t));
+        const int32_t* off = d_flat.as<int32_t>();
+        cuda::attention(impl_->stream, q, K, V, T, nh, nkv, hd, off, off + T + 1, 0, o);
+    }
+    impl_->done("attention");
+}
+
+void CudaBackend::indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) {
+    cuda::indexer_scores(impl_->stream, q, kb, nb, ni, di, scale, s);
+    impl_->done("indexer_scores");
+}
+
+void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
+                              const float* weights, float* y) {
+    const int H = (int)w.gate_exps.ne[0], I = (int)w.gate_exps.ne[1], E = (int)w.gate_exps.ne[2];
+    const int P = T * k;   // (token, expert) pairs
+    if (!P) return;
+    for (int p = 0; p < P; ++p) STRATA_CHECK(ids[p] >= 0 && ids[p] < E, "cuda moe: expert id ", ids[p], " is outside 0..", E - 1);
+    // ids and weights travel in one upload (both 4-byte values).
+    Impl::Buf route(*impl_, (size_t)2 * P * 4);
+    std::vector<uint32_t> host(2 * (size_t)P);
+    std::memcpy(host.data(), ids, (size_t)P * 4);
+    std::memcpy(host.data() + P, weights, (size_t)P * 4);
+    impl_->upload(route.p, host.data(), host.size() * 4);
+    const int32_t* d_ids = route.as<int32_t>();
+    const float* d_w = route.as<float>() + P;
+
+    Impl::Buf gate(*impl_, (size_t)P * I * 4), up(*impl_, (size_t)P * I * 4), down(*impl_, (size_t)P * H * 4);
+    auto expert_args = [&](const Weight& e, int rows, int n, int act_div) {
+        cuda::MatmulArgs m;
+        m.type = e.type;
+        m.w = impl_->dev(e);
+        m.row_bytes = e.row_bytes;
+        m.rows = rows;
+        m.n = n;
+        m.mat_stride = (size_t)rows * e.row_bytes;
+        m.ids = d_ids;
+        m.act_div = act_div;
+        return m;
+    };
+    impl_->matmul_rows(expert_args(w.gate_exps, I, H, k), x, T, P, gate.as<float>());
+    impl_->matmul_rows(expert_args(w.up_exps, I, H, k), x, T, P, up.as<float>());
+    cuda::swiglu(impl_->stream, gate.as<float>(), up.as<float>(), (size_t)P * I, gate.as<float>());
+    impl_->matmul_rows(expert_args(w.down_exps, H, I, 1), gate.as<float>(), P, P, down.as<float>());
+    cuda::moe_combine(impl_->stream, down.as<float>(), d_w, T, k, H, y);
+    impl_->done("moe_experts");
+}
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+}  // namespace strata

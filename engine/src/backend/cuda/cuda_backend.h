@@ -1,0 +1,76 @@
+// The CUDA backend: every Backend op on one GPU and one stream. prepare_weights uploads every weight once in its
+// stored block format (cudaMalloc, never managed memory); activations live in device memory from a caching pool.
+// Plain C++ header (no CUDA headers), so the CLI can create the backend through make_cuda_backend().
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace strata {
+
+class CudaBackend : public Backend {
+public:
+    explicit CudaBackend(int device = 0);
+    ~CudaBackend() override;
+    CudaBackend(const CudaBackend&) = delete;
+    CudaBackend& operator=(const CudaBackend&) = delete;
+
+    const char* name() const override { return "cuda"; }
+    void prepare_weights(const ModelWeights& w) override;
+    // The MTP block and nextn tensors (from their own file). Declared without `override` so this header builds
+    // with a backend.h from before or after that hook and concat_cols were added.
+    void prepare_weights_extra(const LayerWeights& block, const NextnWeights& nextn);
+    // Uploads one weight (no-op when its data is already on the device); prepare_weights calls it for each.
+    void upload_weight(const Weight& w);
+    size_t weight_bytes() const;        // device bytes held by uploaded weights
+    std::string device_name() const;
+    void synchronize();                 // waits for all queued work (for timing)
+
+    float* alloc(size_t n) override;
+    void release(float* p) override;
+    void to_device(float* dst, const float* host, size_t n) override;
+    void to_host(float* host, const float* src, size_t n) override;
+    void fill(float* x, float value, size_t n) override;
+    void copy(float* dst, const float* src, size_t n) override;
+
+    void embed(const Weight& table, const int32_t* ids, int T, float* y) override;
+    void matmul(const Weight& w, const float* x, int T, float* y) override;
+    void rms_norm(const float* x, const Weight* w, int rows, int width, int group, float eps, float* y) override;
+    void l2_norm(const float* x, int rows, int width, int group, float eps, float scale, float* y) override;
+    void unary(Unary f, const float* x, size_t n, float scale, float* y) override;
+    void mul(const float* a, const float* b, size_t n, float* y) override;
+    void add(float* y, const float* x, size_t n) override;
+    void scale(float* x, size_t n, float s) override;
+    void add_row(float* x, int T, int width, const Weight& v) override;
+    void mul_row(float* x, int T, int width, const Weight& v) override;
+    void slice_cols(const float* x, int T, int width, int c0, int nc, float* y) override;
+    void concat_cols(const float* a, const float* b, int rows, int wa, int wb, float* y);
+    void deinterleave(const float* x, int T, int n_heads, int la, int lb, float* a, float* b) override;
+    void mean_rows(const float* x, int rows, int width, float* y) override;
+    void repeat_streams(const float* e, int T, int n, int H, float* X) override;
+    void ple_gate(const float* K, const float* Q, const float* v, int T, int n, int H, float* gv) override;
+    void hyper_mix(const float* xn, const float* m, int T, int n, int H, float* u) override;
+    void hyper_inject(float* X, const float* inj, const float* y, int T, int n, int H) override;
+    void causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) override;
+    void gdn_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int T,
+                       int nk, int nv, int dk, int dv, float* S, float* o) override;
+    void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) override;
+    void attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
+                   const std::vector<std::vector<int32_t>>& keep, float* o) override;
+    void indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) override;
+    void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids, const float* weights,
+                     float* y) override;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// The factory main() hands to the CLI when the executable is built with CUDA.
+std::unique_ptr<Backend> make_cuda_backend();
+
+}  // namespace strata

@@ -1,0 +1,89 @@
+// Host-side launchers of the CUDA kernels, one group per file of kernels/ (named like the Backend op). All take
+// device pointers and run on the given stream; shapes and formulas are those of backend/backend.h.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "backend/backend.h"
+#include "gguf/ggml_types.h"
+
+namespace strata::cuda {
+
+// ---- matmul.cu: weight formats, activation quantization, matrix products, row gathers (embed) ----
+void upload_iq_tables();                      // once per process, before the first matmul
+bool format_supported(GgmlType t);
+// The activation block a weight format multiplies with, as the CPU path quantizes it: 0 = f32 activations,
+// 32 = Q8_0 (fp16-rounded scale per 32), 256 = Q8_K (f32 scale per 256).
+int act_block(GgmlType t);
+// Activations quantized for a weight format: int8 q [rows, n] and one scale per act_block values.
+struct ActQ8 {
+    int8_t* q = nullptr;
+    float* d = nullptr;
+};
+void quantize_act(cudaStream_t s, int block, const float* x, int rows, int n, ActQ8 a);
+
+// y[p, r] = Σ_i W_p[r, i] · x[p / act_div, i] for p < P, W_p = w + (ids ? ids[p] : 0) · mat_stride bytes.
+struct MatmulArgs {
+    GgmlType type = GgmlType::F32;
+    const uint8_t* w = nullptr;
+    size_t row_bytes = 0;
+    int64_t rows = 0;           // output rows of one matrix
+    int n = 0;                  // inputs per row
+    size_t mat_stride = 0;      // bytes between the matrices that ids pick (3-D expert tensors)
+    const int32_t* ids = nullptr;  // device, one matrix id per p; null = the one matrix w
+    int act_div = 1;            // activation row of p = p / act_div
+};
+// x: f32 activations (used for F32/F16/BF16); act: the same rows quantized (used for block formats).
+void matmul(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y);
+// y[t] = row ids[t] of the table, dequantized; ids on the device.
+void dequant_rows(cudaStream_t s, GgmlType type, const uint8_t* w, size_t row_bytes, int n, const int32_t* ids, int T,
+                  float* y);
+
+// ---- elementwise.cu ----
+void fill(cudaStream_t s, float* x, float v, size_t n);
+void unary(cudaStream_t s, Unary f, const float* x, size_t n, float scale, float* y);
+void mul(cudaStream_t s, const float* a, const float* b, size_t n, float* y);
+void add(cudaStream_t s, float* y, const float* x, size_t n);
+void scale(cudaStream_t s, float* x, size_t n, float v);
+void row_op(cudaStream_t s, bool multiply, float* x, int T, int width, const float* v);   // add_row / mul_row
+void slice_cols(cudaStream_t s, const float* x, int T, int width, int c0, int nc, float* y);
+void concat_cols(cudaStream_t s, const float* a, const float* b, int rows, int wa, int wb, float* y);
+void deinterleave(cudaStream_t s, const float* x, int T, int n_heads, int la, int lb, float* a, float* b);
+void mean_rows(cudaStream_t s, const float* x, int rows, int width, float* y);
+void repeat_streams(cudaStream_t s, const float* e, int T, int n, int H, float* X);
+// Combination of the routed experts: y[t, c] = Σ_j w[t, j] · down[t·k + j, c].
+void moe_combine(cudaStream_t s, const float* down, const float* w, int T, int k, int H, float* y);
+// h[p, i] = silu(gate[p, i]) · up[p, i].
+void swiglu(cudaStream_t s, const float* gate, const float* up, size_t n, float* h);
+
+// ---- rms_norm.cu ----
+void rms_norm(cudaStream_t s, const float* x, const float* w, int w_len, int rows, int width, int group, float eps,
+              float* y);
+void l2_norm(cudaStream_t s, const float* x, int rows, int width, int group, float eps, float scale, float* y);
+
+// ---- hyper.cu: hyper-connection read mix and write, the PLE gate ----
+void hyper_mix(cudaStream_t s, const float* xn, const float* m, int T, int n, int H, float* u);
+void hyper_inject(cudaStream_t s, float* X, const float* inj, const float* y, int T, int n, int H);
+void ple_gate(cudaStream_t s, const float* K, const float* Q, const float* v, int T, int n, int H, float* gv);
+
+// ---- causal_conv.cu ---- w [C, K] as f32; tmp: (K−1)·dil·C floats of scratch for the history update.
+void causal_conv(cudaStream_t s, const float* x, int T, int C, const float* w, int K, int dil, float* hist, float* tmp,
+                 float* y);
+
+// ---- gdn_recurrent.cu ----
+void gdn_recurrent(cudaStream_t s, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                   int T, int nk, int nv, int dk, int dv, float* S, float* o);
+
+// ---- rope.cu ---- positions pos[t] on the device, or pos0 + t when pos is null.
+void rope(cudaStream_t s, float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos, int pos0);
+
+// ---- attention.cu ---- cells of query t: cells[off[t] … off[t+1]) on the device, or 0 … n0 + t when cells is null.
+void attention(cudaStream_t s, const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
+               const int32_t* off, const int32_t* cells, int n0, float* o);
+
+// ---- indexer_scores.cu ----
+void indexer_scores(cudaStream_t s, const float* q, const float* kb, int nb, int ni, int di, float scale, float* out);
+
+}  // namespace strata::cuda

@@ -1,0 +1,34 @@
+// rope: NeoX-style rotation of the first n_rot dims of each head (pairs j and j + n_rot/2); one thread per pair.
+#include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/kernels.h"
+
+namespace strata::cuda {
+
+namespace {
+
+__global__ void rope_kernel(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos, int pos0) {
+    const int half = n_rot / 2;
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * n_heads * half) return;
+    const int j = (int)(i % half);
+    const size_t th = i / half;                  // t·n_heads + h
+    const int t = (int)(th / n_heads);
+    const float inv_freq = (float)(1.0 / pow((double)theta, (double)(2 * j) / n_rot));
+    const float angle = (float)(pos ? pos[t] : pos0 + t) * inv_freq;
+    const float c = cosf(angle), s = sinf(angle);
+    float* xh = x + th * hd;
+    const float a = xh[j], b = xh[j + half];
+    xh[j] = a * c - b * s;
+    xh[j + half] = b * c + a * s;
+}
+
+}  // namespace
+
+void rope(cudaStream_t s, float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos, int pos0) {
+    const size_t total = (size_t)T * n_heads * (n_rot / 2);
+    if (!total) return;
+    rope_kernel<<<grid_for(total, 128), 128, 0, s>>>(x, T, n_heads, hd, n_rot, theta, pos, pos0);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace strata::cuda
