@@ -184,6 +184,8 @@ private:
         const int n_vocab = gen_.vocab_size();
         auto never = [] { return false; };
         auto quiet = [](int, int) {};
+        // Drafts are verified against greedy choices only: sampling and penalties decode one token at a time.
+        const bool speculate = gen_.spec_depth() > 0 && req.sampling.greedy() && !req.sampling.has_penalties();
         while (true) {
             if (cancel_requested()) { done.finish = serve::Finish::cancel; break; }
             int32_t token = sampler.sample(logits, n_vocab, history);
@@ -195,6 +197,19 @@ private:
                 break;
             }
             if (done.generated >= req.max_new) { done.finish = serve::Finish::length; break; }
+            if (speculate) {
+                // Greedy: the MTP head drafts, one pass verifies; accepted drafts are what greedy would emit.
+                TextGenerator::GreedyStep step = gen_.append_greedy(token, req.max_new - done.generated);
+                for (size_t i = 1; i < step.fed.size(); ++i) {
+                    emit(serve::format_token(step.fed[i]));
+                    ++done.generated;
+                }
+                done.drafts_offered += step.offered;
+                done.drafts_accepted += step.accepted;
+                logits = step.logits;
+                if (done.generated >= req.max_new) { done.finish = serve::Finish::length; break; }
+                continue;
+            }
             int32_t one[1] = {token};
             logits = gen_.append(std::span<const int32_t>(one, 1), quiet, never);
         }
