@@ -33,10 +33,11 @@ def test_terminal_chat_streams_stops_on_ctrl_c_and_answers_again(gateway, tmp_pa
     try:
         chat.expect(f"Connected to {gateway.health['model']}")
         chat.expect("you> ")
-        chat.sendline("Tell me a long story about a lighthouse.")
+        # (This prompt's greedy answer from the tiny model has a carriage return in its first words.)
+        chat.sendline("Tell me about lighthouses")
         chat.expect_exact("strata>")
         chat.expect_exact(f"{DIM}(thinking) ")       # thinking is shown dimmed while it streams
-        chat.expect(r"[^\s\x1b]{3}")                   # and text keeps coming
+        chat.expect(r"(?s).{40}")                      # and text keeps coming
         chat.sendintr()                               # Ctrl+C mid-answer
         chat.expect_exact("[stopped]")
         chat.expect("you> ")
