@@ -76,8 +76,10 @@ static void q2_0_act_groups(const BlockQ8_0* blocks, Q2_0ActGroup* g, int64_t ng
                 int e = 4 * k + s;
                 g[i].perm[16 * s + k] = ab[e / 32].qs[e % 32];
             }
-        for (int l = 0; l < 16; ++l) {
-            g[i].negsum[l] = -(g[i].perm[4 * l] + g[i].perm[4 * l + 1] + g[i].perm[4 * l + 2] + g[i].perm[4 * l + 3]);
+        for (int l = 0; l < 8; ++l) {
+            int s = 0;
+            for (int b = 0; b < 4; ++b) s += g[i].perm[4 * l + b] + g[i].perm[32 + 4 * l + b];
+            g[i].negsum[l] = -s;
             g[i].dscale[l] = half_to_float(ab[(l % 4) < 2 ? 0 : 1].d);
         }
     }

@@ -115,20 +115,11 @@ void iq_grid_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* o
     for (int t = 0; t < NA; ++t) out[t] = k * _mm512_reduce_add_ps(acc[t]);
 }
 #else
-// AVX2: per 32 weights the grid bytes, the i16 scales of its two 16-weight halves and a 0xFF mask of negated weights.
-struct SuperBlock256 {
-    __m256i g[8], sc[8], neg[8];
+// AVX2: per 32 weights the grid bytes, the i16 scales of its two 16-weight halves and a 0xFF mask of negated
+// weights, decoded group by group and dotted at once (holding a whole decoded super-block measured slower).
+struct Group256 {
+    __m256i g, sc, neg;
 };
-
-inline __m256i dot_superblock(const SuperBlock256& b, const int8_t* y) {
-    __m256i sumi = _mm256_setzero_si256();
-    for (int k = 0; k < 8; ++k) {
-        __m256i v = load256(y + 32 * k);
-        v = _mm256_sub_epi8(_mm256_xor_si256(v, b.neg[k]), b.neg[k]);
-        sumi = dpwssd(sumi, _mm256_maddubs_epi16(b.g[k], v), b.sc[k]);
-    }
-    return sumi;
-}
 
 inline __m256i ksigns16_avx2(__m256i q) {
     __m256i s7 = _mm256_srli_epi16(q, 9);
@@ -138,38 +129,44 @@ inline __m256i ksigns16_avx2(__m256i q) {
     return _mm256_or_si256(s7, _mm256_slli_epi16(_mm256_and_si256(p, _mm256_set1_epi16(1)), 7));
 }
 
-inline void decode_iq2_xs(const BlockIQ2_XS& x, SuperBlock256& b) {
-    __m256i s0 = ksigns16_avx2(load256(x.qs)), s1 = ksigns16_avx2(load256(x.qs + 16));
+// Per super-block: the 32 sign bytes and the 16 scale bytes (2s+1), then group k on request.
+struct DecoderIQ2_XS {
+    const BlockIQ2_XS& x;
     alignas(32) uint32_t signs[8];
-    _mm256_store_si256((__m256i*)signs, _mm256_permute4x64_epi64(_mm256_packus_epi16(s0, s1), 0xD8));
-    __m128i s8 = _mm_loadl_epi64((const __m128i*)x.scales);
-    __m128i sc = _mm_unpacklo_epi8(_mm_and_si128(s8, _mm_set1_epi8(15)), _mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(15)));
-    sc = _mm_add_epi8(_mm_add_epi8(sc, sc), _mm_set1_epi8(1));
-    const __m256i scb = _mm256_broadcastsi128_si256(sc);
-    const uint64_t* grid = iq::iq2xs_grid;
-    for (int k = 0; k < 8; ++k) {
-        const uint16_t* e = x.qs + 4 * k;
-        b.g[k] = _mm256_set_epi64x((long long)grid[e[3] & 511], (long long)grid[e[2] & 511],
-                                   (long long)grid[e[1] & 511], (long long)grid[e[0] & 511]);
-        b.neg[k] = bits_to_bytes(signs[k]);
-        const int lo = 0x80008000 | (2 * k) * 0x10001, hi = 0x80008000 | (2 * k + 1) * 0x10001;
-        b.sc[k] = _mm256_shuffle_epi8(scb, _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi));
+    __m256i scb;
+    explicit DecoderIQ2_XS(const BlockIQ2_XS& b) : x(b) {
+        __m256i s0 = ksigns16_avx2(load256(x.qs)), s1 = ksigns16_avx2(load256(x.qs + 16));
+        _mm256_store_si256((__m256i*)signs, _mm256_permute4x64_epi64(_mm256_packus_epi16(s0, s1), 0xD8));
+        __m128i s8 = _mm_loadl_epi64((const __m128i*)x.scales);
+        __m128i sc = _mm_unpacklo_epi8(_mm_and_si128(s8, _mm_set1_epi8(15)),
+                                       _mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(15)));
+        scb = _mm256_broadcastsi128_si256(_mm_add_epi8(_mm_add_epi8(sc, sc), _mm_set1_epi8(1)));
     }
-}
+    Group256 operator()(int k) const {
+        const uint64_t* grid = iq::iq2xs_grid;
+        const uint16_t* e = x.qs + 4 * k;
+        const int lo = 0x80008000 | (2 * k) * 0x10001, hi = 0x80008000 | (2 * k + 1) * 0x10001;
+        return {_mm256_set_epi64x((long long)grid[e[3] & 511], (long long)grid[e[2] & 511],
+                                  (long long)grid[e[1] & 511], (long long)grid[e[0] & 511]),
+                _mm256_shuffle_epi8(scb, _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi)), bits_to_bytes(signs[k])};
+    }
+};
 
-inline void decode_iq3_xxs(const BlockIQ3_XXS& x, SuperBlock256& b) {
-    const uint32_t* grid = iq::iq3xxs_grid;
-    const uint8_t* ks = iq::ksigns_iq2xs;
-    for (int k = 0; k < 8; ++k) {
+struct DecoderIQ3_XXS {
+    const BlockIQ3_XXS& x;
+    explicit DecoderIQ3_XXS(const BlockIQ3_XXS& b) : x(b) {}
+    Group256 operator()(int k) const {
+        const uint32_t* grid = iq::iq3xxs_grid;
+        const uint8_t* ks = iq::ksigns_iq2xs;
         const uint8_t* q = x.qs + 8 * k;
         uint32_t aux = load_u32(x.scales_signs + 4 * k);
-        b.g[k] = _mm256_setr_epi32((int)grid[q[0]], (int)grid[q[1]], (int)grid[q[2]], (int)grid[q[3]],
-                                   (int)grid[q[4]], (int)grid[q[5]], (int)grid[q[6]], (int)grid[q[7]]);
-        b.neg[k] = bits_to_bytes((uint32_t)ks[aux & 127] | (uint32_t)ks[(aux >> 7) & 127] << 8 |
-                                 (uint32_t)ks[(aux >> 14) & 127] << 16 | (uint32_t)ks[(aux >> 21) & 127] << 24);
-        b.sc[k] = _mm256_set1_epi16((short)(2 * (aux >> 28) + 1));
+        return {_mm256_setr_epi32((int)grid[q[0]], (int)grid[q[1]], (int)grid[q[2]], (int)grid[q[3]],
+                                  (int)grid[q[4]], (int)grid[q[5]], (int)grid[q[6]], (int)grid[q[7]]),
+                _mm256_set1_epi16((short)(2 * (aux >> 28) + 1)),
+                bits_to_bytes((uint32_t)ks[aux & 127] | (uint32_t)ks[(aux >> 7) & 127] << 8 |
+                              (uint32_t)ks[(aux >> 14) & 127] << 16 | (uint32_t)ks[(aux >> 21) & 127] << 24)};
     }
-}
+};
 
 template <int NA, bool Iq3>
 void iq_grid_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out) {
@@ -177,19 +174,24 @@ void iq_grid_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* o
     for (int t = 0; t < NA; ++t) a[t] = (const BlockQ8_K*)act_row(act, st, t);
     __m256 acc[NA];
     for (int t = 0; t < NA; ++t) acc[t] = _mm256_setzero_ps();
-    SuperBlock256 b;
+    using Block = std::conditional_t<Iq3, BlockIQ3_XXS, BlockIQ2_XS>;
+    using Decoder = std::conditional_t<Iq3, DecoderIQ3_XXS, DecoderIQ2_XS>;
     for (int64_t i = 0; i < n / QK_K; ++i) {
-        float d;
-        if constexpr (Iq3) {
-            decode_iq3_xxs(((const BlockIQ3_XXS*)w)[i], b);
-            d = h2f(((const BlockIQ3_XXS*)w)[i].d);
-        } else {
-            decode_iq2_xs(((const BlockIQ2_XS*)w)[i], b);
-            d = h2f(((const BlockIQ2_XS*)w)[i].d);
+        const Block& x = ((const Block*)w)[i];
+        const Decoder dec(x);
+        __m256i sumi[NA];
+        for (int t = 0; t < NA; ++t) sumi[t] = _mm256_setzero_si256();
+        for (int k = 0; k < 8; ++k) {
+            const Group256 gr = dec(k);
+            for (int t = 0; t < NA; ++t) {
+                __m256i v = load256(a[t][i].qs + 32 * k);
+                v = _mm256_sub_epi8(_mm256_xor_si256(v, gr.neg), gr.neg);
+                sumi[t] = dpwssd(sumi[t], _mm256_maddubs_epi16(gr.g, v), gr.sc);
+            }
         }
+        const float d = h2f(x.d);
         for (int t = 0; t < NA; ++t)
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * a[t][i].d), _mm256_cvtepi32_ps(dot_superblock(b, a[t][i].qs)),
-                                     acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * a[t][i].d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
     }
     const float k = Iq3 ? 0.25f : 0.125f;
     for (int t = 0; t < NA; ++t) out[t] = k * hsum8(acc[t]);

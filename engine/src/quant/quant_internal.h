@@ -97,10 +97,10 @@ inline int iq4xs_scale(const BlockIQ4_XS& b, int ib) {
 
 // Q2_0 activations: after the n/32 Q8_0 blocks, one group per 64 activations (blocks 2g, 2g+1), laid out for
 // the SIMD kernels: perm[16*s + k] = a[4k + s] (the order in which shifts of a broadcast Q2_0 block yield codes),
-// negsum[L] = -(sum of perm bytes 4L..4L+3) (folds the code-1 offset into the integer dot), dscale[L] = the
-// fp16 scale of the Q8_0 block those 4 bytes come from (lane L = 4s + j belongs to block 2g when j < 2).
-struct Q2_0ActGroup { int8_t perm[64]; int32_t negsum[16]; float dscale[16]; };
-static_assert(sizeof(Q2_0ActGroup) == 192);
+// negsum[L] = -(sum of perm bytes 4L..4L+3 and 32+4L..32+4L+3) (folds the code-1 offset into the integer dot),
+// dscale[L] = the fp16 scale of the Q8_0 block those bytes come from (block 2g when L % 4 < 2, else 2g+1).
+struct Q2_0ActGroup { int8_t perm[64]; int32_t negsum[8]; float dscale[8]; };
+static_assert(sizeof(Q2_0ActGroup) == 128);
 inline const Q2_0ActGroup* q2_0_act_groups(const void* act, int64_t n) {
     return (const Q2_0ActGroup*)((const uint8_t*)act + (size_t)(n / 32) * sizeof(BlockQ8_0));
 }
