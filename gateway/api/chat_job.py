@@ -51,6 +51,8 @@ class Final:
     cached_tokens: int
     prompt_ms: float
     decode_ms: float
+    drafts_offered: int = 0     # MTP drafts verified / accepted (speculation)
+    drafts_accepted: int = 0
 
     def timings(self) -> dict:
         """llama.cpp-style timings."""
@@ -59,7 +61,7 @@ class Final:
                 "prompt_per_second": n_prompt * 1000.0 / self.prompt_ms if self.prompt_ms > 0 else 0.0,
                 "predicted_n": self.completion_tokens, "predicted_ms": self.decode_ms,
                 "predicted_per_second": self.completion_tokens * 1000.0 / self.decode_ms if self.decode_ms > 0
-                else 0.0}
+                else 0.0, "draft_n": self.drafts_offered, "draft_n_accepted": self.drafts_accepted}
 
 
 def has_images(messages: list[dict]) -> bool:
@@ -186,6 +188,7 @@ class ChatService:
         else:
             finish = "stop"
         final = Final(finish, len(prepared.ids), generated, done.reused if done else reused,
-                      done.prompt_ms if done else 0.0, done.decode_ms if done else 0.0)
+                      done.prompt_ms if done else 0.0, done.decode_ms if done else 0.0,
+                      done.drafts_offered if done else 0, done.drafts_accepted if done else 0)
         self.metrics.request_finished(final, time.monotonic() - started)
         yield final

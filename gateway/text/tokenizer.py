@@ -77,9 +77,11 @@ def tokenizer_json_from_meta(meta: ModelMeta) -> dict:
         raise ValueError("the GGUF has no tokenizer.ggml.tokens / token_type / merges")
     vocab, added = {}, []
     for i, (text, kind) in enumerate(zip(meta.tokens, meta.token_types)):
-        if kind == TOKEN_NORMAL:
+        if kind in (TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED):
+            # Added tokens are in the vocabulary too, so they keep the GGUF's ids wherever they sit (the demo
+            # model's specials are ids 0-32; `tokenizers` would give an added token missing from it a new id).
             vocab[text] = i
-        elif kind in (TOKEN_CONTROL, TOKEN_USER_DEFINED):
+        if kind in (TOKEN_CONTROL, TOKEN_USER_DEFINED):
             added.append({"id": i, "content": text, "single_word": False, "lstrip": False, "rstrip": False,
                           "normalized": False, "special": kind == TOKEN_CONTROL})
     return {
