@@ -24,6 +24,7 @@ class StrataConfig:
     api_key: str | None = None
     model_files: list[str] = field(default_factory=list)
     mmproj: str | None = None
+    engine_args: list[str] = field(default_factory=list)   # extra `strata --serve` arguments, e.g. --mtp FILE
     demo: bool = False
     demo_note: str | None = None
     family: str | None = None

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SHIPPED_DEMO = Path("installer") / "demo" / "strata-demo.gguf"
+SHIPPED_DEMO_MTP = Path("installer") / "demo" / "strata-demo-mtp.gguf"   # its draft head, for speculation
 TINY_CONFIG = "tiny"
 TINY_GGUF_TYPE = "f32"
 
@@ -18,13 +19,16 @@ class DemoModelError(Exception):
 class DemoModel:
     path: Path
     is_random: bool     # True: a random test model, its answers are noise
+    mtp_path: Path | None = None
 
     @property
     def description(self) -> str:
         if self.is_random:
             return ("a tiny RANDOM test model (no demo model is shipped yet): it shows that the engine, the API "
                     "and the chat page work, but its answers are meaningless text, not a chat model")
-        return "the small demo model that ships with Strata (not the real Qwen3.8-Flash-Next)"
+        return ("the small demo model that ships with Strata: 8 million parameters trained on made-up practice "
+                "conversations (sums, tool calls, repeating text); it chats, thinks and calls tools in the right "
+                "format but knows very little. It is not the real Qwen3.8-Flash-Next")
 
 
 def _load_make_tiny(project_dir: Path):
@@ -46,7 +50,8 @@ def _load_make_tiny(project_dir: Path):
 def get_demo_model(project_dir: Path, home_dir: Path, say=print) -> DemoModel:
     shipped = project_dir / SHIPPED_DEMO
     if shipped.is_file():
-        return DemoModel(shipped, is_random=False)
+        mtp = project_dir / SHIPPED_DEMO_MTP
+        return DemoModel(shipped, is_random=False, mtp_path=mtp if mtp.is_file() else None)
     out_dir = home_dir / "models" / "demo-random-tiny"
     say(f"No demo model is shipped yet; making (or reusing) a tiny random test model in {out_dir} ...")
     make_tiny = _load_make_tiny(project_dir)

@@ -56,6 +56,7 @@ def gateway_command(config: StrataConfig, port: int, say=print) -> list[str]:
                "--host", config.host, "--port", str(port), "--ctx", str(config.context)]
     if config.api_key:
         command += ["--api-key", config.api_key]
+    command += [f"--engine-arg={arg}" for arg in config.engine_args]
     if config.mmproj:
         if gateway_takes_option(python, "--mmproj", config.project_dir):
             command += ["--mmproj", config.mmproj]

@@ -118,7 +118,8 @@ def set_up(args, home_dir: Path) -> StrataConfig | None:
         demo = get_demo_model(PROJECT_DIR, home_dir, say)
         say(f"\nServing the DEMO model, because {demo_reason}.\nIt is {demo.description}.")
         config = StrataConfig(name="demo", model=str(demo.path), model_files=[str(demo.path)], engine=str(engine),
-                              context=args.context or 4096, demo=True, demo_note=demo.description)
+                              context=args.context or 4096, demo=True, demo_note=demo.description,
+                              engine_args=["--mtp", str(demo.mtp_path)] if demo.mtp_path else [])
     else:
         config = StrataConfig(name=f"{answers.family}-{answers.size}", model=str(weights[0]),
                               model_files=[str(w) for w in weights], mmproj=str(mmproj) if mmproj else None,

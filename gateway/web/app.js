@@ -376,7 +376,8 @@ function handleEvent(data, message) {
     message.stats = { ...(message.stats || {}), prompt_tokens: event.usage.prompt_tokens,
       completion_tokens: event.usage.completion_tokens,
       cached_tokens: event.usage.prompt_tokens_details?.cached_tokens,
-      predicted_per_second: event.timings?.predicted_per_second };
+      // The usage-only chunk that ends the stream carries no timings: keep those of the finish chunk.
+      predicted_per_second: event.timings?.predicted_per_second ?? message.stats?.predicted_per_second };
   }
   repaintStreaming();
 }

@@ -86,6 +86,7 @@ def test_answer_streams_stop_lands_mid_answer_and_next_message_is_answered(page,
     second = page.locator(".message.assistant").nth(1)
     expect(second.locator(".stats")).to_contain_text("40 tokens", timeout=30_000)
     expect(second.locator(".stats")).not_to_contain_text("stopped")
+    expect(second.locator(".stats")).to_contain_text("tok/s")
     assert len(second.locator(".body").inner_text()) > 0
     assert second.locator("details.thinking").count() == 0
     recent = get_json(f"{gateway.url}/metrics")["recent"]

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 
 from e2e_helpers import PROJECT_DIR, free_port, port_is_closed, stop_process, wait_for_health, wait_until
 
@@ -14,8 +15,18 @@ sys.path.insert(0, str(PROJECT_DIR / "tests" / "installer"))
 from hub_server import make_server  # noqa: E402
 
 
-def start_and_check(command: list[str], log_path, port: int, env: dict, timeout_s: float = 240) -> str:
-    """Runs a command that should serve Strata on `port`; checks /health, stops it, returns its output."""
+def ask(port: int, question: str) -> dict:
+    body = json.dumps({"messages": [{"role": "user", "content": question}], "max_tokens": 200}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())["choices"][0]
+
+
+def start_and_check(command: list[str], log_path, port: int, env: dict, timeout_s: float = 240,
+                    while_up=None) -> str:
+    """Runs a command that should serve Strata on `port`; checks /health (and while_up), stops it, returns its
+    output."""
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, cwd=PROJECT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL)
@@ -23,6 +34,8 @@ def start_and_check(command: list[str], log_path, port: int, env: dict, timeout_
             health = wait_for_health(f"http://127.0.0.1:{port}", process, timeout_s)
             assert health["status"] == "ok"
             wait_until(lambda: "Strata is ready" in log_path.read_text(), 30, "the launcher's ready message")
+            if while_up:
+                while_up(port)
         finally:
             process.send_signal(signal.SIGTERM)
             exit_code = stop_process(process)
@@ -40,14 +53,20 @@ def test_yes_falls_back_to_the_demo_and_writes_a_config_and_run_script_that_star
     env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{hub.server_address[1]}", PYTHONUNBUFFERED="1")
     home = tmp_path / "home"
     try:
+        answers = []
         port = free_port()
         output = start_and_check([sys.executable, "-m", "installer", "--yes", "--dir", str(home), "--engine",
-                                  engine_bin, "--no-browser", "--port", str(port)], tmp_path / "setup.log", port, env)
-        assert "Serving the DEMO model" in output, output
+                                  engine_bin, "--no-browser", "--port", str(port)], tmp_path / "setup.log", port, env,
+                                 while_up=lambda p: answers.append(ask(p, "What is 12 + 30?")))
+        assert "Serving the DEMO model" in output and "the small demo model that ships with Strata" in output, output
+        # The shipped demo model (with its MTP draft head) thinks, then answers.
+        assert answers[0]["finish_reason"] == "stop"
+        assert answers[0]["message"]["reasoning_content"] and answers[0]["message"]["content"], answers
 
         config = json.loads((home / "strata-demo.json").read_text())
         assert config["demo"] is True and config["port"] == port and config["engine"] == os.path.abspath(engine_bin)
-        assert os.path.isfile(config["model"])
+        assert config["model"] == str(PROJECT_DIR / "installer" / "demo" / "strata-demo.gguf")
+        assert config["engine_args"] == ["--mtp", str(PROJECT_DIR / "installer" / "demo" / "strata-demo-mtp.gguf")]
         run_script = home / "run-demo.sh"
         assert os.access(run_script, os.X_OK)
 
