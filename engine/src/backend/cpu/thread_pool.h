@@ -2,6 +2,7 @@
 // range into contiguous pieces, one per thread; each output element is computed by exactly one thread with the same
 // code, so results do not depend on the thread count.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -29,13 +30,13 @@ private:
     void worker(int index);
     int n_threads_;
     std::vector<std::thread> workers_;
-    std::mutex mu_;
-    std::condition_variable cv_start_, cv_done_;
-    const RangeFn* job_ = nullptr;
+    std::mutex mu_;                      // only for sleeping workers
+    std::condition_variable cv_start_;
+    const RangeFn* job_ = nullptr;       // written before generation_ is bumped
     int64_t job_n_ = 0;
-    uint64_t generation_ = 0;
-    int pending_ = 0;
-    bool stop_ = false;
+    std::atomic<uint64_t> generation_{0};
+    std::atomic<int> pending_{0};        // workers still running the current job
+    std::atomic<bool> stop_{false};
 };
 
 }  // namespace strata
