@@ -1,0 +1,320 @@
+// Every Backend op on the CUDA backend against the CPU backend on random inputs: matmul and embed in all 19 weight
+// formats (T = 1, 5, 19), moe_experts, norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
+// keep-lists), indexer scores. Prints one line per check and writes JSON when given a path. Needs a GPU.
+// usage: cuda_ops_test [results.json]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "random_blocks.h"
+
+using namespace strata;
+
+namespace {
+
+std::mt19937 rng(12345);
+CpuBackend* cpu = nullptr;
+CudaBackend* gpu = nullptr;
+
+struct Result {
+    std::string name;
+    double rel;
+    double tol;
+};
+std::vector<Result> results;
+
+std::vector<float> randn(size_t n, float sd = 1.0f) {
+    std::normal_distribution<float> d(0.0f, sd);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng);
+    return v;
+}
+
+// max|a − b| / max|b|
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        const double d = std::fabs((double)a[i] - b[i]);
+        num = std::isnan(d) ? INFINITY : std::max(num, d);
+        den = std::max(den, std::fabs((double)b[i]));
+    }
+    return num / std::max(den, 1e-30);
+}
+
+void report(const std::string& name, const std::vector<float>& got, const std::vector<float>& want, double tol) {
+    const double r = rel_err(got, want);
+    results.push_back({name, r, tol});
+    std::printf("%-44s rel %.3e  %s\n", name.c_str(), r, r <= tol ? "ok" : "FAIL");
+}
+
+// Device copies of host arrays on the GPU backend.
+struct Dev {
+    float* p;
+    size_t n;
+    explicit Dev(const std::vector<float>& h) : p(gpu->alloc(h.size())), n(h.size()) { gpu->to_device(p, h.data(), n); }
+    explicit Dev(size_t count) : p(gpu->alloc(count)), n(count) { gpu->fill(p, 0.0f, n); }
+    ~Dev() { gpu->release(p); }
+    std::vector<float> get() const {
+        std::vector<float> h(n);
+        gpu->to_host(h.data(), p, n);
+        return h;
+    }
+    operator float*() const { return p; }
+};
+
+// A weight in host memory with a GgufTensor to name it; kept alive for the whole run (the GPU map keys on data).
+struct HostWeight {
+    GgufTensor tensor;
+    std::vector<uint8_t> bytes;
+    Weight w;
+};
+std::deque<HostWeight> weights;
+
+const Weight& make_weight(GgmlType t, int64_t ne0, int64_t ne1, int64_t ne2 = 1, const std::string& name = "w") {
+    HostWeight& h = weights.emplace_back();
+    h.bytes = gputest::random_rows(t, ne1 * ne2, ne0, rng);
+    h.tensor.name = name + "." + ggml_type_name(t);
+    h.tensor.type = t;
+    h.tensor.n_dims = ne2 > 1 ? 3 : 2;
+    h.tensor.ne[0] = ne0;
+    h.tensor.ne[1] = ne1;
+    h.tensor.ne[2] = ne2;
+    h.tensor.n_bytes = h.bytes.size();
+    h.w.tensor = &h.tensor;
+    h.w.type = t;
+    h.w.ne[0] = ne0;
+    h.w.ne[1] = ne1;
+    h.w.ne[2] = ne2;
+    h.w.data = h.bytes.data();
+    h.w.row_bytes = ggml_row_bytes(t, ne0);
+    gpu->upload_weight(h.w);
+    return h.w;
+}
+
+const Weight& make_f32_vector(const std::vector<float>& v, const std::string& name) {
+    HostWeight& h = weights.emplace_back();
+    h.bytes.resize(v.size() * 4);
+    std::memcpy(h.bytes.data(), v.data(), h.bytes.size());
+    h.tensor.name = name;
+    h.tensor.n_dims = 1;
+    h.tensor.ne[0] = (int64_t)v.size();
+    h.tensor.n_bytes = h.bytes.size();
+    h.w.tensor = &h.tensor;
+    h.w.ne[0] = (int64_t)v.size();
+    h.w.data = h.bytes.data();
+    h.w.row_bytes = h.bytes.size();
+    gpu->upload_weight(h.w);
+    return h.w;
+}
+
+void test_matmul_and_embed() {
+    for (GgmlType t : gputest::all_formats()) {
+        const int n = 512, rows = 97;
+        const Weight& w = make_weight(t, n, rows, 1, "mm");
+        for (int T : {1, 5, 19}) {
+            const std::vector<float> x = randn((size_t)T * n);
+            std::vector<float> want((size_t)T * rows);
+            cpu->matmul(w, x.data(), T, want.data());
+            Dev dx(x), dy((size_t)T * rows);
+            gpu->matmul(w, dx, T, dy);
+            report(std::string("matmul ") + ggml_type_name(t) + " T=" + std::to_string(T), dy.get(), want, 1e-5);
+        }
+        const std::vector<int32_t> ids = {3, 0, 96, 41, 3};
+        std::vector<float> want(ids.size() * n);
+        cpu->embed(w, ids.data(), (int)ids.size(), want.data());
+        Dev dy(ids.size() * n);
+        gpu->embed(w, ids.data(), (int)ids.size(), dy);
+        report(std::string("embed ") + ggml_type_name(t), dy.get(), want, 0.0);
+    }
+}
+
+void test_moe() {
+    const int H = 256, I = 256, E = 8, k = 3;   // K-quant rows need multiples of 256
+    for (GgmlType t : {GgmlType::IQ2_XS, GgmlType::Q2_0, GgmlType::Q4_K, GgmlType::F16}) {
+        MoeWeights m;
+        m.gate_exps = make_weight(t, H, I, E, "gate_exps");
+        m.up_exps = make_weight(t, H, I, E, "up_exps");
+        m.down_exps = make_weight(t == GgmlType::IQ2_XS ? GgmlType::Q4_K : t, I, H, E, "down_exps");
+        for (int T : {1, 4}) {
+            const std::vector<float> x = randn((size_t)T * H);
+            std::vector<int32_t> ids((size_t)T * k);
+            std::vector<float> wts((size_t)T * k);
+            for (int tt = 0; tt < T; ++tt) {
+                std::vector<int32_t> perm(E);
+                std::iota(perm.begin(), perm.end(), 0);
+                std::shuffle(perm.begin(), perm.end(), rng);
+                for (int j = 0; j < k; ++j) {
+                    ids[(size_t)tt * k + j] = perm[j];
+                    wts[(size_t)tt * k + j] = 0.2f + 0.3f * j;
+                }
+            }
+            std::vector<float> want((size_t)T * H);
+            cpu->moe_experts(m, x.data(), T, k, ids.data(), wts.data(), want.data());
+            Dev dx(x), dy((size_t)T * H);
+            gpu->moe_experts(m, dx, T, k, ids.data(), wts.data(), dy);
+            // 2e-4: h differs from the CPU's by float rounding, so its Q8 quantization can differ by one step.
+            report(std::string("moe_experts ") + ggml_type_name(t) + " T=" + std::to_string(T), dy.get(), want, 2e-4);
+        }
+    }
+}
+
+// Runs op on both backends with the same inputs (vectors uploaded for the GPU) and compares the listed outputs.
+void compare(const std::string& name, std::vector<std::vector<float>> inputs, const std::vector<int>& outputs,
+             const std::function<void(Backend&, std::vector<float*>&)>& op, double tol) {
+    std::vector<std::vector<float>> host = inputs;
+    std::vector<float*> hp;
+    for (auto& v : host) hp.push_back(v.data());
+    op(*cpu, hp);
+    std::deque<Dev> dev;
+    std::vector<float*> dp;
+    for (auto& v : inputs) dp.push_back(dev.emplace_back(v).p);
+    op(*gpu, dp);
+    for (int o : outputs)
+        report(name + (outputs.size() > 1 ? " [" + std::to_string(o) + "]" : ""), dev[o].get(), host[o], tol);
+}
+
+void test_small_ops() {
+    const int T = 6, H = 64, n = 4, nH = n * H;
+    const Weight& wn = make_f32_vector(randn(nH, 0.3f), "norm_w");
+    compare("rms_norm grouped, weight", {randn(T * nH), std::vector<float>(T * nH)}, {1},
+            [&](Backend& b, auto& p) { b.rms_norm(p[0], &wn, T, nH, H, 1e-6f, p[1]); }, 1e-5);
+    compare("rms_norm in place, no weight", {randn(T * nH)}, {0},
+            [&](Backend& b, auto& p) { b.rms_norm(p[0], nullptr, T, nH, 32, 1e-6f, p[0]); }, 1e-5);
+    const Weight& wh = make_f32_vector(randn(32, 0.3f), "head_norm_w");
+    compare("rms_norm weight period 32", {randn(T * 256), std::vector<float>(T * 256)}, {1},
+            [&](Backend& b, auto& p) { b.rms_norm(p[0], &wh, T, 256, 32, 1e-6f, p[1]); }, 1e-5);
+    compare("l2_norm", {randn(T * 128)}, {0}, [&](Backend& b, auto& p) { b.l2_norm(p[0], T, 128, 16, 1e-6f, 0.25f, p[0]); }, 1e-5);
+    for (Unary f : {Unary::silu, Unary::sigmoid, Unary::softplus, Unary::exp}) {
+        std::vector<float> x = randn(1000, 4.0f);
+        x[0] = 25.0f;   // softplus's linear branch
+        compare("unary " + std::to_string((int)f), {x, std::vector<float>(1000)}, {1},
+                [&](Backend& b, auto& p) { b.unary(f, p[0], 1000, 0.7f, p[1]); }, 1e-6);
+    }
+    compare("mul", {randn(777), randn(777), std::vector<float>(777)}, {2},
+            [&](Backend& b, auto& p) { b.mul(p[0], p[1], 777, p[2]); }, 0.0);
+    compare("add", {randn(777), randn(777)}, {0}, [&](Backend& b, auto& p) { b.add(p[0], p[1], 777); }, 0.0);
+    compare("scale", {randn(777)}, {0}, [&](Backend& b, auto& p) { b.scale(p[0], 777, -1.5f); }, 0.0);
+    const Weight& rv = make_f32_vector(randn(40), "row_v");
+    compare("add_row", {randn(T * 40)}, {0}, [&](Backend& b, auto& p) { b.add_row(p[0], T, 40, rv); }, 0.0);
+    compare("mul_row", {randn(T * 40)}, {0}, [&](Backend& b, auto& p) { b.mul_row(p[0], T, 40, rv); }, 0.0);
+    compare("slice_cols", {randn(T * 50), std::vector<float>(T * 20)}, {1},
+            [&](Backend& b, auto& p) { b.slice_cols(p[0], T, 50, 17, 20, p[1]); }, 0.0);
+    compare("deinterleave", {randn(T * 3 * 24), std::vector<float>(T * 3 * 16), std::vector<float>(T * 3 * 8)}, {1, 2},
+            [&](Backend& b, auto& p) { b.deinterleave(p[0], T, 3, 16, 8, p[1], p[2]); }, 0.0);
+    compare("mean_rows", {randn(8 * 48), std::vector<float>(48)}, {1},
+            [&](Backend& b, auto& p) { b.mean_rows(p[0], 8, 48, p[1]); }, 1e-6);
+    compare("repeat_streams", {randn(T * H), std::vector<float>(T * nH)}, {1},
+            [&](Backend& b, auto& p) { b.repeat_streams(p[0], T, n, H, p[1]); }, 0.0);
+    compare("ple_gate", {randn(T * nH), randn(T * nH), randn(T * H), std::vector<float>(T * nH)}, {3},
+            [&](Backend& b, auto& p) { b.ple_gate(p[0], p[1], p[2], T, n, H, p[3]); }, 1e-5);
+    compare("hyper_mix", {randn(T * nH), randn(T * nH), std::vector<float>(T * H)}, {2},
+            [&](Backend& b, auto& p) { b.hyper_mix(p[0], p[1], T, n, H, p[2]); }, 1e-6);
+    compare("hyper_inject", {randn(T * nH), randn(T * n), randn(T * H)}, {0},
+            [&](Backend& b, auto& p) { b.hyper_inject(p[0], p[1], p[2], T, n, H); }, 1e-6);
+    // concat_cols against a host reference (the CPU backend may predate the op).
+    {
+        const std::vector<float> a = randn(T * 10), c = randn(T * 7);
+        Dev da(a), dc(c), dy(T * 17);
+        gpu->concat_cols(da, dc, T, 10, 7, dy);
+        std::vector<float> want;
+        for (int t = 0; t < T; ++t) {
+            want.insert(want.end(), a.begin() + t * 10, a.begin() + t * 10 + 10);
+            want.insert(want.end(), c.begin() + t * 7, c.begin() + t * 7 + 7);
+        }
+        report("concat_cols", dy.get(), want, 0.0);
+    }
+    compare("copy overlapping", {randn(100)}, {0}, [&](Backend& b, auto& p) { b.copy(p[0] + 10, p[0], 60); }, 0.0);
+    compare("fill", {randn(100)}, {0}, [&](Backend& b, auto& p) { b.fill(p[0] + 3, 2.5f, 90); }, 0.0);
+}
+
+void test_conv_gdn_rope_attention() {
+    for (int dil : {1, 3})
+        for (int T : {1, 5}) {
+            const int C = 48, K = 4, Hh = (K - 1) * dil;
+            const Weight& w = make_f32_vector(randn(C * K), "conv_w");
+            compare("causal_conv dil=" + std::to_string(dil) + " T=" + std::to_string(T),
+                    {randn(T * C), randn(Hh * C), std::vector<float>(T * C)}, {1, 2},
+                    [&](Backend& b, auto& p) { b.causal_conv(p[0], T, C, w, K, dil, p[1], p[2]); }, 1e-6);
+        }
+    for (int d : {16, 128})
+        for (int T : {1, 7}) {
+            const int nk = 2, nv = 6;
+            std::vector<float> g = randn(T * nv, 0.3f);
+            for (float& v : g) v = -std::fabs(v);
+            std::vector<float> beta = randn(T * nv);
+            for (float& v : beta) v = 1.0f / (1.0f + std::exp(-v));
+            std::vector<float> q = randn(T * nk * d, 1.0f / std::sqrt((float)d)), k = randn(T * nk * d, 1.0f / std::sqrt((float)d));
+            compare("gdn_recurrent d=" + std::to_string(d) + " T=" + std::to_string(T),
+                    {q, k, randn(T * nv * d), g, beta, randn(nv * d * d, 0.1f), std::vector<float>(T * nv * d)}, {5, 6},
+                    [&](Backend& b, auto& p) { b.gdn_recurrent(p[0], p[1], p[2], p[3], p[4], T, nk, nv, d, d, p[5], p[6]); },
+                    1e-5);
+        }
+    {
+        const int T = 5, nh = 3, hd = 64, n_rot = 16;
+        const std::vector<int32_t> consecutive = {7, 8, 9, 10, 11}, scattered = {0, 40, 3, 1000, 5};
+        for (const auto* pos : {&consecutive, &scattered})
+            compare(std::string("rope ") + (pos == &consecutive ? "consecutive" : "scattered"), {randn(T * nh * hd)}, {0},
+                    [&](Backend& b, auto& p) { b.rope(p[0], T, nh, hd, n_rot, 1e6f, pos->data()); }, 1e-5);
+    }
+    for (int hd : {32, 64, 256}) {
+        const int T = 4, nh = 4, nkv = 2, P = 37;   // queries at positions P − T … P − 1
+        std::vector<std::vector<int32_t>> dense(T), sparse(T);
+        for (int t = 0; t < T; ++t) {
+            const int pos = P - T + t;
+            for (int c = 0; c <= pos; ++c) dense[t].push_back(c);
+            for (int c = 0; c <= pos; ++c)
+                if (c % 3 != 1 || c == pos) sparse[t].push_back(c);
+        }
+        for (const auto* keep : {&dense, &sparse})
+            compare("attention hd=" + std::to_string(hd) + (keep == &dense ? " dense" : " sparse"),
+                    {randn(T * nh * hd), randn(P * nkv * hd), randn(P * nkv * hd), std::vector<float>(T * nh * hd)}, {3},
+                    [&](Backend& b, auto& p) { b.attention(p[0], p[1], p[2], T, nh, nkv, hd, *keep, p[3]); }, 1e-5);
+    }
+    compare("indexer_scores", {randn(4 * 32), randn(50 * 32), std::vector<float>(50)}, {2},
+            [&](Backend& b, auto& p) { b.indexer_scores(p[0], p[1], 50, 4, 32, 0.17f, p[2]); }, 1e-5);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        CpuBackend cpu_backend(0);
+        CudaBackend gpu_backend(0);
+        cpu = &cpu_backend;
+        gpu = &gpu_backend;
+        std::printf("device: %s\n", gpu->device_name().c_str());
+        test_matmul_and_embed();
+        test_moe();
+        test_small_ops();
+        test_conv_gdn_rope_attention();
+        weights.clear();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "cuda_ops_test: error: %s\n", e.what());
+        return 2;
+    }
+    int failed = 0;
+    for (const Result& r : results) failed += r.rel > r.tol;
+    if (argc > 1) {
+        std::FILE* f = std::fopen(argv[1], "w");
+        if (f) {
+            std::fprintf(f, "{\"checks\": [\n");
+            for (size_t i = 0; i < results.size(); ++i)
+                std::fprintf(f, "  {\"name\": \"%s\", \"rel\": %.6e, \"tol\": %.1e, \"ok\": %s}%s\n", results[i].name.c_str(),
+                             results[i].rel, results[i].tol, results[i].rel <= results[i].tol ? "true" : "false",
+                             i + 1 < results.size() ? "," : "");
+            std::fprintf(f, "], \"failed\": %d}\n", failed);
+            std::fclose(f);
+        }
+    }
+    std::printf("cuda_ops_test: %zu checks, %d failed\n", results.size(), failed);
+    return failed ? 1 : 0;
+}

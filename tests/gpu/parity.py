@@ -1,0 +1,114 @@
+"""GPU-vs-CPU parity of whole models: for every GGUF in a models folder (manifest.json: {config: {outtype: file}}),
+runs `strata generate` with --backend cpu and --backend cuda for N greedy tokens after a fixed prompt and compares
+the tokens (must be identical) and the logits of every step (max|cuda - cpu| / max|cpu| within --tol).
+Needs only the standard library and numpy (the GPU machine's image has both).
+
+usage: parity.py --strata BIN --models DIR --out results.json [--tokens 64] [--tol 1e-3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+PROMPT = [(i * 37 + 11) % 470 + 1 for i in range(40)]   # ids valid in the small and the real vocabulary
+
+
+def run_generate(strata: str, model: str, backend: str, n: int, logits_path: str) -> dict:
+    cmd = [strata, "generate", "--model", model, "--backend", backend, "--prompt-ids", ",".join(map(str, PROMPT)),
+           "-n", str(n), "--ignore-eos", "--logits-out", logits_path]
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    wall = time.time() - t0
+    if p.returncode != 0:
+        return {"ok": False, "error": p.stderr.strip()[-2000:], "wall_s": round(wall, 2)}
+    tokens = [int(t) for t in p.stdout.strip().splitlines()[-1].split(",") if t]
+    m = re.search(r"decode: \d+ tokens in [\d.]+ s \(([\d.]+) tok/s\)", p.stderr)
+    return {"ok": True, "tokens": tokens, "decode_tok_s": float(m.group(1)) if m else None, "wall_s": round(wall, 2)}
+
+
+def compare(cpu: dict, gpu: dict, cpu_logits: np.ndarray, gpu_logits: np.ndarray, tol: float) -> dict:
+    n = min(len(cpu["tokens"]), len(gpu["tokens"]))
+    first_diff = next((i for i in range(n) if cpu["tokens"][i] != gpu["tokens"][i]), None)
+    if len(cpu["tokens"]) != len(gpu["tokens"]) and first_diff is None:
+        first_diff = n
+    # Logits of step i are comparable while the inputs agree: steps 0 … first_diff (inclusive).
+    last = n - 1 if first_diff is None else min(first_diff, n - 1)
+    rels = []
+    for i in range(last + 1):
+        c, g = cpu_logits[i], gpu_logits[i]
+        rels.append(float(np.max(np.abs(g - c)) / max(float(np.max(np.abs(c))), 1e-30)))
+    max_rel = max(rels) if rels else float("nan")
+    ok = first_diff is None and bool(np.isfinite(max_rel)) and max_rel <= tol
+    return {"tokens_identical": first_diff is None, "first_token_diff": first_diff, "steps": n,
+            "max_rel_logit_diff": max_rel, "ok": ok}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--strata", required=True)
+    ap.add_argument("--models", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--tol", type=float, default=1e-3)
+    args = ap.parse_args(argv)
+
+    with open(os.path.join(args.models, "manifest.json")) as f:
+        manifest = json.load(f)
+    results = []
+    tmp = tempfile.mkdtemp(prefix="parity-")
+    for config, files in manifest.items():
+        for outtype, fn in files.items():
+            model = os.path.join(args.models, fn)
+            entry = {"config": config, "outtype": outtype, "file": fn}
+            runs = {}
+            for backend in ("cpu", "cuda"):
+                path = os.path.join(tmp, f"{config}-{outtype}-{backend}.f32")
+                runs[backend] = run_generate(args.strata, model, backend, args.tokens, path)
+                runs[backend]["logits_path"] = path
+            entry["cpu"] = {k: v for k, v in runs["cpu"].items() if k not in ("tokens", "logits_path")}
+            entry["cuda"] = {k: v for k, v in runs["cuda"].items() if k not in ("tokens", "logits_path")}
+            if runs["cpu"]["ok"] and runs["cuda"]["ok"]:
+                cl = np.fromfile(runs["cpu"]["logits_path"], dtype=np.float32)
+                gl = np.fromfile(runs["cuda"]["logits_path"], dtype=np.float32)
+                steps = len(runs["cpu"]["tokens"])
+                vocab = cl.size // max(steps, 1)
+                if cl.size != gl.size or vocab * steps != cl.size:
+                    entry.update(ok=False, error=f"logit files differ in size: cpu {cl.size}, cuda {gl.size} floats")
+                else:
+                    entry.update(compare(runs["cpu"], runs["cuda"], cl.reshape(steps, vocab), gl.reshape(steps, vocab),
+                                         args.tol))
+                    entry["vocab"] = vocab
+                    entry["cpu_tokens_head"] = runs["cpu"]["tokens"][:12]
+            else:
+                entry["ok"] = False
+            for r in runs.values():
+                if os.path.exists(r["logits_path"]):
+                    os.remove(r["logits_path"])
+            results.append(entry)
+            status = "ok" if entry.get("ok") else "FAIL"
+            print(f"{config:10s} {outtype:7s} tokens {'identical' if entry.get('tokens_identical') else 'DIFFER'}"
+                  f" (first diff {entry.get('first_token_diff')}), max rel logit diff "
+                  f"{entry.get('max_rel_logit_diff', float('nan')):.2e}, cpu {entry['cpu'].get('decode_tok_s')} tok/s,"
+                  f" cuda {entry['cuda'].get('decode_tok_s')} tok/s  {status}", flush=True)
+            if not entry.get("ok"):
+                for b in ("cpu", "cuda"):
+                    if not entry[b]["ok"]:
+                        print(f"  {b} error: {entry[b]['error']}", flush=True)
+    summary = {"prompt": PROMPT, "tokens": args.tokens, "tol": args.tol, "models": len(results),
+               "passed": sum(1 for r in results if r.get("ok")), "results": results}
+    with open(args.out, "w") as f:
+        json.dump(summary, f, indent=1)
+    print(f"parity: {summary['passed']}/{summary['models']} models pass (tokens identical, logits within {args.tol})")
+    return 0 if summary["passed"] == summary["models"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
