@@ -1,5 +1,6 @@
 """Builds the tiny models here (engine/tools/make_tiny.py) and copies a set of their GGUFs into a folder that the
-GPU run carries (git-ignored; the device tool carries at most 64 MiB, so each set stays under ~61 MB).
+GPU run carries (git-ignored). The device tool carries at most 64 MiB with the rest of the tree (which already
+holds the ~22 MB demo GGUFs), so each set stays under ~40 MB; the trained demo model is listed in place, not copied.
 
 usage: python3 tests/gpu/prepare_models.py [--set a|b] [--out .gpu-models]
 """
@@ -14,13 +15,14 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "engine", "tools"))
 
-# Set a: every outtype of tiny, the quantized types of tiny8 and wide256, realvocab's smallest file (~61 MB).
-# Set b: the float types of the larger configs and realvocab q2_0 (~60 MB).
+# Set a: every outtype of tiny, the quantized types of tiny8 and wide256 (~39 MB).
+# Set b: realvocab's smallest file and tiny8 f16 (~36 MB).
 SETS = {
     "a": {"tiny": ["f32", "f16", "bf16", "q8_0", "q2_0", "iq2_xs"], "tiny8": ["q8_0", "q2_0", "iq2_xs"],
-          "wide256": ["q8_0", "q2_0", "iq2_xs"], "realvocab": ["iq2_xs"]},
-    "b": {"tiny8": ["f16", "bf16"], "wide256": ["f16"], "realvocab": ["q2_0"]},
+          "wide256": ["q8_0", "q2_0", "iq2_xs"]},
+    "b": {"realvocab": ["iq2_xs"], "tiny8": ["f16"]},
 }
+DEMO = os.path.join(REPO, "installer", "demo", "strata-demo.gguf")   # trained, f16; tracked in the repo
 
 
 def main(argv=None) -> int:
@@ -41,6 +43,8 @@ def main(argv=None) -> int:
             shutil.copyfile(built["gguf"][t], os.path.join(args.out, fn))
             manifest[config][t] = fn
             total += os.path.getsize(os.path.join(args.out, fn))
+    if os.path.exists(DEMO):
+        manifest["demo"] = {"f16": os.path.relpath(DEMO, args.out)}
     with open(os.path.join(args.out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     print(f"{args.out}: {sum(len(v) for v in manifest.values())} models, {total / 1e6:.1f} MB")
