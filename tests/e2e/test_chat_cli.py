@@ -9,7 +9,7 @@ import zlib
 
 import pexpect
 
-from e2e_helpers import PROJECT_DIR
+from e2e_helpers import PROJECT_DIR, wait_until
 
 DIM = "\x1b[2m"
 
@@ -42,7 +42,8 @@ def test_terminal_chat_streams_stops_on_ctrl_c_and_answers_again(gateway, tmp_pa
         chat.expect_exact("[stopped]")
         chat.expect("you> ")
         gateway.wait_idle()
-        assert gateway.log_path.read_text().count(", cancel") == cancels_before + 1, "the engine never saw STOP"
+        wait_until(lambda: gateway.log_path.read_text().count(", cancel") == cancels_before + 1, 10,
+                   "the engine's log line for the cancelled request")
 
         chat.sendline("/think none")
         chat.expect_exact("Thinking level: none.")
