@@ -91,8 +91,8 @@ def test_answer_streams_stop_lands_mid_answer_and_next_message_is_answered(page,
     expect(second.locator(".stats")).to_contain_text("tok/s")
     assert len(second.locator(".body").inner_text()) > 0
     assert second.locator("details.thinking").count() == 0
-    recent = get_json(f"{gateway.url}/metrics")["recent"]
-    assert recent[-1]["completion_tokens"] == 40 and recent[-1]["finish_reason"] == "length"
+    wait_until(lambda: any(r["completion_tokens"] == 40 and r["finish_reason"] == "length"
+                           for r in get_json(f"{gateway.url}/metrics")["recent"]), 10, "the 40-token answer in /metrics")
     page.screenshot(path=str(artifacts_dir / "chat_page.png"))
 
     # The chat is kept in the browser across a reload.
