@@ -68,14 +68,23 @@ void CpuBackend::embed(const Weight& table, const int32_t* ids, int T, float* y)
 
 void CpuBackend::matmul(const Weight& w, const float* x, int T, float* y) {
     const int64_t in = w.ne[0], out = w.n_rows();
-    std::vector<std::vector<uint8_t>> acts(T);
-    for (int t = 0; t < T; ++t) acts[t] = prepare_act(w.type, x + (size_t)t * in, in);
     // Pieces of at least 16 rows keep the per-thread overhead small for tiny matrices.
-    int64_t pieces = std::min<int64_t>(pool_.size(), std::max<int64_t>(1, out / 16));
+    const int64_t pieces = std::min<int64_t>(pool_.size(), std::max<int64_t>(1, out / 16));
+    if (f32_activations_) {
+        pool_.parallel_for(pieces, [&](int64_t p0, int64_t p1) {
+            int64_t r0 = out * p0 / pieces, r1 = out * p1 / pieces;
+            for (int t = 0; t < T; ++t)
+                rows_dot(w.type, in, w.data, w.row_bytes, r0, r1, x + (size_t)t * in, nullptr, y + (size_t)t * out);
+        });
+        return;
+    }
+    // Every token's activations, quantized once; each weight row is then read once for all tokens.
+    const size_t ab = (act_bytes(w.type, in) + 63) / 64 * 64;
+    std::vector<uint8_t> acts(ab * (size_t)T);
+    for (int t = 0; t < T; ++t) quantize_act(w.type, x + (size_t)t * in, acts.data() + ab * t, in);
     pool_.parallel_for(pieces, [&](int64_t p0, int64_t p1) {
         int64_t r0 = out * p0 / pieces, r1 = out * p1 / pieces;
-        for (int t = 0; t < T; ++t)
-            rows_dot(w.type, in, w.data, w.row_bytes, r0, r1, x + (size_t)t * in, acts[t].data(), y + (size_t)t * out);
+        gemv_rows_multi(w.type, in, w.data, w.row_bytes, r0, r1, acts.data(), T, ab, y, out);
     });
 }
 
@@ -325,41 +334,75 @@ void CpuBackend::indexer_scores(const float* q, const float* kb, int nb, int ni,
 
 void CpuBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
                              const float* weights, float* y) {
-    const int64_t H = w.gate_exps.ne[0], I = w.gate_exps.ne[1];
-    std::vector<float> gate((size_t)k * I), up((size_t)k * I), h((size_t)k * I), down((size_t)k * H);
-    std::vector<std::vector<uint8_t>> act_h(k);
-    for (int t = 0; t < T; ++t) {
-        const float* xt = x + (size_t)t * H;
-        const std::vector<uint8_t> act_g = prepare_act(w.gate_exps.type, xt, H);
-        const std::vector<uint8_t> act_u = prepare_act(w.up_exps.type, xt, H);
-        const int32_t* et = ids + (size_t)t * k;
-        // gate and up rows of all k experts, split across the pool by rows
-        pool_.parallel_for(pool_.size(), [&](int64_t p0, int64_t p1) {
-            const int64_t rows = (int64_t)k * I;
-            int64_t r0 = rows * p0 / pool_.size(), r1 = rows * p1 / pool_.size();
-            for (int j = 0; j < k; ++j) {
-                int64_t a = std::max<int64_t>(r0, (int64_t)j * I), b = std::min<int64_t>(r1, (int64_t)(j + 1) * I);
-                if (a >= b) continue;
-                rows_dot(w.gate_exps.type, H, w.gate_exps.matrix(et[j]), w.gate_exps.row_bytes, a - j * I, b - j * I,
-                         xt, act_g.data(), gate.data() + (size_t)j * I);
-                rows_dot(w.up_exps.type, H, w.up_exps.matrix(et[j]), w.up_exps.row_bytes, a - j * I, b - j * I,
-                         xt, act_u.data(), up.data() + (size_t)j * I);
+    const int64_t H = w.gate_exps.ne[0], I = w.gate_exps.ne[1], E = w.gate_exps.ne[2];
+    const size_t ab_g = (act_bytes(w.gate_exps.type, H) + 63) / 64 * 64;
+    const size_t ab_u = (act_bytes(w.up_exps.type, H) + 63) / 64 * 64;
+    const size_t ab_d = (act_bytes(w.down_exps.type, I) + 63) / 64 * 64;
+    // Which (token, slot) pairs each expert serves; each expert's rows are read once for all its tokens.
+    std::vector<std::vector<std::pair<int, int>>> users(E);
+    for (int t = 0; t < T; ++t)
+        for (int j = 0; j < k; ++j) users[ids[(size_t)t * k + j]].push_back({t, j});
+    std::vector<float> down((size_t)T * k * H);   // expert outputs per (token, slot), summed in slot order below
+    std::vector<uint8_t> act_g, act_u, act_h;
+    std::vector<float> gate, up, h, out;
+    for (int64_t e = 0; e < E; ++e) {
+        const auto& us = users[e];
+        const int n = (int)us.size();
+        if (n == 0) continue;
+        gate.resize((size_t)n * I);
+        up.resize((size_t)n * I);
+        h.resize((size_t)n * I);
+        out.resize((size_t)n * H);
+        const uint8_t* wg = w.gate_exps.matrix(e);
+        const uint8_t* wu = w.up_exps.matrix(e);
+        const uint8_t* wd = w.down_exps.matrix(e);
+        if (!f32_activations_) {
+            act_g.resize(ab_g * n);
+            act_u.resize(ab_u * n);
+            act_h.resize(ab_d * n);
+            for (int i = 0; i < n; ++i) {
+                quantize_act(w.gate_exps.type, x + (size_t)us[i].first * H, act_g.data() + ab_g * i, H);
+                quantize_act(w.up_exps.type, x + (size_t)us[i].first * H, act_u.data() + ab_u * i, H);
             }
-        });
-        for (int j = 0; j < k; ++j) {
-            for (int64_t i = 0; i < I; ++i) h[(size_t)j * I + i] = siluf(gate[(size_t)j * I + i]) * up[(size_t)j * I + i];
-            act_h[j] = prepare_act(w.down_exps.type, h.data() + (size_t)j * I, I);
         }
+        // gate and up rows split across the pool
         pool_.parallel_for(pool_.size(), [&](int64_t p0, int64_t p1) {
-            int64_t r0 = H * p0 / pool_.size(), r1 = H * p1 / pool_.size();
-            for (int j = 0; j < k; ++j)
-                rows_dot(w.down_exps.type, I, w.down_exps.matrix(et[j]), w.down_exps.row_bytes, r0, r1,
-                         h.data() + (size_t)j * I, act_h[j].data(), down.data() + (size_t)j * H);
+            const int64_t r0 = I * p0 / pool_.size(), r1 = I * p1 / pool_.size();
+            if (r0 >= r1) return;
+            if (f32_activations_) {
+                for (int i = 0; i < n; ++i) {
+                    const float* xt = x + (size_t)us[i].first * H;
+                    rows_dot(w.gate_exps.type, H, wg, w.gate_exps.row_bytes, r0, r1, xt, nullptr, gate.data() + (size_t)i * I);
+                    rows_dot(w.up_exps.type, H, wu, w.up_exps.row_bytes, r0, r1, xt, nullptr, up.data() + (size_t)i * I);
+                }
+                return;
+            }
+            gemv_rows_multi(w.gate_exps.type, H, wg, w.gate_exps.row_bytes, r0, r1, act_g.data(), n, ab_g, gate.data(), I);
+            gemv_rows_multi(w.up_exps.type, H, wu, w.up_exps.row_bytes, r0, r1, act_u.data(), n, ab_u, up.data(), I);
         });
+        for (size_t i = 0; i < (size_t)n * I; ++i) h[i] = siluf(gate[i]) * up[i];
+        if (!f32_activations_)
+            for (int i = 0; i < n; ++i) quantize_act(w.down_exps.type, h.data() + (size_t)i * I, act_h.data() + ab_d * i, I);
+        pool_.parallel_for(pool_.size(), [&](int64_t p0, int64_t p1) {
+            const int64_t r0 = H * p0 / pool_.size(), r1 = H * p1 / pool_.size();
+            if (r0 >= r1) return;
+            if (f32_activations_) {
+                for (int i = 0; i < n; ++i)
+                    rows_dot(w.down_exps.type, I, wd, w.down_exps.row_bytes, r0, r1, h.data() + (size_t)i * I, nullptr,
+                             out.data() + (size_t)i * H);
+                return;
+            }
+            gemv_rows_multi(w.down_exps.type, I, wd, w.down_exps.row_bytes, r0, r1, act_h.data(), n, ab_d, out.data(), H);
+        });
+        for (int i = 0; i < n; ++i)
+            std::memcpy(down.data() + ((size_t)us[i].first * k + us[i].second) * H, out.data() + (size_t)i * H,
+                        (size_t)H * sizeof(float));
+    }
+    for (int t = 0; t < T; ++t) {
         float* yt = y + (size_t)t * H;
         for (int64_t c = 0; c < H; ++c) {
             float acc = 0;
-            for (int j = 0; j < k; ++j) acc += weights[(size_t)t * k + j] * down[(size_t)j * H + c];
+            for (int j = 0; j < k; ++j) acc += weights[(size_t)t * k + j] * down[((size_t)t * k + j) * H + c];
             yt[c] = acc;
         }
     }
