@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "common/error.h"
 #include "quant/quant.h"
@@ -23,7 +25,17 @@ std::vector<float> weight_to_f32(const Weight& w) {
 }
 
 CpuBackend::CpuBackend(int n_threads, bool pin, bool f32_activations)
-    : pool_(n_threads, pin), f32_activations_(f32_activations) {}
+    : pool_(n_threads, pin), f32_activations_(f32_activations) {
+    // STRATA_ISA=scalar|avx2|avx512 limits the kernels (e.g. to stand in for a desktop CPU without AVX-512).
+    if (const char* isa = std::getenv("STRATA_ISA")) {
+        const std::string v = isa;
+        if (v == "scalar") set_active_isa(Isa::scalar);
+        else if (v == "avx2") set_active_isa(Isa::avx2);
+        else if (v == "avx512") set_active_isa(Isa::avx512);
+        else fail("STRATA_ISA must be scalar, avx2 or avx512, got '", v, "'");
+        if (v != "avx512") set_avx512_vnni(false);
+    }
+}
 
 std::vector<uint8_t> CpuBackend::prepare_act(GgmlType type, const float* x, int64_t n) {
     if (f32_activations_) return {};
