@@ -25,12 +25,13 @@ def model_facts(strata: str, model: str) -> dict:
             "expert_types": types}
 
 
-def run_once(strata: str, model: str, threads: int, prompt: int, decode: int) -> dict:
+def run_once(strata: str, model: str, threads: int, prompt: int, decode: int, isa: str | None) -> dict:
     ids = ",".join(str(100 + 37 * i) for i in range(prompt))
     t0 = time.time()
     r = subprocess.run([strata, "generate", "--model", model, "--prompt-ids", ids, "-n", str(decode), "--ignore-eos",
                         "--threads", str(threads), "--ctx", str(prompt + decode + 8)],
-                       capture_output=True, text=True, check=True)
+                       capture_output=True, text=True, check=True,
+                       env={**os.environ, **({"STRATA_ISA": isa} if isa else {})})
     m = re.search(r"prompt: (\d+) tokens in ([\d.]+) s .*decode: (\d+) tokens in ([\d.]+) s \(([\d.]+) tok/s\)", r.stderr)
     return {"threads": threads, "prompt_tokens": int(m.group(1)), "prompt_s": float(m.group(2)),
             "decode_tokens": int(m.group(3)), "decode_s": float(m.group(4)), "decode_tok_s": float(m.group(5)),
@@ -45,6 +46,7 @@ def main() -> int:
     ap.add_argument("--prompt", type=int, default=16)
     ap.add_argument("--decode", type=int, default=32)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--isa", default=None, help="STRATA_ISA for the engine: avx2 stands in for a desktop without AVX-512")
     a = ap.parse_args()
     facts = model_facts(a.strata, a.model)
     # Warm the page cache so the run measures DRAM, not the disk.
@@ -53,7 +55,8 @@ def main() -> int:
             pass
     results = []
     for t in [int(x) for x in a.threads.split(",")]:
-        r = run_once(a.strata, a.model, t, a.prompt, a.decode)
+        r = run_once(a.strata, a.model, t, a.prompt, a.decode, a.isa)
+        r["isa"] = a.isa or "best (AVX-512 where present; never AMX)"
         bytes_per_token = facts["expert_bytes"] * facts["experts_per_token"] * facts["layers"]
         r["routed_expert_GB_per_token"] = round(bytes_per_token / 1e9, 3)
         r["routed_expert_GB_s"] = round(bytes_per_token * r["decode_tok_s"] / 1e9, 2)
