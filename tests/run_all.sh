@@ -35,7 +35,7 @@ cmake --build build-asan -j "$JOBS"
 if command -v nvcc >/dev/null 2>&1 && ls engine/src/backend/cuda/*.cu >/dev/null 2>&1; then
   step "Engine: CUDA sources for sm_90 (compile only)"
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  cmake --build build-cuda -j "$JOBS"
+  cmake --build build-cuda -j "$JOBS" --target strata
 fi
 
 step "ctest (Release, then sanitizers)"
