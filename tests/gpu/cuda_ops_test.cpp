@@ -1,5 +1,5 @@
-// Every Backend op on the CUDA backend against the CPU backend on random inputs: matmul and embed in all 19 weight
-// formats (T = 1, 5, 19), moe_experts, norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
+// Every Backend op on the CUDA backend against the CPU backend on random inputs: matmul and embed in all 21 weight
+// formats (T = 1, 5, 19; Q8 activations and the f32-activation mode), moe_experts (both modes), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
 // keep-lists), indexer scores. Prints one line per check and writes JSON when given a path. Needs a GPU.
 // usage: cuda_ops_test [results.json]
 #include <algorithm>
@@ -24,6 +24,7 @@ namespace {
 std::mt19937 rng(12345);
 CpuBackend* cpu = nullptr;
 CudaBackend* gpu = nullptr;
+std::string mode;   // name suffix of the activation mode under test
 
 struct Result {
     std::string name;
@@ -126,14 +127,14 @@ void test_matmul_and_embed() {
             cpu->matmul(w, x.data(), T, want.data());
             Dev dx(x), dy((size_t)T * rows);
             gpu->matmul(w, dx, T, dy);
-            report(std::string("matmul ") + ggml_type_name(t) + " T=" + std::to_string(T), dy.get(), want, 1e-5);
+            report(std::string("matmul ") + ggml_type_name(t) + " T=" + std::to_string(T) + mode, dy.get(), want, 1e-5);
         }
         const std::vector<int32_t> ids = {3, 0, 96, 41, 3};
         std::vector<float> want(ids.size() * n);
         cpu->embed(w, ids.data(), (int)ids.size(), want.data());
         Dev dy(ids.size() * n);
         gpu->embed(w, ids.data(), (int)ids.size(), dy);
-        report(std::string("embed ") + ggml_type_name(t), dy.get(), want, 0.0);
+        report(std::string("embed ") + ggml_type_name(t) + mode, dy.get(), want, 0.0);
     }
 }
 
@@ -162,7 +163,7 @@ void test_moe() {
             Dev dx(x), dy((size_t)T * H);
             gpu->moe_experts(m, dx, T, k, ids.data(), wts.data(), dy);
             // 2e-4: h differs from the CPU's by float rounding, so its Q8 quantization can differ by one step.
-            report(std::string("moe_experts ") + ggml_type_name(t) + " T=" + std::to_string(T), dy.get(), want, 2e-4);
+            report(std::string("moe_experts ") + ggml_type_name(t) + " T=" + std::to_string(T) + mode, dy.get(), want, 2e-4);
         }
     }
 }
@@ -184,6 +185,13 @@ void compare(const std::string& name, std::vector<std::vector<float>> inputs, co
 
 void test_small_ops() {
     const int T = 6, H = 64, n = 4, nH = n * H;
+    for (int width : {16, 20, 33})   // plain formats take any row length (hyper-connection ranks of 16)
+        for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
+            const Weight& w = make_weight(t, width, 40, 1, "narrow");
+            compare(std::string("matmul narrow ") + ggml_type_name(t) + " n=" + std::to_string(width),
+                    {randn(T * width), std::vector<float>(T * 40)}, {1},
+                    [&](Backend& b, auto& p) { b.matmul(w, p[0], T, p[1]); }, 1e-5);
+        }
     const Weight& wn = make_f32_vector(randn(nH, 0.3f), "norm_w");
     compare("rms_norm grouped, weight", {randn(T * nH), std::vector<float>(T * nH)}, {1},
             [&](Backend& b, auto& p) { b.rms_norm(p[0], &wn, T, nH, H, 1e-6f, p[1]); }, 1e-5);
@@ -287,10 +295,20 @@ void test_conv_gdn_rope_attention() {
 
 int main(int argc, char** argv) {
     try {
+        {
+            CpuBackend cpu_f32(0, false, true);
+            CudaBackend gpu_f32(0, true);
+            cpu = &cpu_f32;
+            gpu = &gpu_f32;
+            mode = " f32act";
+            test_matmul_and_embed();
+            test_moe();
+        }
         CpuBackend cpu_backend(0);
         CudaBackend gpu_backend(0);
         cpu = &cpu_backend;
         gpu = &gpu_backend;
+        mode = "";
         std::printf("device: %s\n", gpu->device_name().c_str());
         test_matmul_and_embed();
         test_moe();

@@ -39,6 +39,8 @@ int main() {
     failed += check_format<FmtQ8_0>(GgmlType::Q8_0, rng);
     failed += check_format<FmtQ4_0>(GgmlType::Q4_0, rng);
     failed += check_format<FmtQ5_0>(GgmlType::Q5_0, rng);
+    failed += check_format<FmtQ4_1>(GgmlType::Q4_1, rng);
+    failed += check_format<FmtQ5_1>(GgmlType::Q5_1, rng);
     failed += check_format<FmtIQ4_NL>(GgmlType::IQ4_NL, rng);
     failed += check_format<FmtQ2_0>(GgmlType::Q2_0, rng);
     failed += check_format<FmtQ2_K>(GgmlType::Q2_K, rng);

@@ -2,7 +2,7 @@
 GPU run carries (git-ignored). The device tool carries at most 64 MiB with the rest of the tree (which already
 holds the ~22 MB demo GGUFs), so each set stays under ~40 MB; the trained demo model is listed in place, not copied.
 
-usage: python3 tests/gpu/prepare_models.py [--set a|b] [--out .gpu-models]
+usage: python3 tests/gpu/prepare_models.py [--set a|b|c] [--out .gpu-models]
 """
 from __future__ import annotations
 
@@ -17,7 +17,10 @@ sys.path.insert(0, os.path.join(REPO, "engine", "tools"))
 
 # Set a: every outtype of tiny, the quantized types of tiny8 and wide256 (~39 MB).
 # Set b: realvocab's smallest file and tiny8 f16 (~36 MB).
+# Set c: all four configs in one run: every outtype of tiny, q2_0 and iq2_xs of the others (~42 MB).
 SETS = {
+    "c": {"tiny": ["f32", "f16", "bf16", "q8_0", "q2_0", "iq2_xs"], "tiny8": ["q2_0", "iq2_xs"],
+          "wide256": ["q2_0", "iq2_xs"], "realvocab": ["iq2_xs"]},
     "a": {"tiny": ["f32", "f16", "bf16", "q8_0", "q2_0", "iq2_xs"], "tiny8": ["q8_0", "q2_0", "iq2_xs"],
           "wide256": ["q8_0", "q2_0", "iq2_xs"]},
     "b": {"realvocab": ["iq2_xs"], "tiny8": ["f16"]},

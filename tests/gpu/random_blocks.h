@@ -21,7 +21,7 @@ inline ScaleFields scale_fields(GgmlType t) {
     switch (t) {
     case GgmlType::Q2_K: return {{80, 82}};
     case GgmlType::Q3_K: return {{108, -1}};
-    case GgmlType::Q4_K: case GgmlType::Q5_K: return {{0, 2}};
+    case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q4_1: case GgmlType::Q5_1: return {{0, 2}};
     case GgmlType::Q6_K: return {{208, -1}};
     default: return {{0, -1}};
     }
@@ -30,7 +30,8 @@ inline ScaleFields scale_fields(GgmlType t) {
 // The block formats the engine decodes, plain types first.
 inline std::vector<GgmlType> all_formats() {
     return {GgmlType::F32,    GgmlType::F16,    GgmlType::BF16,    GgmlType::Q8_0,   GgmlType::Q4_0,
-            GgmlType::Q5_0,   GgmlType::IQ4_NL, GgmlType::Q2_0,    GgmlType::Q2_K,   GgmlType::Q3_K,
+            GgmlType::Q5_0,   GgmlType::Q4_1,   GgmlType::Q5_1,    GgmlType::IQ4_NL, GgmlType::Q2_0,
+            GgmlType::Q2_K,   GgmlType::Q3_K,
             GgmlType::Q4_K,   GgmlType::Q5_K,   GgmlType::Q6_K,    GgmlType::IQ4_XS, GgmlType::IQ2_XXS,
             GgmlType::IQ2_XS, GgmlType::IQ2_S,  GgmlType::IQ3_XXS, GgmlType::IQ3_S};
 }

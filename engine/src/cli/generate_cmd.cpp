@@ -12,7 +12,7 @@
 
 namespace strata {
 
-std::unique_ptr<Backend> (*cuda_backend_factory)() = nullptr;
+std::unique_ptr<Backend> (*cuda_backend_factory)(bool f32_activations) = nullptr;
 
 std::unique_ptr<Backend> make_backend(const Options& o) {
     const std::string name = o.str("--backend", "cpu");
@@ -20,8 +20,7 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
         return std::make_unique<CpuBackend>((int)o.integer("--threads", 0, 0, 1024), false, o.has("--f32-activations"));
     if (name == "cuda") {
         if (!cuda_backend_factory) fail("--backend cuda: this strata was built without CUDA (configure with -DSTRATA_CUDA=ON)");
-        if (o.has("--f32-activations")) fail("--f32-activations is a CPU reference mode; leave it out with --backend cuda");
-        return cuda_backend_factory();
+        return cuda_backend_factory(o.has("--f32-activations"));
     }
     fail("--backend must be cpu or cuda, got '", name, "'");
 }

@@ -29,7 +29,7 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& w
 // The backend named by --backend (cpu, the default, or cuda) with --threads for the CPU one. cuda works only in an
 // executable built with the CUDA backend, whose main() sets cuda_backend_factory.
 class Backend;
-extern std::unique_ptr<Backend> (*cuda_backend_factory)();
+extern std::unique_ptr<Backend> (*cuda_backend_factory)(bool f32_activations);
 std::unique_ptr<Backend> make_backend(const Options& o);
 
 int generate_command(int argc, char** argv);

@@ -28,6 +28,7 @@ struct CudaBackend::Impl {
     std::unordered_map<const uint8_t*, float*> f32;          // host data → f32 copy (vectors the ops read as f32)
     size_t weight_bytes = 0;
     bool sync_each_op = false;
+    bool f32_act = false;
 
     // The device address of a weight's data (also for views inside an uploaded tensor).
     const uint8_t* dev(const Weight& w) const {
@@ -78,7 +79,7 @@ struct CudaBackend::Impl {
     // y[p] = W_p · x[p / act_div] for P activation rows; quantizes x first for block formats as the CPU path does.
     void matmul_rows(const cuda::MatmulArgs& m, const float* x, int act_rows, int P, float* y) {
         const int blk = cuda::act_block(m.type);
-        if (!blk) {
+        if (!blk || f32_act) {
             cuda::matmul(stream, m, x, cuda::ActQ8{}, P, y);
             return;
         }
@@ -91,7 +92,8 @@ struct CudaBackend::Impl {
     }
 };
 
-CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
+CudaBackend::CudaBackend(int device, bool f32_activations) : impl_(std::make_unique<Impl>()) {
+    impl_->f32_act = f32_activations;
     int count = 0;
     CUDA_CHECK(cudaGetDeviceCount(&count));
     STRATA_CHECK(device >= 0 && device < count, "cuda: device ", device, " does not exist (", count, " devices)");
@@ -410,6 +412,8 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
     impl_->done("moe_experts");
 }
 
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+std::unique_ptr<Backend> make_cuda_backend(bool f32_activations) {
+    return std::make_unique<CudaBackend>(0, f32_activations);
+}
 
 }  // namespace strata

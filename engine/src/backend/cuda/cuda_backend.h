@@ -14,16 +14,16 @@ namespace strata {
 
 class CudaBackend : public Backend {
 public:
-    explicit CudaBackend(int device = 0);
+    // f32_activations: block-format weights multiply f32 activations (the CPU's --f32-activations reference mode)
+    // instead of activations quantized to Q8_0 / Q8_K as the CPU path does by default.
+    explicit CudaBackend(int device = 0, bool f32_activations = false);
     ~CudaBackend() override;
     CudaBackend(const CudaBackend&) = delete;
     CudaBackend& operator=(const CudaBackend&) = delete;
 
     const char* name() const override { return "cuda"; }
     void prepare_weights(const ModelWeights& w) override;
-    // The MTP block and nextn tensors (from their own file). Declared without `override` so this header builds
-    // with a backend.h from before or after that hook and concat_cols were added.
-    void prepare_weights_extra(const LayerWeights& block, const NextnWeights& nextn);
+    void prepare_weights_extra(const LayerWeights& block, const NextnWeights& nextn) override;
     // Uploads one weight (no-op when its data is already on the device); prepare_weights calls it for each.
     void upload_weight(const Weight& w);
     size_t weight_bytes() const;        // device bytes held by uploaded weights
@@ -48,7 +48,7 @@ public:
     void add_row(float* x, int T, int width, const Weight& v) override;
     void mul_row(float* x, int T, int width, const Weight& v) override;
     void slice_cols(const float* x, int T, int width, int c0, int nc, float* y) override;
-    void concat_cols(const float* a, const float* b, int rows, int wa, int wb, float* y);
+    void concat_cols(const float* a, const float* b, int rows, int wa, int wb, float* y) override;
     void deinterleave(const float* x, int T, int n_heads, int la, int lb, float* a, float* b) override;
     void mean_rows(const float* x, int rows, int width, float* y) override;
     void repeat_streams(const float* e, int T, int n, int H, float* X) override;
@@ -71,6 +71,6 @@ private:
 };
 
 // The factory main() hands to the CLI when the executable is built with CUDA.
-std::unique_ptr<Backend> make_cuda_backend();
+std::unique_ptr<Backend> make_cuda_backend(bool f32_activations);
 
 }  // namespace strata

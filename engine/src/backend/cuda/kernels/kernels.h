@@ -35,7 +35,8 @@ struct MatmulArgs {
     const int32_t* ids = nullptr;  // device, one matrix id per p; null = the one matrix w
     int act_div = 1;            // activation row of p = p / act_div
 };
-// x: f32 activations (used for F32/F16/BF16); act: the same rows quantized (used for block formats).
+// x: f32 activations; act: the same rows quantized, used for block formats unless act.q is null (then block formats
+// multiply with x as well: the f32-activation mode).
 void matmul(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y);
 // y[t] = row ids[t] of the table, dequantized; ids on the device.
 void dequant_rows(cudaStream_t s, GgmlType type, const uint8_t* w, size_t row_bytes, int n, const int32_t* ids, int T,

@@ -1,5 +1,6 @@
 // matmul (and its expert-indexed variant for moe_experts) over weights in their stored block formats, the
-// activation quantization the CPU path uses (Q8_0 / Q8_K, so both paths round the same way), and the row gather
+// activation quantization the CPU path uses (Q8_0 / Q8_K, so both paths round the same way; or f32 activations as
+// the CPU's --f32-activations reference mode), and the row gather
 // that embed uses. One warp per output row reads the row's blocks in order (lane l takes 32-weight chunks l, l+32,
 // …), decodes them in registers and dots them with up to 8 activation rows at a time.
 #include "backend/cuda/kernels/common.cuh"
@@ -43,12 +44,12 @@ __global__ void quantize_act_kernel(const float* __restrict__ x, int64_t n_block
     if (lane == 0) d[b] = BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;   // Q8_0 keeps an fp16 scale
 }
 
-// ---- block formats: y[p, row] for p in [p0, p0 + NT) ----
-template <class F, int NT>
+// ---- block formats: y[p, row] for p in [p0, p0 + NT); activations Q8 (aq, ad) or, with F32ACT, f32 (x) ----
+template <class F, int NT, bool F32ACT>
 __global__ void __launch_bounds__(kWarps * 32)
-matmul_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, size_t mat_stride,
-                 const int32_t* __restrict__ ids, int act_div, const int8_t* __restrict__ aq,
-                 const float* __restrict__ ad, int P, float* __restrict__ y) {
+matmul_block_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, size_t mat_stride,
+                    const int32_t* __restrict__ ids, int act_div, const int8_t* __restrict__ aq,
+                    const float* __restrict__ ad, const float* __restrict__ x, int P, float* __restrict__ y) {
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
     if (row >= rows) return;
@@ -65,7 +66,13 @@ matmul_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, 
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
             const int p = p0 + t;
-            if (p < P) {
+            if (p < P && F32ACT) {
+                const float* xr = x + (size_t)(p / act_div) * n + 32 * u;
+                float s = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 32; ++e) s = fmaf(w[e], xr[e], s);
+                acc[t] += s;
+            } else if (p < P) {
                 const int ar = p / act_div;
                 const int4* q4 = (const int4*)(aq + (size_t)ar * n + 32 * u);
                 const int4 qa = q4[0], qb = q4[1];
@@ -173,17 +180,19 @@ __global__ void dequant_rows_plain_kernel(const uint8_t* __restrict__ W, size_t 
     }
 }
 
-template <class F>
-void launch_q8(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, float* y) {
+template <class F, bool F32ACT>
+void launch_block(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y) {
+    STRATA_CHECK(m.n % F::QK == 0, "cuda matmul: row length ", m.n, " is not a multiple of the ", ggml_type_name(m.type),
+                 " block of ", F::QK);
     const unsigned gx = grid_for((size_t)m.rows, kWarps);
     if (!m.ids && P > 1) {
         dim3 grid(gx, (unsigned)((P + kTile - 1) / kTile));
-        matmul_q8_kernel<F, kTile><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.ids,
-                                                                m.act_div, act.q, act.d, P, y);
+        matmul_block_kernel<F, kTile, F32ACT><<<grid, kWarps * 32, 0, s>>>(
+            m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.ids, m.act_div, act.q, act.d, x, P, y);
     } else {
         dim3 grid(gx, (unsigned)P);
-        matmul_q8_kernel<F, 1><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.ids,
-                                                            m.act_div, act.q, act.d, P, y);
+        matmul_block_kernel<F, 1, F32ACT><<<grid, kWarps * 32, 0, s>>>(
+            m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.ids, m.act_div, act.q, act.d, x, P, y);
     }
     CUDA_CHECK_LAUNCH();
 }
@@ -220,6 +229,8 @@ bool with_format(GgmlType t, Fn&& fn) {
     case GgmlType::Q8_0: fn(FmtQ8_0{}); return true;
     case GgmlType::Q4_0: fn(FmtQ4_0{}); return true;
     case GgmlType::Q5_0: fn(FmtQ5_0{}); return true;
+    case GgmlType::Q4_1: fn(FmtQ4_1{}); return true;
+    case GgmlType::Q5_1: fn(FmtQ5_1{}); return true;
     case GgmlType::IQ4_NL: fn(FmtIQ4_NL{}); return true;
     case GgmlType::Q2_0: fn(FmtQ2_0{}); return true;
     case GgmlType::Q2_K: fn(FmtQ2_K{}); return true;
@@ -271,7 +282,6 @@ void quantize_act(cudaStream_t s, int block, const float* x, int rows, int n, Ac
 }
 
 void matmul(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y) {
-    STRATA_CHECK(m.n % 32 == 0, "cuda matmul: row length ", m.n, " is not a multiple of 32");
     STRATA_CHECK(P > 0 && P <= 65535 * (m.ids ? 1 : kTile), "cuda matmul: ", P, " activation rows is out of range");
     if (m.rows == 0) return;
     switch (m.type) {
@@ -280,13 +290,16 @@ void matmul(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int 
     case GgmlType::BF16: launch_plain<kBF16>(s, m, x, P, y); return;
     default: break;
     }
-    if (!with_format(m.type, [&](auto f) { launch_q8<decltype(f)>(s, m, act, P, y); }))
+    const bool f32_act = act.q == nullptr;
+    if (!with_format(m.type, [&](auto f) {
+            if (f32_act) launch_block<decltype(f), true>(s, m, x, act, P, y);
+            else launch_block<decltype(f), false>(s, m, x, act, P, y);
+        }))
         fail("cuda matmul: unsupported weight type ", ggml_type_name(m.type));
 }
 
 void dequant_rows(cudaStream_t s, GgmlType type, const uint8_t* w, size_t row_bytes, int n, const int32_t* ids, int T,
                   float* y) {
-    STRATA_CHECK(n % 32 == 0, "cuda embed: row length ", n, " is not a multiple of 32");
     if (T == 0) return;
     const int threads = 128;
     switch (type) {
@@ -295,6 +308,8 @@ void dequant_rows(cudaStream_t s, GgmlType type, const uint8_t* w, size_t row_by
     case GgmlType::BF16: dequant_rows_plain_kernel<kBF16><<<T, threads, 0, s>>>(w, row_bytes, n, ids, y); break;
     default:
         if (!with_format(type, [&](auto f) {
+                STRATA_CHECK(n % decltype(f)::QK == 0, "cuda embed: row length ", n, " is not a multiple of the ",
+                             ggml_type_name(type), " block");
                 dequant_rows_kernel<decltype(f)><<<T, threads, 0, s>>>(w, row_bytes, n, ids, y);
             }))
             fail("cuda embed: unsupported table type ", ggml_type_name(type));

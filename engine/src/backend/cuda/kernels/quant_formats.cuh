@@ -113,6 +113,35 @@ struct FmtQ5_0 {
     }
 };
 
+struct FmtQ4_1 {   // weight d·q + m
+    static constexpr int QK = 32, BYTES = 20, ABLK = 32;
+    SD static void deq32(const uint8_t* b, int, float* y) {
+        const float d = half_to_float(ld16(b)), m = half_to_float(ld16(b + 2));
+        const uint8_t* q = b + 4;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            y[j] = mul_rn(d, (float)(q[j] & 0xF)) + m;
+            y[j + 16] = mul_rn(d, (float)(q[j] >> 4)) + m;
+        }
+    }
+};
+
+struct FmtQ5_1 {
+    static constexpr int QK = 32, BYTES = 24, ABLK = 32;
+    SD static void deq32(const uint8_t* b, int, float* y) {
+        const float d = half_to_float(ld16(b)), m = half_to_float(ld16(b + 2));
+        const uint32_t qh = ld32(b + 4);
+        const uint8_t* q = b + 8;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            const int lo = (q[j] & 0xF) | (((qh >> j) & 1) << 4);
+            const int hi = (q[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+            y[j] = mul_rn(d, (float)lo) + m;
+            y[j + 16] = mul_rn(d, (float)hi) + m;
+        }
+    }
+};
+
 struct FmtIQ4_NL {
     static constexpr int QK = 32, BYTES = 18, ABLK = 32;
     SD static void deq32(const uint8_t* b, int, float* y) {
