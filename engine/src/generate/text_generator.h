@@ -1,6 +1,7 @@
 // What the serve loop and the CLI need from a loaded model: one conversation session that a prompt fills and
 // each token extends. The model implements it (model/qwen4exp_generator.*); serve/ and cli/ only use this.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -24,6 +25,16 @@ public:
     virtual const std::vector<int32_t>& session_tokens() const = 0;
     // Forget everything (state back to empty).
     virtual void reset_session() = 0;
+
+    // Before a prompt is read: keep (or restore from a conversation checkpoint) the longest state whose tokens are
+    // a strict prefix of the prompt, else reset. Returns how many prompt tokens the session now holds.
+    virtual int prepare_prompt(const std::vector<int32_t>& prompt) {
+        const std::vector<int32_t>& s = session_tokens();
+        if (!s.empty() && s.size() < prompt.size() && std::equal(s.begin(), s.end(), prompt.begin()))
+            return (int)s.size();
+        reset_session();
+        return 0;
+    }
 
     // Feed tokens after session_tokens(). Prompts are processed in chunks of at most chunk_tokens();
     // after each chunk, progress(done, total) is called, then cancel() is polled; if it returns true the

@@ -132,6 +132,7 @@ Hparams Hparams::from_gguf(const GgufFile& f) {
         const GgufValue* toks = f.find("tokenizer.ggml.tokens");
         for (size_t id = 0; id < toks->arr_s.size(); ++id)
             if (toks->arr_s[id] == "<|im_end|>" || toks->arr_s[id] == "<|endoftext|>") add_stop((int64_t)id);
+            else if (toks->arr_s[id] == "<|im_start|>") h.turn_start_id = (int32_t)id;
     }
     return h;
 }

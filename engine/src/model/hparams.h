@@ -46,6 +46,7 @@ struct Hparams {
 
     // tokenizer facts the engine needs
     std::vector<int32_t> stop_ids;      // generation stops on these
+    int32_t turn_start_id = -1;         // <|im_start|>: conversation checkpoints are taken before the last one
 
     // derived
     int key_dim() const { return ssm_n_key_head * ssm_head_dim; }

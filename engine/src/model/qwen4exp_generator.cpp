@@ -35,7 +35,7 @@ void Qwen4ExpGenerator::enable_speculation(const std::string& mtp_path, int dept
 }
 
 void Qwen4ExpGenerator::reset_session() {
-    session_.reset();
+    session_.reset();    // the KV rows keep their contents: kv_tokens_ still describes them
     mtp_rows_.clear();
     mtp_pos0_ = 0;
     mtp_log_.clear();
@@ -43,6 +43,9 @@ void Qwen4ExpGenerator::reset_session() {
 
 void Qwen4ExpGenerator::feed(const int32_t* ids, int T, float* logits, bool all_logits) {
     const size_t nH = (size_t)model_.hparams().hc_dim();
+    const size_t P = session_.tokens.size();
+    if (kv_tokens_.size() < P + T) kv_tokens_.resize(P + T);
+    std::copy(ids, ids + T, kv_tokens_.begin() + P);
     if (!mtp_) {
         model_.forward(session_, ids, T, Qwen4Exp::Outputs{logits, all_logits, nullptr});
         return;
@@ -80,16 +83,58 @@ const float* Qwen4ExpGenerator::append(std::span<const int32_t> tokens, const Pr
                                        const CancelFn& cancel) {
     STRATA_CHECK(!tokens.empty(), "append needs at least one token");
     const int total = (int)tokens.size();
+    // A checkpoint goes before the last turn start of a prompt (not at the session's first token).
+    int ckpt = -1;
+    const int32_t turn = model_.hparams().turn_start_id;
+    if (total > 1 && turn >= 0)
+        for (int i = total - 1; i >= 0; --i)
+            if (tokens[i] == turn) { ckpt = i; break; }
+    if (ckpt == 0 && session_.n_past() == 0) ckpt = -1;
     for (int done = 0; done < total;) {
-        const int T = std::min(chunk_, total - done);
+        int T = std::min(chunk_, total - done);
+        if (ckpt > done && ckpt < done + T) T = ckpt - done;   // end a chunk at the checkpoint
         const bool last = done + T == total;
         feed(tokens.data() + done, T, last ? logits_.data() : nullptr, false);
         if (mtp_) run_mtp(nullptr);     // keeps the head's KV in step with the trunk
         done += T;
+        if (done == ckpt) take_checkpoint();
         if (progress) progress(done, total);
         if (!last && cancel && cancel()) throw Cancelled{};
     }
     return logits_.data();
+}
+
+void Qwen4ExpGenerator::take_checkpoint() {
+    for (auto it = checkpoints_.begin(); it != checkpoints_.end(); ++it)
+        if (it->tokens == session_.tokens) { checkpoints_.erase(it); break; }
+    if (checkpoints_.size() >= kMaxCheckpoints) checkpoints_.erase(checkpoints_.begin());
+    checkpoints_.push_back({session_.tokens, session_.snapshot(), mtp_rows_, mtp_pos0_});
+}
+
+int Qwen4ExpGenerator::prepare_prompt(const std::vector<int32_t>& prompt) {
+    auto is_strict_prefix = [&](const std::vector<int32_t>& t) {
+        return !t.empty() && t.size() < prompt.size() && std::equal(t.begin(), t.end(), prompt.begin());
+    };
+    size_t best = is_strict_prefix(session_.tokens) ? session_.tokens.size() : 0;
+    int pick = -1;
+    for (int i = 0; i < (int)checkpoints_.size(); ++i) {
+        const std::vector<int32_t>& t = checkpoints_[i].tokens;
+        // Usable only while the KV rows still hold exactly these tokens.
+        const bool kv_intact = kv_tokens_.size() >= t.size() && std::equal(t.begin(), t.end(), kv_tokens_.begin());
+        if (t.size() > best && is_strict_prefix(t) && kv_intact) { best = t.size(); pick = i; }
+    }
+    if (pick < 0) {
+        if (best == 0) reset_session();
+        return (int)best;
+    }
+    Checkpoint c = std::move(checkpoints_[pick]);
+    checkpoints_.erase(checkpoints_.begin() + pick);
+    session_.tokens = c.tokens;
+    session_.restore(c.state);
+    mtp_rows_ = c.mtp_rows;
+    mtp_pos0_ = c.mtp_pos0;
+    checkpoints_.push_back(std::move(c));    // most recently used
+    return (int)best;
 }
 
 TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max_extra) {

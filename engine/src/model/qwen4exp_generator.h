@@ -22,6 +22,8 @@ public:
     std::vector<int32_t> stop_ids() const override { return model_.hparams().stop_ids; }
     const std::vector<int32_t>& session_tokens() const override { return session_.tokens; }
     void reset_session() override;
+    int prepare_prompt(const std::vector<int32_t>& prompt) override;
+    int checkpoint_count() const { return (int)checkpoints_.size(); }
     const float* append(std::span<const int32_t> tokens, const ProgressFn& progress, const CancelFn& cancel) override;
     int chunk_tokens() const override { return chunk_; }
     int spec_depth() const override { return mtp_ ? depth_ : 0; }
@@ -33,6 +35,16 @@ public:
     std::vector<std::pair<std::string, std::string>> info() const override;
 
 private:
+    // Conversation checkpoints: the recurrent state (and the MTP head's queued row) after `tokens`, taken before the
+    // last turn start (<|im_start|>) of each prompt. Usable while the KV rows of those positions are unchanged.
+    struct Checkpoint {
+        std::vector<int32_t> tokens;
+        Session::Snapshot state;
+        std::vector<float> mtp_rows;
+        int mtp_pos0 = 0;
+    };
+    static constexpr size_t kMaxCheckpoints = 6;
+    void take_checkpoint();
     // Runs the trunk over tokens and queues their wide residuals for the MTP head.
     void feed(const int32_t* ids, int T, float* logits, bool all_logits);
     // Runs the MTP head over the queued rows whose next token is known (all but the last unless `next` is given);
@@ -51,6 +63,9 @@ private:
     std::vector<float> draft_logits_, draft_wide_, verify_logits_, verify_wide_;
     std::vector<float> mtp_log_;      // when logging: draft logits of processed rows (mtp_logits_of_session)
     bool mtp_logging_ = false;
+
+    std::vector<int32_t> kv_tokens_;           // the tokens whose keys/values occupy the KV rows (survives resets)
+    std::vector<Checkpoint> checkpoints_;      // most recently used last
 };
 
 }  // namespace strata

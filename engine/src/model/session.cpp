@@ -51,6 +51,7 @@ Session::Snapshot Session::snapshot() const {
 
 void Session::restore(const Snapshot& snap) {
     STRATA_ASSERT(snap.buffers.size() == recurrent_.size() && snap.n_tokens <= tokens.size());
+    // (callers restoring a checkpoint set `tokens` to the checkpoint's tokens first)
     for (size_t k = 0; k < recurrent_.size(); ++k) be_.to_device(recurrent_[k].first, snap.buffers[k].data(), recurrent_[k].second);
     tokens.resize(snap.n_tokens);
 }

@@ -131,15 +131,8 @@ private:
         emit(serve::format_ready(limits_.context_length));
     }
 
-    // How many leading prompt tokens the session already holds; resets the session when it is not a prefix.
-    int reuse_session(const std::vector<int32_t>& prompt) {
-        const std::vector<int32_t>& session = gen_.session_tokens();
-        if (!session.empty() && session.size() < prompt.size() &&
-            std::equal(session.begin(), session.end(), prompt.begin()))
-            return static_cast<int>(session.size());
-        gen_.reset_session();
-        return 0;
-    }
+    // How many leading prompt tokens the session holds (kept, or restored from a checkpoint); else it is reset.
+    int reuse_session(const std::vector<int32_t>& prompt) { return gen_.prepare_prompt(prompt); }
 
     void run_request(const serve::Request& req) {
         serve::DoneStats done;
