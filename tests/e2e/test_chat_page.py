@@ -85,14 +85,17 @@ def test_answer_streams_stop_lands_mid_answer_and_next_message_is_answered(page,
     page.click("#settings-close")
     page.fill("#prompt", "And a short one?")
     page.press("#prompt", "Enter")
+    # (Where the first answer was stopped changes this prompt, so the random model may end before 40 tokens.)
     second = page.locator(".message.assistant").nth(1)
-    expect(second.locator(".stats")).to_contain_text("40 tokens", timeout=30_000)
-    expect(second.locator(".stats")).not_to_contain_text("stopped")
-    expect(second.locator(".stats")).to_contain_text("tok/s")
+    stats = second.locator(".stats")
+    expect(stats).to_contain_text(re.compile(r"^\d+ tokens · [\d.]+ tok/s"), timeout=30_000)
+    expect(stats).not_to_contain_text("stopped")
+    tokens = int(stats.inner_text().split(" tokens")[0])
+    assert 1 <= tokens <= 40
     assert len(second.locator(".body").inner_text()) > 0
     assert second.locator("details.thinking").count() == 0
-    wait_until(lambda: any(r["completion_tokens"] == 40 and r["finish_reason"] == "length"
-                           for r in get_json(f"{gateway.url}/metrics")["recent"]), 10, "the 40-token answer in /metrics")
+    wait_until(lambda: any(r["completion_tokens"] == tokens and r["finish_reason"] in ("stop", "length")
+                           for r in get_json(f"{gateway.url}/metrics")["recent"]), 10, "the answer in /metrics")
     page.screenshot(path=str(artifacts_dir / "chat_page.png"))
 
     # The chat is kept in the browser across a reload.
@@ -104,7 +107,7 @@ def test_answer_streams_stop_lands_mid_answer_and_next_message_is_answered(page,
     # The monitor view shows the state and the finished request.
     page.click("#show-monitor")
     expect(page.locator("#m-state")).to_have_text("idle")
-    expect(page.locator("#m-requests tbody tr").first).to_contain_text("40")
+    expect(page.locator("#m-requests tbody tr").first).to_contain_text(str(tokens))
     page.screenshot(path=str(artifacts_dir / "chat_page_monitor.png"))
     page.click("#back-to-chat")
     page.click("#new-chat")
