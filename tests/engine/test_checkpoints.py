@@ -4,7 +4,7 @@ engine's. A checkpoint whose KV rows were overwritten by another conversation is
 import os
 import subprocess
 
-from conftest import REPO
+from strata_testing import REPO
 
 DEMO = os.path.join(REPO, "installer", "demo", "strata-demo.gguf")
 DEMO_MTP = os.path.join(REPO, "installer", "demo", "strata-demo-mtp.gguf")

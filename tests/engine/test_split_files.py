@@ -4,7 +4,7 @@ the single file."""
 import glob
 import os
 
-from conftest import run_generate
+from strata_testing import run_generate
 from test_gguf_errors import rewrite
 
 

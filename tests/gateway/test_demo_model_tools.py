@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from conftest import REPO, Gateway
+from gateway_harness import REPO, Gateway
 
 DEMO = os.path.join(REPO, "installer", "demo", "strata-demo.gguf")
 DEMO_MTP = os.path.join(REPO, "installer", "demo", "strata-demo-mtp.gguf")

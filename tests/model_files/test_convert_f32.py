@@ -5,7 +5,7 @@ import pytest
 from gguf import GGUFReader
 
 import gguf_layout
-from conftest import tiny
+from strata_testing import tiny
 from gguf_read import GGUFFile
 from hf_reference import expected_main
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import tiny
+from strata_testing import tiny
 from gguf_read import GGUFFile
 
 BLOCK = {"Q8_0": 32, "Q4_0": 32, "Q5_0": 32, "Q5_1": 32, "IQ4_NL": 32, "Q2_0": 64, "Q4_K": 256, "Q6_K": 256,

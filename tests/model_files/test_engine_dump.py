@@ -6,7 +6,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import tiny
+from strata_testing import tiny
 from gguf_read import GGUFFile
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from conftest import tiny
+from strata_testing import tiny
 from gguf_to_hf import hf_state_dict
 
 

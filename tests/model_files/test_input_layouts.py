@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import convert
-from conftest import tiny
+from strata_testing import tiny
 from gguf_read import GGUFFile
 
 

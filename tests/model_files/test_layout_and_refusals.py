@@ -11,7 +11,7 @@ import pytest
 
 import convert
 import gguf_layout
-from conftest import TOOLS, tiny
+from strata_testing import TOOLS, tiny
 
 
 def test_real_model_has_1224_tensors():

@@ -3,7 +3,7 @@ import pytest
 from gguf import GGUFReader, GGUFValueType
 
 import tiny_configs
-from conftest import tiny
+from strata_testing import tiny
 from gguf_read import GGUFFile
 from hf_reference import expected_main, hf_config_json
 

@@ -6,7 +6,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import tiny_configs
-from conftest import tiny
+from strata_testing import tiny
 from gguf_read import GGUFFile
 from hf_reference import expected_mtp
 

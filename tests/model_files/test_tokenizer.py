@@ -9,7 +9,7 @@ from tokenizers import Tokenizer
 
 import qwen_vocab
 import tiny_configs
-from conftest import tiny
+from strata_testing import tiny
 
 CORPUS = qwen_vocab.SAMPLE_TEXTS + [
     "Die Würde des Menschen ist unantastbar. Ça va très bien, merci ! ¿Dónde está la biblioteca?",

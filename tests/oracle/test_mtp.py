@@ -10,8 +10,8 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from conftest import REPO, run_generate  # noqa: E402
-from hf_reference import load_hf  # noqa: E402
+from strata_testing import REPO, run_generate  # noqa: E402
+from transformers_oracle import load_hf  # noqa: E402
 
 DEMO = os.path.join(REPO, "installer", "demo", "strata-demo.gguf")
 DEMO_MTP = os.path.join(REPO, "installer", "demo", "strata-demo-mtp.gguf")

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from conftest import run_generate  # noqa: E402
-from hf_reference import hf_greedy, load_hf  # noqa: E402
+from strata_testing import run_generate  # noqa: E402
+from transformers_oracle import hf_greedy, load_hf  # noqa: E402
 
 CONFIGS = ["tiny", "tiny8", "wide256", "realvocab"]
 N_NEW = 48
