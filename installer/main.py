@@ -8,7 +8,7 @@ from installer.cli import build_parser, has_choice_flags
 from installer.config_writer import StrataConfig, latest_config, load_config, write_config, write_run_script
 from installer.demo import DemoModelError, get_demo_model
 from installer.download import DownloadError, check_disk_space, download_file
-from installer.engine_build import EngineBuildError, get_engine
+from installer.engine_build import EngineBuildError, get_engine, prebuilt_engine
 from installer.hub_api import HubError, hub_endpoint, hub_session
 from installer.hub_files import resolve_choice
 from installer.launcher import LaunchError, start
@@ -113,18 +113,22 @@ def set_up(args, home_dir: Path) -> StrataConfig | None:
         return None
     use_cuda = verdict.gpu_ok and bool(facts.tools.get("nvcc"))
     engine = get_engine(PROJECT_DIR, args.engine, use_cuda, facts.tools, say, args.jobs)
-    say(f"Engine: {engine}")
+    # A given or prebuilt engine is taken to be a CUDA build (prebuilt ones are, for RTX 30/40/50) when the GPU is
+    # usable; the engine itself refuses --backend cuda, with a clear message, if it was built without CUDA.
+    on_gpu = verdict.gpu_ok and (use_cuda or args.engine is not None or prebuilt_engine(PROJECT_DIR) is not None)
+    backend_args = ["--backend", "cuda"] if on_gpu else []
+    say(f"Engine: {engine} ({'GPU' if on_gpu else 'CPU'})")
     if demo_reason is not None:
         demo = get_demo_model(PROJECT_DIR, home_dir, say)
         say(f"\nServing the DEMO model, because {demo_reason}.\nIt is {demo.description}.")
         config = StrataConfig(name="demo", model=str(demo.path), model_files=[str(demo.path)], engine=str(engine),
                               context=args.context or 4096, demo=True, demo_note=demo.description,
-                              engine_args=["--mtp", str(demo.mtp_path)] if demo.mtp_path else [])
+                              engine_args=backend_args + (["--mtp", str(demo.mtp_path)] if demo.mtp_path else []))
     else:
         config = StrataConfig(name=f"{answers.family}-{answers.size}", model=str(weights[0]),
                               model_files=[str(w) for w in weights], mmproj=str(mmproj) if mmproj else None,
-                              engine=str(engine), context=answers.context, family=answers.family,
-                              size=answers.size)
+                              engine=str(engine), engine_args=backend_args, context=answers.context,
+                              family=answers.family, size=answers.size)
         say(f"\nModel: {config.name}, context {context_label(config.context)}, images "
             f"{'on' if config.mmproj else 'off'}.")
     config.port = args.port or 8080
