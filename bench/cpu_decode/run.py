@@ -25,11 +25,12 @@ def model_facts(strata: str, model: str) -> dict:
             "expert_types": types}
 
 
-def run_once(strata: str, model: str, threads: int, prompt: int, decode: int, isa: str | None) -> dict:
+def run_once(strata: str, model: str, threads: int, prompt: int, decode: int, isa: str | None,
+             backend: str = "cpu") -> dict:
     ids = ",".join(str(100 + 37 * i) for i in range(prompt))
     t0 = time.time()
     r = subprocess.run([strata, "generate", "--model", model, "--prompt-ids", ids, "-n", str(decode), "--ignore-eos",
-                        "--threads", str(threads), "--ctx", str(prompt + decode + 8)],
+                        "--threads", str(threads), "--ctx", str(prompt + decode + 8), "--backend", backend],
                        capture_output=True, text=True, check=True,
                        env={**os.environ, **({"STRATA_ISA": isa} if isa else {})})
     m = re.search(r"prompt: (\d+) tokens in ([\d.]+) s .*decode: (\d+) tokens in ([\d.]+) s \(([\d.]+) tok/s\)", r.stderr)
@@ -46,6 +47,7 @@ def main() -> int:
     ap.add_argument("--prompt", type=int, default=16)
     ap.add_argument("--decode", type=int, default=32)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--backend", default="cpu", help="cpu, or cuda for the all-on-GPU reference number")
     ap.add_argument("--isa", default=None, help="STRATA_ISA for the engine: avx2 stands in for a desktop without AVX-512")
     a = ap.parse_args()
     facts = model_facts(a.strata, a.model)
@@ -55,7 +57,8 @@ def main() -> int:
             pass
     results = []
     for t in [int(x) for x in a.threads.split(",")]:
-        r = run_once(a.strata, a.model, t, a.prompt, a.decode, a.isa)
+        r = run_once(a.strata, a.model, t, a.prompt, a.decode, a.isa, a.backend)
+        r["backend"] = a.backend
         r["isa"] = a.isa or "best (AVX-512 where present; never AMX)"
         bytes_per_token = facts["expert_bytes"] * facts["experts_per_token"] * facts["layers"]
         r["routed_expert_GB_per_token"] = round(bytes_per_token / 1e9, 3)
