@@ -16,8 +16,8 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/gguf-0.19
 echo "== build (CPU; CUDA for the all-on-GPU reference number)"
 cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build-bench -j16 --target strata quant_dot_bench | tail -1
 (cmake -S . -B build-bench-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null \
-  && cmake --build build-bench-cuda -j16 --target strata | tail -1) > "$OUT/cuda_build.log" 2>&1 &
-CUDA_BUILD=$!
+  && cmake --build build-bench-cuda -j16 --target strata | tail -1) > /tmp/cuda_build.log 2>&1
+tail -3 /tmp/cuda_build.log
 
 echo "== quant_dot_bench"
 timeout 120 bash bench/quant_dot/run.sh 1,2,6,15 2048 >/dev/null
@@ -29,7 +29,7 @@ for experts in q2_0 iq2_xs; do
   timeout 200 python3 engine/tools/make_synthetic.py "$model" --experts "$experts" --workers 16 || continue
   timeout 150 python3 bench/cpu_decode/run.py --model "$model" --strata build-bench/engine/strata --threads 6,15 \
     --out "$OUT/cpu_decode_$experts"
-  if wait "$CUDA_BUILD" 2>/dev/null || [ -x build-bench-cuda/engine/strata ]; then
+  if [ -x build-bench-cuda/engine/strata ]; then
     timeout 90 python3 bench/cpu_decode/run.py --model "$model" --strata build-bench-cuda/engine/strata --threads 6 \
       --backend cuda --decode 64 --out "$OUT/gpu_decode_$experts"
   fi
