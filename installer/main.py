@@ -5,7 +5,8 @@ from pathlib import Path
 
 from installer import catalog as catalog_mod
 from installer.cli import build_parser, has_choice_flags
-from installer.config_writer import StrataConfig, latest_config, load_config, write_config, write_run_script
+from installer.config_writer import (StrataConfig, latest_config, load_config, run_script_path, write_config,
+                                     write_run_script)
 from installer.demo import DemoModelError, get_demo_model
 from installer.download import DownloadError, check_disk_space, download_file
 from installer.engine_build import EngineBuildError, get_engine, prebuilt_engine
@@ -144,8 +145,11 @@ def run(argv: list[str] | None = None) -> int:
     home_dir.mkdir(parents=True, exist_ok=True)
     existing = latest_config(home_dir)
     if existing and not args.setup and not has_choice_flags(args):
-        say(f"Strata is set up ({existing.name}); starting it. (Run with --setup to change the choices.)")
         config = load_config(existing)
+        if args.no_start:
+            say(f"Strata is set up ({existing.name}). Start it with: {run_script_path(home_dir, config.name)}")
+            return 0
+        say(f"Strata is set up ({existing.name}); starting it. (Run with --setup to change the choices.)")
     else:
         config = set_up(args, home_dir)
         if config is None:
