@@ -240,42 +240,6 @@ inline int k4_min_sum(const uint32_t sm[4], const int16_t* bsums) {
     return _mm_cvtsi128_si32(p);
 }
 
-template <bool Q5>
-inline float dot_q45_k(int64_t n, const void* w, const void* act) {
-    using Block = std::conditional_t<Q5, BlockQ5_K, BlockQ4_K>;
-    const Block* x = (const Block*)w;
-    const BlockQ8_K* a = (const BlockQ8_K*)act;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
-    for (int64_t i = 0; i < n / QK_K; ++i) {
-        uint32_t sm[4];
-        k4_unpack_scales(x[i].scales, sm);
-        const uint8_t* sc = (const uint8_t*)sm;
-        __m256i hbits;
-        if constexpr (Q5) hbits = load256(x[i].qh);
-        __m256i sumi = _mm256_setzero_si256();
-        for (int c = 0; c < 4; ++c) {
-            __m256i q = load256(x[i].qs + 32 * c);
-            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if constexpr (Q5) {  // bit 2c / 2c+1 of qh[l] is bit 4 of sub-block 2c / 2c+1
-                const __m256i b16 = _mm256_set1_epi8(16);
-                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hbits, 2 * c), 4), b16));
-                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hbits, 2 * c + 1), 4), b16));
-            }
-            __m256i plo = _mm256_maddubs_epi16(lo, load256(a[i].qs + 64 * c));
-            __m256i phi = _mm256_maddubs_epi16(hi, load256(a[i].qs + 64 * c + 32));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, _mm256_set1_epi16(sc[2 * c])));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * c + 1])));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * h2f(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
-        mins += a[i].d * h2f(x[i].dmin) * (float)k4_min_sum(sm, a[i].bsums);
-    }
-    return hsum8(acc) - mins;
-}
-
-float dot_q5_k(int64_t n, const void* w, const void* act) { return dot_q45_k<true>(n, w, act); }
-
 float dot_iq4_xs(int64_t n, const void* w, const void* act) {
     const BlockIQ4_XS* x = (const BlockIQ4_XS*)w;
     const BlockQ8_K* a = (const BlockQ8_K*)act;
@@ -369,10 +333,10 @@ float dot_iq3_s(int64_t n, const void* w, const void* act) {
 
 void fill_x86_dots(DotTable& t) {
     auto set = [&](GgmlType ty, DotFn f) { t.dot[(int)ty] = f; };
-    // F32, Q8_0, IQ4_NL, Q2_0, Q4_K, IQ2_XS and IQ3_XXS: multi-activation kernels, gemv_x86*.h
+    // F32, Q8_0, IQ4_NL, Q2_0, the K-quants, IQ2_XS and IQ3_XXS: multi-activation kernels, gemv_x86*.h
     set(GgmlType::F16, dot_f16);         set(GgmlType::BF16, dot_bf16);
     set(GgmlType::Q4_0, dot_q4_0);       set(GgmlType::Q5_0, dot_q5_0);     set(GgmlType::Q4_1, dot_q4_1);
-    set(GgmlType::Q5_1, dot_q5_1);       set(GgmlType::Q5_K, dot_q5_k);     set(GgmlType::IQ4_XS, dot_iq4_xs);
+    set(GgmlType::Q5_1, dot_q5_1);       set(GgmlType::IQ4_XS, dot_iq4_xs);
     set(GgmlType::IQ2_XXS, dot_iq2_xxs); set(GgmlType::IQ2_S, dot_iq2_s);   set(GgmlType::IQ3_S, dot_iq3_s);
 }
 

@@ -1,6 +1,7 @@
 // Multi-activation x86 kernels (one weight row against 1..8 activation rows, the row decoded once) for F32, Q8_0,
-// IQ4_NL, Q2_0 and Q4_K; the 1-activation instance is also the type's vec_dot kernel, so gemv_rows_multi equals
-// vec_dot bit for bit. Included after dot_x86.h by each ISA file; the grid i-quants are in gemv_x86_iq.h.
+// IQ4_NL and Q2_0; the 1-activation instance is also the type's vec_dot kernel, so gemv_rows_multi equals
+// vec_dot bit for bit. Included after dot_x86.h by each ISA file; the grid i-quants are in gemv_x86_iq.h, the
+// K-quants in gemv_x86_kquant.h.
 #pragma once
 #include <cmath>
 #include "quant/dot_x86.h"
@@ -223,42 +224,6 @@ void q2_0_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out)
     for (int t = 0; t < NA; ++t) out[t] = hsum8(acc[t]);
 }
 STRATA_MULTI_KERNEL(q2_0_k)
-
-// ---- Q4_K x Q8_K ----
-
-template <int NA>
-void q4_k_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out) {
-    const BlockQ4_K* x = (const BlockQ4_K*)w;
-    const BlockQ8_K* a[NA];
-    for (int t = 0; t < NA; ++t) a[t] = (const BlockQ8_K*)act_row(act, st, t);
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[NA];
-    float mins[NA];
-    for (int t = 0; t < NA; ++t) { acc[t] = _mm256_setzero_ps(); mins[t] = 0; }
-    for (int64_t i = 0; i < n / QK_K; ++i) {
-        uint32_t sm[4];
-        k4_unpack_scales(x[i].scales, sm);
-        const uint8_t* sc = (const uint8_t*)sm;
-        __m256i sumi[NA];
-        for (int t = 0; t < NA; ++t) sumi[t] = _mm256_setzero_si256();
-        for (int c = 0; c < 4; ++c) {
-            __m256i q = load256(x[i].qs + 32 * c);
-            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            __m256i sl = _mm256_set1_epi16(sc[2 * c]), sh = _mm256_set1_epi16(sc[2 * c + 1]);
-            for (int t = 0; t < NA; ++t) {
-                sumi[t] = dpwssd(sumi[t], _mm256_maddubs_epi16(lo, load256(a[t][i].qs + 64 * c)), sl);
-                sumi[t] = dpwssd(sumi[t], _mm256_maddubs_epi16(hi, load256(a[t][i].qs + 64 * c + 32)), sh);
-            }
-        }
-        float d = h2f(x[i].d), dmin = h2f(x[i].dmin);
-        for (int t = 0; t < NA; ++t) {
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t][i].d * d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
-            mins[t] += a[t][i].d * dmin * (float)k4_min_sum(sm, a[t][i].bsums);
-        }
-    }
-    for (int t = 0; t < NA; ++t) out[t] = hsum8(acc[t]) - mins[t];
-}
-STRATA_MULTI_KERNEL(q4_k_k)
 
 }  // namespace
 }  // namespace strata::qk
