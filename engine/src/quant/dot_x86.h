@@ -229,17 +229,6 @@ inline void k4_unpack_scales(const uint8_t* s, uint32_t out[4]) {
     out[0] = u[0] & k1;
 }
 
-// sum_j mins[j] * (bsums[2j] + bsums[2j+1]) for the 8 sub-blocks of 32
-inline int k4_min_sum(const uint32_t sm[4], const int16_t* bsums) {
-    __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[3], (int)sm[2]));
-    __m256i b = load256(bsums);
-    __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
-    __m128i p = _mm_madd_epi16(mins, pairs);
-    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
-    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
-    return _mm_cvtsi128_si32(p);
-}
-
 float dot_iq4_xs(int64_t n, const void* w, const void* act) {
     const BlockIQ4_XS* x = (const BlockIQ4_XS*)w;
     const BlockQ8_K* a = (const BlockQ8_K*)act;

@@ -30,6 +30,26 @@ inline void load_acts(const uint8_t* act, size_t st, const BlockQ8_K* (&a)[NA]) 
     for (int t = 0; t < NA; ++t) a[t] = (const BlockQ8_K*)act_row(act, st, t);
 }
 
+// The i32 sums of one super-block for NA activations. dpwssd has a latency of several cycles, so with one or two
+// activations the 8 chunks go round-robin into 4 or 2 independent sums per activation (exact integers: the split
+// changes no result, so NA = 1 and NA = 8 still agree bit for bit).
+template <int NA>
+struct SuperSums {
+    static constexpr int P = NA == 1 ? 4 : NA == 2 ? 2 : 1;
+    __m256i s[P][NA];
+    SuperSums() {
+        for (int p = 0; p < P; ++p)
+            for (int t = 0; t < NA; ++t) s[p][t] = _mm256_setzero_si256();
+    }
+    // chunk c (32 weights) of activation t: i16 pair sums times i16 scales
+    void add(int c, int t, __m256i pairs, __m256i scales) { s[c % P][t] = dpwssd(s[c % P][t], pairs, scales); }
+    __m256i total(int t) const {
+        __m256i v = s[0][t];
+        for (int p = 1; p < P; ++p) v = _mm256_add_epi32(v, s[p][t]);
+        return v;
+    }
+};
+
 // ---- Q6_K: 6-bit codes q (value q - 32), 16 signed 8-bit scales ----
 
 template <int NA>
@@ -43,10 +63,7 @@ void q6_k_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out)
     for (int64_t i = 0; i < n / QK_K; ++i) {
         const BlockQ6_K& b = x[i];
         const Scales16 sc(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b.scales)));
-        __m256i sumi[NA];
-        for (int t = 0; t < NA; ++t)  // -32 * sum_g scale[g] * bsums[g]
-            sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                       _mm256_slli_epi32(_mm256_madd_epi16(sc.all, load256(a[t][i].bsums)), 5));
+        SuperSums<NA> sums;
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {  // 128 weights: ql[64h..64h+63] low/high nibbles, qh[32h..] bit pairs
             const __m256i ql0 = load256(b.ql + 64 * h), ql1 = load256(b.ql + 64 * h + 32);
@@ -62,12 +79,15 @@ void q6_k_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out)
                 const int c = 4 * h + r;
                 const __m256i s = sc.chunk(c);
                 for (int t = 0; t < NA; ++t)
-                    sumi[t] = dpwssd(sumi[t], _mm256_maddubs_epi16(q[r], load256(a[t][i].qs + 32 * c)), s);
+                    sums.add(c, t, _mm256_maddubs_epi16(q[r], load256(a[t][i].qs + 32 * c)), s);
             }
         }
         const float d = h2f(b.d);
-        for (int t = 0; t < NA; ++t)
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t][i].d * d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        for (int t = 0; t < NA; ++t) {  // minus 32 * sum_g scale[g] * bsums[g]
+            const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(sc.all, load256(a[t][i].bsums)), 5);
+            const __m256i sumi = _mm256_sub_epi32(sums.total(t), off);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t][i].d * d), _mm256_cvtepi32_ps(sumi), acc[t]);
+        }
     }
     for (int t = 0; t < NA; ++t) out[t] = hsum8(acc[t]);
 }
@@ -89,8 +109,7 @@ void q2_k_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out)
         const __m128i m0f = _mm_set1_epi8(0x0F);
         const Scales16 sc(_mm256_cvtepu8_epi16(_mm_and_si128(s8, m0f)));
         const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), m0f));
-        __m256i sumi[NA];
-        for (int t = 0; t < NA; ++t) sumi[t] = _mm256_setzero_si256();
+        SuperSums<NA> sums;
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {  // 128 weights: qs[32h..32h+31], bit pairs 0..3 give weights 32r..32r+31
             const __m256i q = load256(b.qs + 32 * h);
@@ -100,13 +119,13 @@ void q2_k_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out)
                 const __m256i qc = _mm256_and_si256(_mm256_srli_epi16(q, 2 * r), m3);
                 const __m256i s = sc.chunk(c);
                 for (int t = 0; t < NA; ++t)
-                    sumi[t] = dpwssd(sumi[t], _mm256_maddubs_epi16(qc, load256(a[t][i].qs + 32 * c)), s);
+                    sums.add(c, t, _mm256_maddubs_epi16(qc, load256(a[t][i].qs + 32 * c)), s);
             }
         }
         const float d = h2f(b.d), dmin = h2f(b.dmin);
         for (int t = 0; t < NA; ++t) {
             const __m256i msum = _mm256_madd_epi16(mins, load256(a[t][i].bsums));
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t][i].d * d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t][i].d * d), _mm256_cvtepi32_ps(sums.total(t)), acc[t]);
             acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(a[t][i].d * dmin), _mm256_cvtepi32_ps(msum), acc[t]);
         }
     }
@@ -147,10 +166,7 @@ void q3_k_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out)
     for (int64_t i = 0; i < n / QK_K; ++i) {
         const BlockQ3_K& b = x[i];
         const Scales16 sc(_mm256_cvtepi8_epi16(q3k_scale_bytes(b.scales)));
-        __m256i sumi[NA];
-        for (int t = 0; t < NA; ++t)  // -4 * sum_g scale[g] * bsums[g]
-            sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                       _mm256_slli_epi32(_mm256_madd_epi16(sc.all, load256(a[t][i].bsums)), 2));
+        SuperSums<NA> sums;
         const __m256i hm = load256(b.hmask);
         const __m256i q0 = load256(b.qs), q1 = load256(b.qs + 32);
         // weights 32c..32c+31: bit pair c%4 of qs[32(c/4)..], bit c of hmask
@@ -167,11 +183,14 @@ void q3_k_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out)
         for (int c = 0; c < 8; ++c) {
             const __m256i s = sc.chunk(c);
             for (int t = 0; t < NA; ++t)
-                sumi[t] = dpwssd(sumi[t], _mm256_maddubs_epi16(u[c], load256(a[t][i].qs + 32 * c)), s);
+                sums.add(c, t, _mm256_maddubs_epi16(u[c], load256(a[t][i].qs + 32 * c)), s);
         }
         const float d = h2f(b.d);
-        for (int t = 0; t < NA; ++t)
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t][i].d * d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        for (int t = 0; t < NA; ++t) {  // minus 4 * sum_g scale[g] * bsums[g]
+            const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(sc.all, load256(a[t][i].bsums)), 2);
+            const __m256i sumi = _mm256_sub_epi32(sums.total(t), off);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t][i].d * d), _mm256_cvtepi32_ps(sumi), acc[t]);
+        }
     }
     for (int t = 0; t < NA; ++t) out[t] = hsum8(acc[t]);
 }
@@ -186,17 +205,20 @@ void q45_k_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out
     const BlockQ8_K* a[NA];
     load_acts<NA>(act, st, a);
     const __m256i m4 = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(16);
+    // each min twice: i16 word g = min of sub-block g/2, matching the 16 block sums
+    const __m128i dup_mins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     __m256 acc[NA];
-    float mins[NA];
-    for (int t = 0; t < NA; ++t) { acc[t] = _mm256_setzero_ps(); mins[t] = 0; }
+    for (int t = 0; t < NA; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i) {
         uint32_t sm[4];
         k4_unpack_scales(x[i].scales, sm);
-        const uint8_t* sc = (const uint8_t*)sm;
+        const __m128i s8 = _mm_setr_epi32((int)sm[0], (int)sm[1], (int)sm[2], (int)sm[3]);  // 8 scales, 8 mins
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(s8));             // scales as i16
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(s8, dup_mins));
         __m256i hbits;
         if constexpr (Q5) hbits = load256(x[i].qh);
-        __m256i sumi[NA];
-        for (int t = 0; t < NA; ++t) sumi[t] = _mm256_setzero_si256();
+        SuperSums<NA> sums;
+#pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
             __m256i q = load256(x[i].qs + 32 * c);
             __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
@@ -204,19 +226,20 @@ void q45_k_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out
                 lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hbits, 2 * c), 4), b16));
                 hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hbits, 2 * c + 1), 4), b16));
             }
-            __m256i sl = _mm256_set1_epi16(sc[2 * c]), sh = _mm256_set1_epi16(sc[2 * c + 1]);
+            const __m256i sl = word_pair(sc16, sc16, 2 * c, 2 * c), sh = word_pair(sc16, sc16, 2 * c + 1, 2 * c + 1);
             for (int t = 0; t < NA; ++t) {
-                sumi[t] = dpwssd(sumi[t], _mm256_maddubs_epi16(lo, load256(a[t][i].qs + 64 * c)), sl);
-                sumi[t] = dpwssd(sumi[t], _mm256_maddubs_epi16(hi, load256(a[t][i].qs + 64 * c + 32)), sh);
+                sums.add(2 * c, t, _mm256_maddubs_epi16(lo, load256(a[t][i].qs + 64 * c)), sl);
+                sums.add(2 * c + 1, t, _mm256_maddubs_epi16(hi, load256(a[t][i].qs + 64 * c + 32)), sh);
             }
         }
-        float d = h2f(x[i].d), dmin = h2f(x[i].dmin);
+        const float d = h2f(x[i].d), dmin = h2f(x[i].dmin);
         for (int t = 0; t < NA; ++t) {
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t][i].d * d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
-            mins[t] += a[t][i].d * dmin * (float)k4_min_sum(sm, a[t][i].bsums);
+            const __m256i msum = _mm256_madd_epi16(mins, load256(a[t][i].bsums));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t][i].d * d), _mm256_cvtepi32_ps(sums.total(t)), acc[t]);
+            acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(a[t][i].d * dmin), _mm256_cvtepi32_ps(msum), acc[t]);
         }
     }
-    for (int t = 0; t < NA; ++t) out[t] = hsum8(acc[t]) - mins[t];
+    for (int t = 0; t < NA; ++t) out[t] = hsum8(acc[t]);
 }
 
 template <int NA>
