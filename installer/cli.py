@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     files.add_argument("--gguf-dir", type=Path, help="a folder with GGUF files you already have (missing ones "
                                                      "are downloaded into it)")
     files.add_argument("--download-only", action="store_true", help="only fetch the model files, then stop")
+    files.add_argument("--no-mtp", action="store_true", help="skip the MTP draft head (no speculative decoding)")
+    files.add_argument("--mtp-type", choices=["q8_0", "bf16"], default="q8_0",
+                       help="the MTP head's weight type (default q8_0, the smaller file)")
     files.add_argument("--engine", type=Path, help="use this engine binary instead of building one")
     files.add_argument("--dir", type=Path, help="where models, configs and run scripts go (default: the "
                                                 "project folder)")

@@ -14,6 +14,7 @@ from installer.hub_api import HubError, hub_endpoint, hub_session
 from installer.hub_files import resolve_choice
 from installer.launcher import LaunchError, start
 from installer.local_files import find_local_files
+from installer.mtp_head import mtp_head_for
 from installer.pc_check import check_pc
 from installer.pc_report import judge_pc
 from installer.questions import Answers, Asker, stdin_is_terminal
@@ -75,6 +76,19 @@ def download_model(args, catalog: dict, answers: Answers, home_dir: Path) -> tup
     return paths[:len(resolved.weight_files)], paths[-1] if resolved.mmproj else None
 
 
+def get_mtp_head(args, catalog: dict, answers: Answers, weights: list[Path]) -> Path | None:
+    """The MTP draft head next to the model files, or None (said why): speculation is optional, never fatal."""
+    if args.no_mtp:
+        say("\nSkipping the MTP draft head (--no-mtp): Strata runs without speculative decoding.")
+        return None
+    try:
+        return mtp_head_for(catalog, answers.family, weights[0].parent, weights[0], args.mtp_type, say)
+    except (HubError, DownloadError) as e:
+        say(f"\nThe MTP draft head could not be made: {e}\nStrata runs without speculative decoding (slower). "
+            f"Run the installer again with --setup to retry; what was fetched is kept.")
+        return None
+
+
 def decide_demo(args, verdict) -> str | None:
     """Why the demo model is served instead of the real one, or None to go for the real model."""
     if args.demo:
@@ -96,7 +110,7 @@ def set_up(args, home_dir: Path) -> StrataConfig | None:
         say(line)
     catalog = catalog_mod.load_catalog(args.catalog)
     demo_reason = decide_demo(args, verdict)
-    answers, weights, mmproj = None, [], None
+    answers, weights, mmproj, mtp = None, [], None, None
     if demo_reason is None:
         answers = ask_questions(args, catalog, facts, verdict.gpu_ok)
         floor = catalog["families"][answers.family]["sizes"][answers.size].get("ram_floor_gib") or 0
@@ -110,6 +124,8 @@ def set_up(args, home_dir: Path) -> StrataConfig | None:
                 raise InstallError("the model could not be downloaded (see above).") from None
             demo_reason = ("the model could not be downloaded (see above); run the installer again with --setup "
                            "to continue the download where it stopped")
+        if demo_reason is None:
+            mtp = get_mtp_head(args, catalog, answers, weights)
     if args.download_only:
         return None
     use_cuda = verdict.gpu_ok and bool(facts.tools.get("nvcc"))
@@ -128,7 +144,8 @@ def set_up(args, home_dir: Path) -> StrataConfig | None:
     else:
         config = StrataConfig(name=f"{answers.family}-{answers.size}", model=str(weights[0]),
                               model_files=[str(w) for w in weights], mmproj=str(mmproj) if mmproj else None,
-                              engine=str(engine), engine_args=backend_args, context=answers.context,
+                              engine=str(engine), context=answers.context,
+                              engine_args=backend_args + (["--mtp", str(mtp)] if mtp else []),
                               family=answers.family, size=answers.size)
         say(f"\nModel: {config.name}, context {context_label(config.context)}, images "
             f"{'on' if config.mmproj else 'off'}.")

@@ -36,8 +36,6 @@ import struct
 import sys
 
 import numpy as np
-import torch
-from safetensors import safe_open
 import gguf
 from gguf import GGUFValueType as VT
 
@@ -52,6 +50,8 @@ class Checkpoint:
     """Tensor access by canonical HF name (`model.…`, `lm_head.…`, `mtp.…`) over one or many safetensors files."""
 
     def __init__(self, hf_dir: str):
+        from safetensors import safe_open   # imported here: the installer's MTP conversion runs without it
+
         files = sorted(f for f in os.listdir(hf_dir) if f.endswith(".safetensors"))
         if not files:
             raise ConvertError(f"no .safetensors files in {hf_dir}")
@@ -83,9 +83,13 @@ class Checkpoint:
         return self.handles[fn].get_tensor(key)
 
     def f32(self, name: str) -> np.ndarray:
+        import torch
+
         return self.raw(name).to(torch.float32).numpy()
 
     def ints(self, name: str) -> list:
+        import torch
+
         t = self.raw(name)
         if t.dtype != torch.int64:
             raise ConvertError(f"{name} has dtype {t.dtype}; the PLE constants must be int64 buffers")
@@ -163,6 +167,8 @@ def _block_tensors(ck: Checkpoint, hp: Hparams, src: str, il: int, attention: bo
         out[b + "ssm_conv1d.weight"] = np.concatenate([conv[:2 * kd], tile_heads(conv[2 * kd:], nk, nv)])
         out[b + "ssm_dt.bias"] = tile_heads(ck.f32(g + "dt_bias"), nk, nv)
         # torch's exp, as llama.cpp's converter (numpy's float32 exp differs in the last ulp)
+        import torch
+
         a = -torch.exp(ck.raw(g + "A_log").to(torch.float32))
         out[b + "ssm_a"] = tile_heads(a.numpy(), nk, nv)
         out[b + "ssm_norm.weight"] = ck.f32(g + "norm.weight")
@@ -219,11 +225,18 @@ def main_tensors(ck: Checkpoint, hp: Hparams) -> tuple[dict, dict]:
 
 
 def mtp_tensors(ck: Checkpoint, hp: Hparams) -> dict:
-    L = hp.n_layer
     out = {"token_embd.weight": ck.f32("model.embed_tokens.weight")}
     if hp.has_output:
         out["output.weight"] = ck.f32("lm_head.weight")
-    out.update(_block_tensors(ck, hp, "mtp.layers.0.", L, attention=True))
+    out.update(mtp_block_tensors(ck, hp))
+    return out
+
+
+def mtp_block_tensors(ck, hp: Hparams) -> dict:
+    """blk.L + blk.L.nextn.* from the mtp.* tensors alone. `ck` is anything with Checkpoint's has/f32 (the
+    installer passes tensors fetched by byte range, see mtp_extract.py)."""
+    L = hp.n_layer
+    out = _block_tensors(ck, hp, "mtp.layers.0.", L, attention=True)
     n = f"blk.{L}.nextn."
     out[n + "eh_proj.weight"] = np.concatenate([ck.f32("mtp.fc_embedding.weight"), ck.f32("mtp.fc_hidden.weight")],
                                                axis=1)

@@ -127,10 +127,12 @@ class HubHandler(BaseHTTPRequestHandler):
 
     def _file(self, repo: str, file_path: Path, head_only: bool):
         size = file_path.stat().st_size
-        start = 0
+        start, end = 0, size            # bytes [start, end) are sent
         range_header = self.headers.get("Range")
         if range_header and range_header.startswith("bytes="):
-            start = int(range_header[len("bytes="):].split("-")[0])
+            first, last = range_header[len("bytes="):].split("-")
+            start = int(first)
+            end = min(size, int(last) + 1) if last else size
             if start >= size:
                 self.send_response(416)
                 self.send_header("Content-Range", f"bytes */{size}")
@@ -141,15 +143,15 @@ class HubHandler(BaseHTTPRequestHandler):
         self.send_header("X-Repo-Commit", repo_commit(repo))
         self.send_header("ETag", f'"{hashlib.sha1(file_path.name.encode()).hexdigest()}"')
         self.send_header("Accept-Ranges", "bytes")
-        self.send_header("Content-Length", str(size - start))
+        self.send_header("Content-Length", str(end - start))
         if range_header:
-            self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
         self.end_headers()
         if head_only:
             return
-        self._send_body(file_path, start)
+        self._send_body(file_path, start, end)
 
-    def _send_body(self, file_path: Path, start: int):
+    def _send_body(self, file_path: Path, start: int, end: int):
         piece = 64 << 10
         with self.state.lock:
             drop_after, self.state.drop_after_bytes = self.state.drop_after_bytes, None
@@ -157,7 +159,7 @@ class HubHandler(BaseHTTPRequestHandler):
         with open(file_path, "rb") as f:
             f.seek(start)
             try:
-                for block in iter(lambda: f.read(piece), b""):
+                for block in iter(lambda: f.read(min(piece, end - start - sent)), b""):
                     if drop_after is not None and sent + len(block) > drop_after:
                         self.wfile.write(block[:drop_after - sent])
                         self.wfile.flush()

@@ -1,0 +1,140 @@
+# The MTP draft head (speculative decoding) for the chosen model: the catalogue names the original checkpoint
+# (or nothing yet), its mtp.* tensors are fetched by byte range (mtp_fetch.py) and converted to a GGUF once
+# (engine/tools/mtp_extract.py), next to the model files. Also runnable by hand:
+#   python -m installer.mtp_head --repo ORG/NAME [--revision REV] --out FILE.gguf [--outtype q8_0|bf16]
+import argparse
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from installer.download import DownloadError
+from installer.hub_api import HubError, hub_endpoint, hub_session, resolve_commit, resolve_url
+from installer.mtp_fetch import MtpFetchError, fetch_tensors, get_small, mtp_extract
+
+# Bytes of the converted file per parameter, for the disk check.
+BYTES_PER_PARAM = {"q8_0": 34 / 32, "bf16": 2, "f16": 2, "f32": 4}
+
+
+@dataclass(frozen=True)
+class MtpSource:
+    repo: str
+    revision: str | None      # None: not pinned, "main" is resolved at install time
+
+
+def mtp_source(catalog: dict, family: str) -> MtpSource | None:
+    """The original checkpoint the catalogue names for this family's MTP head, or None when it names none."""
+    entry = catalog["families"][family].get("mtp") or {}
+    repo = entry.get("checkpoint_repo")
+    return MtpSource(repo, entry.get("revision")) if repo else None
+
+
+def mtp_file_name(family: str, outtype: str) -> str:
+    return f"{family}-MTP-{outtype.upper()}.gguf"
+
+
+def _source_path(out: Path) -> Path:
+    return out.with_name(out.name + ".source.json")
+
+
+def _already_made(out: Path, source: MtpSource) -> bool:
+    """True when out was converted earlier from this repo (and from the pinned revision, if one is pinned)."""
+    try:
+        made = json.loads(_source_path(out).read_text())
+    except (OSError, ValueError):
+        return False
+    return out.is_file() and made.get("repo") == source.repo and (
+        source.revision is None or made.get("commit") == source.revision or made.get("revision") == source.revision)
+
+
+def _fetch_small_file(session, repo: str, commit: str, name: str, dest: Path, required: bool) -> None:
+    body = get_small(session, resolve_url(repo, commit, name), f"{name} of {repo}@{commit[:12]}",
+                     missing_ok=not required)
+    if body is not None:
+        dest.write_bytes(body)
+
+
+def _check_fits_main_model(hp, main_gguf: Path | None) -> None:
+    """Refuses a checkpoint that is not the main model's (before gigabytes are fetched)."""
+    if main_gguf is None:
+        return
+    from gguf_read import GGUFFile   # engine/tools, on sys.path through mtp_fetch
+    try:
+        fields = GGUFFile(str(main_gguf)).fields
+    except (OSError, ValueError, KeyError) as e:
+        raise MtpFetchError(f"cannot read the model file {main_gguf} to check the MTP head against it: {e}") from e
+    arch = "qwen4exp"
+    want = {"block_count": hp.n_layer, "embedding_length": hp.n_embd, "expert_count": hp.n_expert,
+            "hyper_connection.count": hp.hc, "attention.head_count": hp.n_head}
+    differ = [f"{k} {fields[f'{arch}.{k}'][0]} vs {v}" for k, v in want.items()
+              if f"{arch}.{k}" in fields and fields[f"{arch}.{k}"][0] != v]
+    if differ:
+        raise MtpFetchError(f"the checkpoint's config.json does not describe the model in {main_gguf.name} "
+                            f"(model file vs checkpoint: {', '.join(differ)}); its MTP head would not fit.")
+
+
+def make_mtp_head(source: MtpSource, out: Path, outtype: str = mtp_extract.DEFAULT_OUTTYPE,
+                  main_gguf: Path | None = None, say=print) -> Path:
+    """out, fetched and converted unless an earlier run already made it from the same source."""
+    if _already_made(out, source):
+        say(f"MTP head: {out} (converted earlier from {source.repo}).")
+        return out
+    session = hub_session()
+    say(f"\nLooking up the original checkpoint {source.repo} on {hub_endpoint()} for the MTP head ...")
+    commit = resolve_commit(session, source.repo, source.revision or "main")
+    if not source.revision:
+        say(f"Note: the catalogue pins no revision for {source.repo}; using its current commit {commit[:12]}.")
+    work_dir = out.parent / f"{out.stem}.parts-{commit[:12]}"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    _fetch_small_file(session, source.repo, commit, "config.json", work_dir / "config.json", required=True)
+    _fetch_small_file(session, source.repo, commit, "generation_config.json", work_dir / "generation_config.json",
+                      required=False)
+    try:
+        hp = mtp_extract.load_hparams(str(work_dir))
+        _check_fits_main_model(hp, main_gguf)
+        tensors = fetch_tensors(session, source.repo, commit, hp, work_dir, BYTES_PER_PARAM[outtype], say)
+        say(f"Converting the MTP head to {out.name} ({outtype.upper()}) ...")
+        mtp_extract.write_mtp_gguf(tensors, str(work_dir), str(out), outtype, name=source.repo.split("/")[-1])
+    except mtp_extract.ConvertError as e:
+        raise MtpFetchError(f"{source.repo}@{commit[:12]}: {e}") from e
+    _source_path(out).write_text(json.dumps({"repo": source.repo, "revision": source.revision, "commit": commit,
+                                             "outtype": outtype}) + "\n")
+    shutil.rmtree(work_dir, ignore_errors=True)
+    say(f"MTP head ready: {out} ({out.stat().st_size / 1e9:.2f} GB).")
+    return out
+
+
+def mtp_head_for(catalog: dict, family: str, model_dir: Path, main_gguf: Path | None, outtype: str,
+                 say=print) -> Path | None:
+    """The installer's step: the family's MTP head file, or None (said why) when the catalogue names no checkpoint."""
+    source = mtp_source(catalog, family)
+    if source is None:
+        say(f"\nThe model catalogue names no original checkpoint for '{family}' (mtp.checkpoint_repo is not set), "
+            f"so the MTP draft head is skipped: Strata runs without speculative decoding.")
+        return None
+    return make_mtp_head(source, model_dir / mtp_file_name(family, outtype), outtype, main_gguf, say)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m installer.mtp_head",
+                                 description="Fetch only the mtp.* tensors of a Hub checkpoint and write the MTP GGUF.")
+    ap.add_argument("--repo", required=True, help="the original safetensors checkpoint, ORG/NAME")
+    ap.add_argument("--revision", help="branch, tag or commit (default: main)")
+    ap.add_argument("--out", type=Path, required=True, help="the MTP GGUF to write")
+    ap.add_argument("--outtype", default=mtp_extract.DEFAULT_OUTTYPE, choices=mtp_extract.OUTTYPES)
+    ap.add_argument("--model", type=Path, help="the main model GGUF (first shard), to check the head fits it")
+    args = ap.parse_args(argv)
+    try:
+        make_mtp_head(MtpSource(args.repo, args.revision), args.out.resolve(), args.outtype, args.model)
+    except (HubError, DownloadError) as e:
+        print(f"\nThe MTP head was not made: {e}", flush=True)
+        return 1
+    except KeyboardInterrupt:
+        print("\nStopped. The fetch continues where it left off when run again.", flush=True)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
