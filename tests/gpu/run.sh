@@ -3,7 +3,9 @@
 #   decode_host_test   CUDA block decoders == CPU dequantizers, bit for bit (host only)
 #   cuda_ops_test      every Backend op, CUDA vs CPU, random inputs, all weight formats      -> ops.json
 #   parity.py          whole tiny models, 64 greedy tokens, CUDA vs CPU tokens and logits   -> parity.json
-#   compute-sanitizer  memcheck (with leak check) on strata generate and on cuda_ops_test   -> sanitizer.log
+#   cache_parity.py    the same with an expert cache of 0/30/100% of the experts (CPU misses) -> cache_parity.json
+#   compute-sanitizer  memcheck (with leak check) on strata generate (also with a 30% expert cache that moves
+#                      experts) and on cuda_ops_test                                     -> sanitizer.log
 #   cuda_matmul_speed  matmul weight GB/s at T = 1 and 8 on ~512 MB matrices                -> speed.json
 # Results go to $OUT (default tests/gpu/results/latest); summary.json says which steps passed.
 # usage: tests/gpu/run.sh [MODELS_DIR]    (MODELS_DIR from tests/gpu/prepare_models.py, default .gpu-models)
@@ -44,6 +46,10 @@ step parity
 PYTHONUNBUFFERED=1 timeout 300 python3 tests/gpu/parity.py --strata "$BIN/strata" --models "$MODELS" --out "$OUT/parity.json" &&
   record parity ok || record parity FAIL
 
+step cache_parity
+PYTHONUNBUFFERED=1 timeout 300 python3 tests/gpu/cache_parity.py --strata "$BIN/strata" --models "$MODELS" \
+    --out "$OUT/cache_parity.json" && record cache_parity ok || record cache_parity FAIL
+
 step compute-sanitizer
 SAN="compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3"
 TINY=$(python3 -c "import json,sys; m=json.load(open('$MODELS/manifest.json'))['tiny']; print(m.get('iq2_xs') or next(iter(m.values())))")
@@ -55,6 +61,13 @@ for model in "$TINY" "$TINY_F32"; do
       --prompt-ids 5,17,230,4,99,12,8,301,77,41,2,150,19,64,33,7,210,90,11,3 >> "$OUT/sanitizer.log" 2>&1 || san_ok=0
   tail -3 "$OUT/sanitizer.log"
 done
+# The hybrid path: 30% of tiny's experts cached (5 of 16 per layer on average), moves planned every pass.
+SLOTS=$(python3 -c "import json; r=json.load(open('$OUT/cache_parity.json'))['results']; print(next((round(0.3*x['cuda']['cache']['experts']) for x in r if x.get('cuda',{}).get('cache')), 10))" 2>/dev/null || echo 10)
+echo "memcheck: strata generate $TINY --expert-cache $SLOTS-slots --expert-adapt 1" | tee -a "$OUT/sanitizer.log"
+timeout 240 $SAN "$BIN/strata" generate --backend cuda --model "$MODELS/$TINY" -n 8 --ignore-eos \
+    --expert-cache "$SLOTS-slots" --expert-adapt 1 --cpu-workers 2 \
+    --prompt-ids 5,17,230,4,99,12,8,301,77,41,2,150,19,64,33,7,210,90,11,3 >> "$OUT/sanitizer.log" 2>&1 || san_ok=0
+tail -4 "$OUT/sanitizer.log"
 echo "memcheck: cuda_ops_test" | tee -a "$OUT/sanitizer.log"
 timeout 300 $SAN "$BIN/cuda_ops_test" >> "$OUT/sanitizer.log" 2>&1 || san_ok=0
 tail -3 "$OUT/sanitizer.log"
@@ -67,7 +80,7 @@ step summary
 {
   echo "{"
   first=1
-  for k in build decode_host ops parity sanitizer speed; do
+  for k in build decode_host ops parity cache_parity sanitizer speed; do
     [ $first = 1 ] || echo ","
     first=0
     printf '  "%s": "%s"' "$k" "${STEP[$k]:-not run}"
@@ -75,4 +88,4 @@ step summary
   echo; echo "}"
 } > "$OUT/summary.json"
 cat "$OUT/summary.json"
-for k in build decode_host ops parity sanitizer speed; do [ "${STEP[$k]:-}" = ok ] || exit 1; done
+for k in build decode_host ops parity cache_parity sanitizer speed; do [ "${STEP[$k]:-}" = ok ] || exit 1; done

@@ -4,6 +4,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "model/weights.h"
@@ -20,6 +22,13 @@ public:
     virtual void prepare_weights(const ModelWeights& w) {}
     // The same for the MTP head's block and nextn tensors (loaded from their own file).
     virtual void prepare_weights_extra(const LayerWeights& block, const NextnWeights& nextn) {}
+    // Expert-cache hits and look-ups since start (a GPU backend with an expert cache; zero otherwise).
+    struct ExpertCacheCounts {
+        int64_t hits = 0, lookups = 0;
+    };
+    virtual ExpertCacheCounts expert_cache_counts() const { return {}; }
+    // (key, value) lines for the serve protocol's INFO describing the backend's memory tiers (may be empty).
+    virtual std::vector<std::pair<std::string, std::string>> info() const { return {}; }
 
     // Memory of the backend's device, in floats.
     virtual float* alloc(size_t n) = 0;

@@ -8,27 +8,48 @@
 #include "backend/cpu/cpu_backend.h"
 #include "cli/options.h"
 #include "common/error.h"
+#include "experts/gpu_options.h"
 #include "model/qwen4exp_generator.h"
 
 namespace strata {
 
-std::unique_ptr<Backend> (*cuda_backend_factory)(bool f32_activations) = nullptr;
+std::unique_ptr<Backend> (*cuda_backend_factory)(const GpuOptions& opt) = nullptr;
+
+const std::vector<std::string> kGpuFlags = {"--expert-cache", "--vram-reserve-mib", "--gpu-experts-max", "--cpu-workers",
+                                            "--routing-profile", "--routing-profile-out", "--expert-adapt"};
 
 std::unique_ptr<Backend> make_backend(const Options& o) {
     const std::string name = o.str("--backend", "cpu");
-    if (name == "cpu")
+    if (name == "cpu") {
+        for (const std::string& f : kGpuFlags)
+            if (o.has(f)) fail(f, " needs --backend cuda (the expert cache lives on the GPU)");
         return std::make_unique<CpuBackend>((int)o.integer("--threads", 0, 0, 1024), false, o.has("--f32-activations"));
+    }
     if (name == "cuda") {
         if (!cuda_backend_factory) fail("--backend cuda: this strata was built without CUDA (configure with -DSTRATA_CUDA=ON)");
-        return cuda_backend_factory(o.has("--f32-activations"));
+        GpuOptions g;
+        g.f32_activations = o.has("--f32-activations");
+        g.expert_cache = o.str("--expert-cache");
+        if (o.has("--expert-cache") && g.expert_cache.empty()) fail("--expert-cache needs a value: auto, N-slots or N-GiB");
+        g.vram_reserve_mib = o.integer("--vram-reserve-mib", g.vram_reserve_mib, 0, 1 << 24);
+        g.gpu_experts_max = o.integer("--gpu-experts-max", -1, 0, 1LL << 40);
+        g.cpu_workers = (int)o.integer("--cpu-workers", 0, 0, 1024);
+        g.routing_profile = o.str("--routing-profile");
+        g.routing_profile_out = o.str("--routing-profile-out");
+        g.adapt.every_passes = (int)o.integer("--expert-adapt", g.adapt.every_passes, 0, 1 << 20);
+        if (g.expert_cache.empty())
+            for (const char* f : {"--vram-reserve-mib", "--gpu-experts-max", "--cpu-workers", "--routing-profile", "--expert-adapt"})
+                if (o.has(f)) fail(f, " needs --expert-cache (without it every expert is uploaded)");
+        return cuda_backend_factory(g);
     }
     fail("--backend must be cpu or cuda, got '", name, "'");
 }
 
 int generate_command(int argc, char** argv) {
-    Options o(argc, argv, 2, {"--model", "--backend", "--threads", "--ctx", "--prompt-ids", "--prompt-file", "-n", "--logits-out", "--chunk",
-               "--mtp", "--spec", "--mtp-logits-out"},
-              {"--ignore-eos", "--f32-activations"});
+    std::vector<std::string> flags = {"--model", "--backend", "--threads", "--ctx", "--prompt-ids", "--prompt-file", "-n",
+                                      "--logits-out", "--chunk", "--mtp", "--spec", "--mtp-logits-out"};
+    flags.insert(flags.end(), kGpuFlags.begin(), kGpuFlags.end());
+    Options o(argc, argv, 2, flags, {"--ignore-eos", "--f32-activations"});
     const std::string model_path = o.required("--model");
     std::vector<int32_t> prompt;
     if (o.has("--prompt-ids")) {

@@ -27,9 +27,13 @@ private:
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& what);
 
 // The backend named by --backend (cpu, the default, or cuda) with --threads for the CPU one. cuda works only in an
-// executable built with the CUDA backend, whose main() sets cuda_backend_factory.
+// executable built with the CUDA backend, whose main() sets cuda_backend_factory. The expert-cache flags
+// (kGpuFlags: --expert-cache, --vram-reserve-mib, --gpu-experts-max, --cpu-workers, --routing-profile,
+// --routing-profile-out, --expert-adapt) need --backend cuda.
 class Backend;
-extern std::unique_ptr<Backend> (*cuda_backend_factory)(bool f32_activations);
+struct GpuOptions;
+extern std::unique_ptr<Backend> (*cuda_backend_factory)(const GpuOptions& opt);
+extern const std::vector<std::string> kGpuFlags;
 std::unique_ptr<Backend> make_backend(const Options& o);
 
 int generate_command(int argc, char** argv);

@@ -13,7 +13,9 @@
 namespace strata {
 
 int serve_command(int argc, char** argv) {
-    Options o(argc, argv, 1, {"--model", "--backend", "--threads", "--ctx", "--chunk", "--mtp", "--spec"}, {"--serve"});
+    std::vector<std::string> flags = {"--model", "--backend", "--threads", "--ctx", "--chunk", "--mtp", "--spec"};
+    flags.insert(flags.end(), kGpuFlags.begin(), kGpuFlags.end());
+    Options o(argc, argv, 1, flags, {"--serve", "--f32-activations"});
     std::unique_ptr<Backend> be;
     std::unique_ptr<Qwen4Exp> model_ptr;
     std::unique_ptr<Qwen4ExpGenerator> gen_ptr;
@@ -34,7 +36,14 @@ int serve_command(int argc, char** argv) {
     log_info("serve", "model loaded: " + model.file().paths()[0] + ", context " + std::to_string(gen.context_length()) +
                           ", backend " + be->name() +
                           (cpu ? ", " + std::to_string(cpu->n_threads()) + " threads" : std::string()));
-    return serve_main(gen, std::cin, std::cout);
+    ServeHooks hooks;
+    hooks.info = be->info();
+    Backend* backend = be.get();
+    hooks.expert_cache_counts = [backend] {
+        const Backend::ExpertCacheCounts c = backend->expert_cache_counts();
+        return std::make_pair(c.hits, c.lookups);
+    };
+    return serve_main(gen, std::cin, std::cout, hooks);
 }
 
 }  // namespace strata

@@ -12,6 +12,7 @@
 #include <ostream>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -68,8 +69,8 @@ void read_lines(std::istream& in, std::shared_ptr<InputQueue> q) {
 
 class ServeLoop {
 public:
-    ServeLoop(TextGenerator& gen, std::ostream& out, std::shared_ptr<InputQueue> q)
-        : gen_(gen), out_(out), q_(std::move(q)) {
+    ServeLoop(TextGenerator& gen, std::ostream& out, std::shared_ptr<InputQueue> q, const ServeHooks& hooks)
+        : gen_(gen), out_(out), q_(std::move(q)), hooks_(hooks) {
         limits_.vocab_size = gen.vocab_size();
         limits_.context_length = gen.context_length();
         limits_.vision = false;  // no vision path in this engine yet: GENI gets ERR
@@ -128,6 +129,7 @@ private:
         for (const auto& [key, value] : gen_.info())
             if (std::find(std::begin(announced), std::end(announced), key) == std::end(announced))
                 emit(serve::format_info(key, value));
+        for (const auto& [key, value] : hooks_.info) emit(serve::format_info(key, value));
         emit(serve::format_ready(limits_.context_length));
     }
 
@@ -137,6 +139,7 @@ private:
     void run_request(const serve::Request& req) {
         serve::DoneStats done;
         done.prompt = static_cast<int>(req.ids.size());
+        if (hooks_.expert_cache_counts) std::tie(done.cache_hits, done.cache_lookups) = hooks_.expert_cache_counts();
         Clock::time_point prompt_start = Clock::now();
         try {
             done.reused = reuse_session(req.ids);
@@ -210,7 +213,12 @@ private:
         finish_request(done);
     }
 
-    void finish_request(const serve::DoneStats& done) {
+    void finish_request(serve::DoneStats done) {
+        if (hooks_.expert_cache_counts) {   // the request's share: the counters now minus at its start
+            const auto [hits, lookups] = hooks_.expert_cache_counts();
+            done.cache_hits = hits - done.cache_hits;
+            done.cache_lookups = lookups - done.cache_lookups;
+        }
         emit(serve::format_done(done));
         log_info("serve", fmt("request: prompt ", done.prompt, " (reused ", done.reused, ") in ",
                               static_cast<int>(done.prompt_ms), " ms, ", done.generated, " tokens in ",
@@ -223,16 +231,17 @@ private:
     serve::Limits limits_;
     std::vector<int32_t> stop_ids_;
     int64_t stops_consumed_ = 0;
+    const ServeHooks& hooks_;
 };
 
 }  // namespace
 
-int serve_main(TextGenerator& gen, std::istream& in, std::ostream& out) {
+int serve_main(TextGenerator& gen, std::istream& in, std::ostream& out, const ServeHooks& hooks) {
     auto queue = std::make_shared<InputQueue>();
     std::thread reader(read_lines, std::ref(in), queue);
     int code = 1;
     try {
-        code = ServeLoop(gen, out, queue).run();
+        code = ServeLoop(gen, out, queue, hooks).run();
     } catch (const std::exception& e) {
         log_warn("serve", fmt("serve loop failed: ", e.what()));
     }

@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_pool.h"
+#include "backend/cuda/hybrid_moe.h"
 #include "backend/cuda/kernels/kernels.h"
 #include "common/error.h"
 
@@ -29,6 +30,7 @@ struct CudaBackend::Impl {
     size_t weight_bytes = 0;
     bool sync_each_op = false;
     bool f32_act = false;
+    std::unique_ptr<cuda::HybridMoe> hybrid;     // expert cache + CPU misses; null when every expert is uploaded
 
     // The device address of a weight's data (also for views inside an uploaded tensor).
     const uint8_t* dev(const Weight& w) const {
@@ -92,8 +94,14 @@ struct CudaBackend::Impl {
     }
 };
 
-CudaBackend::CudaBackend(int device, bool f32_activations) : impl_(std::make_unique<Impl>()) {
-    impl_->f32_act = f32_activations;
+CudaBackend::CudaBackend(int device, bool f32_activations) : CudaBackend(device, [&] {
+    GpuOptions o;
+    o.f32_activations = f32_activations;
+    return o;
+}()) {}
+
+CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_unique<Impl>()) {
+    impl_->f32_act = opt.f32_activations;
     int count = 0;
     CUDA_CHECK(cudaGetDeviceCount(&count));
     STRATA_CHECK(device >= 0 && device < count, "cuda: device ", device, " does not exist (", count, " devices)");
@@ -103,10 +111,19 @@ CudaBackend::CudaBackend(int device, bool f32_activations) : impl_(std::make_uni
     cuda::upload_iq_tables();
     const char* env = std::getenv("STRATA_CUDA_SYNC");
     impl_->sync_each_op = env && std::strcmp(env, "1") == 0;
+    if (!opt.expert_cache.empty() || !opt.routing_profile_out.empty()) {
+        Impl* im = impl_.get();
+        impl_->hybrid = std::make_unique<cuda::HybridMoe>(
+            opt, impl_->stream, impl_->pool,
+            [im](const cuda::MatmulArgs& m, const float* x, int act_rows, int P, float* y) {
+                im->matmul_rows(m, x, act_rows, P, y);
+            });
+    }
 }
 
 CudaBackend::~CudaBackend() {
     cudaStreamSynchronize(impl_->stream);
+    impl_->hybrid.reset();
     for (auto& [host, up] : impl_->weights) cudaFree(up.dev);
     for (auto& [host, d] : impl_->f32) cudaFree(d);
     cudaStreamDestroy(impl_->stream);
@@ -121,6 +138,15 @@ std::string CudaBackend::device_name() const {
 size_t CudaBackend::weight_bytes() const { return impl_->weight_bytes; }
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+
+Backend::ExpertCacheCounts CudaBackend::expert_cache_counts() const {
+    if (!impl_->hybrid) return {};
+    return ExpertCacheCounts{impl_->hybrid->hits(), impl_->hybrid->lookups()};
+}
+
+std::vector<std::pair<std::string, std::string>> CudaBackend::info() const {
+    return impl_->hybrid ? impl_->hybrid->info() : std::vector<std::pair<std::string, std::string>>{};
+}
 
 void CudaBackend::upload_weight(const Weight& w) {
     if (!w.present() || !w.data) return;
@@ -170,12 +196,17 @@ void visit_nextn(const NextnWeights& n, Fn&& fn) {
 }  // namespace
 
 void CudaBackend::prepare_weights(const ModelWeights& mw) {
-    auto up = [&](const Weight& w) { upload_weight(w); };
+    cuda::HybridMoe* hy = impl_->hybrid.get();
+    if (hy) hy->register_layers(mw);
+    auto up = [&](const Weight& w) {
+        if (!hy || !hy->keeps_on_host(w)) upload_weight(w);
+    };
     up(mw.token_embd);
     up(mw.output);
     visit_hyper(mw.output_hc, up);
     for (const LayerWeights& L : mw.layers) visit_layer(L, up);
     if (mw.has_nextn) visit_nextn(mw.nextn, up);
+    if (hy) hy->prepare();     // the cache takes what VRAM the weights above left
 }
 
 void CudaBackend::prepare_weights_extra(const LayerWeights& block, const NextnWeights& nextn) {
@@ -382,6 +413,14 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
     const int P = T * k;   // (token, expert) pairs
     if (!P) return;
     for (int p = 0; p < P; ++p) STRATA_CHECK(ids[p] >= 0 && ids[p] < E, "cuda moe: expert id ", ids[p], " is outside 0..", E - 1);
+    if (impl_->hybrid) {
+        if (impl_->hybrid->handles(w)) {
+            impl_->hybrid->moe_experts(w, x, T, k, ids, weights, y);
+            impl_->done("moe_experts (expert cache)");
+            return;
+        }
+        impl_->hybrid->note_routing(w, ids, P);
+    }
     // ids and weights travel in one upload (both 4-byte values).
     Impl::Buf route(*impl_, (size_t)2 * P * 4);
     std::vector<uint32_t> host(2 * (size_t)P);
@@ -412,8 +451,8 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
     impl_->done("moe_experts");
 }
 
-std::unique_ptr<Backend> make_cuda_backend(bool f32_activations) {
-    return std::make_unique<CudaBackend>(0, f32_activations);
+std::unique_ptr<Backend> make_cuda_backend(const GpuOptions& opt) {
+    return std::make_unique<CudaBackend>(0, opt);
 }
 
 }  // namespace strata

@@ -1,5 +1,6 @@
 // The CUDA backend: every Backend op on one GPU and one stream. prepare_weights uploads every weight once in its
 // stored block format (cudaMalloc, never managed memory); activations live in device memory from a caching pool.
+// With an expert cache, routed experts are uploaded only into its slots (hybrid_moe.h).
 // Plain C++ header (no CUDA headers), so the CLI can create the backend through make_cuda_backend().
 #pragma once
 #include <cstddef>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "experts/gpu_options.h"
 
 namespace strata {
 
@@ -17,6 +19,9 @@ public:
     // f32_activations: block-format weights multiply f32 activations (the CPU's --f32-activations reference mode)
     // instead of activations quantized to Q8_0 / Q8_K as the CPU path does by default.
     explicit CudaBackend(int device = 0, bool f32_activations = false);
+    // With opt.expert_cache set, routed experts stay in host memory and an expert cache holds some on the GPU; the
+    // CPU computes the others (backend/cuda/hybrid_moe.h).
+    CudaBackend(int device, const GpuOptions& opt);
     ~CudaBackend() override;
     CudaBackend(const CudaBackend&) = delete;
     CudaBackend& operator=(const CudaBackend&) = delete;
@@ -29,6 +34,8 @@ public:
     size_t weight_bytes() const;        // device bytes held by uploaded weights
     std::string device_name() const;
     void synchronize();                 // waits for all queued work (for timing)
+    ExpertCacheCounts expert_cache_counts() const override;
+    std::vector<std::pair<std::string, std::string>> info() const override;
 
     float* alloc(size_t n) override;
     void release(float* p) override;
@@ -71,6 +78,6 @@ private:
 };
 
 // The factory main() hands to the CLI when the executable is built with CUDA.
-std::unique_ptr<Backend> make_cuda_backend(bool f32_activations);
+std::unique_ptr<Backend> make_cuda_backend(const GpuOptions& opt);
 
 }  // namespace strata

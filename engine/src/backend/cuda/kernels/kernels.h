@@ -59,6 +59,13 @@ void moe_combine(cudaStream_t s, const float* down, const float* w, int T, int k
 // h[p, i] = silu(gate[p, i]) · up[p, i].
 void swiglu(cudaStream_t s, const float* gate, const float* up, size_t n, float* h);
 
+// ---- moe_hybrid.cu: the expert-cache path ----
+// y[i] = x[rows[i]] for i < n; x, y rows of `width` floats; rows on the device.
+void gather_rows(cudaStream_t s, const float* x, const int32_t* rows, int n, int width, float* y);
+// y[t, c] = Σ_j w[t, j] · out[row_of_pair[t·k + j], c] (j ascending, as moe_combine): expert outputs in any row order.
+void moe_combine_rows(cudaStream_t s, const float* out, const int32_t* row_of_pair, const float* w, int T, int k,
+                      int H, float* y);
+
 // ---- rms_norm.cu ----
 void rms_norm(cudaStream_t s, const float* x, const float* w, int w_len, int rows, int width, int group, float eps,
               float* y);

@@ -1,0 +1,316 @@
+// HybridMoe: slot arenas, pinned expert pieces, the split of a layer's (token, expert) pairs into GPU hits and CPU
+// misses, and cache moves on their own stream (they wait for the compute stream's earlier reads of the slot and are
+// polled, never waited for).
+#include "backend/cuda/hybrid_moe.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "backend/cuda/cuda_check.h"
+#include "common/error.h"
+#include "common/log.h"
+
+namespace strata::cuda {
+
+PinnedBuffer::~PinnedBuffer() {
+    if (p_) cudaFreeHost(p_);
+}
+
+void* PinnedBuffer::get(size_t bytes) {
+    if (bytes <= cap_) return p_;
+    if (p_) CUDA_CHECK(cudaFreeHost(p_));
+    p_ = nullptr;
+    cap_ = 0;
+    const size_t want = std::max<size_t>(bytes + bytes / 2, 4096);
+    CUDA_CHECK(cudaHostAlloc(&p_, want, cudaHostAllocDefault));
+    cap_ = want;
+    return p_;
+}
+
+namespace {
+// Device scratch from the pool for the duration of one call (stream order makes the early return safe).
+struct Scratch {
+    DevicePool& pool;
+    void* p;
+    Scratch(DevicePool& pl, size_t bytes) : pool(pl), p(pl.get(std::max<size_t>(bytes, 4))) {}
+    ~Scratch() { pool.put(p); }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    template <class T> T* as() const { return static_cast<T*>(p); }
+};
+
+size_t matrix_bytes(const Weight& w) { return (size_t)w.ne[1] * w.row_bytes; }
+}  // namespace
+
+HybridMoe::HybridMoe(const GpuOptions& opt, cudaStream_t stream, DevicePool& pool, MatmulFn matmul)
+    : opt_(opt), stream_(stream), pool_(pool), matmul_(std::move(matmul)) {
+    caching_ = !opt.expert_cache.empty();
+    if (caching_) parse_cache_size(opt.expert_cache);   // a bad value fails before any upload
+    CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&x_ready_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(staging_free_, stream_));
+}
+
+HybridMoe::~HybridMoe() {
+    cudaStreamSynchronize(stream_);
+    cudaStreamSynchronize(copy_stream_);
+    if (cache_) log_info("experts", summary());
+    if (profile_out_) {
+        try {
+            profile_out_->save(opt_.routing_profile_out);
+            log_info("experts", "routing profile written to " + opt_.routing_profile_out);
+        } catch (const Error& e) {
+            log_warn("experts", e.what());
+        }
+    }
+    for (PendingMoves& p : pending_) cudaEventDestroy(p.done);
+    for (Layer& L : layers_) {
+        cudaFree(L.d_gate);
+        cudaFree(L.d_up);
+        cudaFree(L.d_down);
+        if (L.pinned) cudaFreeHost(L.pinned);
+    }
+    cudaEventDestroy(x_ready_);
+    cudaEventDestroy(staging_free_);
+    cudaStreamDestroy(copy_stream_);
+}
+
+int HybridMoe::layer_of(const MoeWeights& w) const {
+    auto it = layer_by_data_.find(w.gate_exps.data);
+    return it == layer_by_data_.end() ? -1 : it->second;
+}
+
+void HybridMoe::register_layers(const ModelWeights& mw) {
+    for (const LayerWeights& lw : mw.layers) {
+        const MoeWeights& m = lw.moe;
+        if (!m.gate_exps.present()) continue;
+        STRATA_CHECK(n_experts_ == 0 || m.gate_exps.ne[2] == n_experts_, "experts: layer ", layers_.size(), " has ",
+                     m.gate_exps.ne[2], " experts, earlier layers ", n_experts_);
+        n_experts_ = (int)m.gate_exps.ne[2];
+        Layer L;
+        L.gate = m.gate_exps;
+        L.up = m.up_exps;
+        L.down = m.down_exps;
+        L.gate_bytes = matrix_bytes(L.gate);
+        L.up_bytes = matrix_bytes(L.up);
+        L.down_bytes = matrix_bytes(L.down);
+        layer_by_data_[m.gate_exps.data] = (int)layers_.size();
+        for (const Weight* t : {&m.gate_exps, &m.up_exps, &m.down_exps}) host_tensors_.insert(t->data);
+        layers_.push_back(L);
+    }
+    if (!opt_.routing_profile_out.empty() && !layers_.empty())
+        profile_out_ = std::make_unique<RoutingProfile>((int)layers_.size(), n_experts_);
+}
+
+void HybridMoe::prepare() {
+    if (!caching_ || layers_.empty()) {
+        caching_ = false;
+        return;
+    }
+    const int L_n = (int)layers_.size();
+    size_t sum = 0;
+    for (const Layer& L : layers_) sum += L.gate_bytes + L.up_bytes + L.down_bytes;
+    expert_bytes_ = sum / L_n;
+
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const int64_t slots = resolve_cache_slots(parse_cache_size(opt_.expert_cache), expert_bytes_, free_b,
+                                              (size_t)opt_.vram_reserve_mib << 20, (int64_t)L_n * n_experts_,
+                                              opt_.gpu_experts_max);
+    std::unique_ptr<RoutingProfile> profile;
+    if (!opt_.routing_profile.empty()) profile = std::make_unique<RoutingProfile>(RoutingProfile::load(opt_.routing_profile));
+    cache_ = std::make_unique<ExpertCache>(L_n, n_experts_, slots, profile.get(), opt_.adapt);
+    cpu_ = std::make_unique<CpuExpertPool>(opt_.cpu_workers, opt_.f32_activations);
+
+    // Every expert into pinned host memory, one piece per layer; a layer whose piece cannot be pinned keeps
+    // reading the mapped file (moves from it may then block the host briefly).
+    const auto t0 = std::chrono::steady_clock::now();
+    pinned_all_ = true;
+    for (Layer& L : layers_) {
+        const size_t g = L.gate_bytes * n_experts_, u = L.up_bytes * n_experts_, d = L.down_bytes * n_experts_;
+        void* p = nullptr;
+        if (cudaHostAlloc(&p, g + u + d, cudaHostAllocDefault) != cudaSuccess) {
+            cudaGetLastError();
+            pinned_all_ = false;
+            continue;
+        }
+        uint8_t* b = static_cast<uint8_t*>(p);
+        std::memcpy(b, L.gate.data, g);
+        std::memcpy(b + g, L.up.data, u);
+        std::memcpy(b + g + u, L.down.data, d);
+        L.pinned = p;
+        L.gate.data = b;
+        L.up.data = b + g;
+        L.down.data = b + g + u;
+    }
+    const double pin_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!pinned_all_) log_warn("experts", "some layers' experts could not be pinned; they are read from the mapped file");
+
+    for (int l = 0; l < L_n; ++l) {
+        Layer& L = layers_[l];
+        const size_t n = (size_t)cache_->slots(l);
+        if (!n) continue;
+        CUDA_CHECK(cudaMalloc(&L.d_gate, n * L.gate_bytes));
+        CUDA_CHECK(cudaMalloc(&L.d_up, n * L.up_bytes));
+        CUDA_CHECK(cudaMalloc(&L.d_down, n * L.down_bytes));
+        for (int s = 0; s < (int)n; ++s) copy_expert(L, s, cache_->expert_in(l, s), copy_stream_);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+    log_info("experts", fmt("expert cache: ", cache_->total_slots(), " of ", (int64_t)L_n * n_experts_,
+                            " experts in VRAM (", (cache_->total_slots() * expert_bytes_) >> 20, " MiB, ",
+                            expert_bytes_, " bytes each), ", free_b >> 20, " MiB were free; ", cpu_->workers(),
+                            " CPU workers; experts pinned in ", (int)(pin_s * 1000), " ms",
+                            profile ? ", filled from " + opt_.routing_profile : std::string(", filled by expert id")));
+}
+
+void HybridMoe::copy_expert(const Layer& L, int slot, int expert, cudaStream_t s) {
+    CUDA_CHECK(cudaMemcpyAsync(L.d_gate + (size_t)slot * L.gate_bytes, L.gate.matrix(expert), L.gate_bytes,
+                               cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(L.d_up + (size_t)slot * L.up_bytes, L.up.matrix(expert), L.up_bytes,
+                               cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(L.d_down + (size_t)slot * L.down_bytes, L.down.matrix(expert), L.down_bytes,
+                               cudaMemcpyHostToDevice, s));
+}
+
+void HybridMoe::note_routing(const MoeWeights& w, const int32_t* ids, int n) {
+    if (!profile_out_) return;
+    const int l = layer_of(w);
+    if (l >= 0) profile_out_->add(l, ids, n);
+}
+
+void HybridMoe::land_moves() {
+    for (size_t i = 0; i < pending_.size();) {
+        const cudaError_t st = cudaEventQuery(pending_[i].done);
+        if (st == cudaErrorNotReady) { ++i; continue; }
+        CUDA_CHECK(st);
+        for (const CacheMove& m : pending_[i].moves) cache_->finish_move(m);
+        CUDA_CHECK(cudaEventDestroy(pending_[i].done));
+        pending_.erase(pending_.begin() + i);
+    }
+}
+
+void HybridMoe::start_moves(int layer) {
+    std::vector<CacheMove> moves = cache_->plan_moves(layer);
+    if (moves.empty()) return;
+    // The copies overwrite slots that kernels queued so far may still read: they wait for the compute stream.
+    cudaEvent_t reads_done, done;
+    CUDA_CHECK(cudaEventCreateWithFlags(&reads_done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(reads_done, stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, reads_done, 0));
+    CUDA_CHECK(cudaEventDestroy(reads_done));   // released once the wait has consumed it
+    for (const CacheMove& m : moves) copy_expert(layers_[layer], m.slot, m.new_expert, copy_stream_);
+    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(done, copy_stream_));
+    pending_.push_back(PendingMoves{std::move(moves), done});
+}
+
+void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
+                            const float* weights, float* y) {
+    const int l = layer_of(w);
+    STRATA_ASSERT(l >= 0 && cache_);
+    const Layer& L = layers_[l];
+    const int H = (int)L.gate.ne[0], I = (int)L.gate.ne[1];
+    const int P = T * k;
+    if (!P) return;
+    land_moves();
+    note_routing(w, ids, P);
+    cache_->record(l, ids, P);
+    ++passes_;
+
+    // Pairs: hits in the order met, rows 0 … Ph−1 of the expert outputs; misses after them.
+    std::vector<int32_t> hit_slot, hit_token, row_of_pair(P);
+    std::vector<ExpertPair> misses;
+    for (int p = 0; p < P; ++p) {
+        const int s = cache_->slot_of(l, ids[p]);
+        if (s >= 0) {
+            row_of_pair[p] = (int32_t)hit_slot.size();
+            hit_slot.push_back(s);
+            hit_token.push_back(p / k);
+        } else {
+            row_of_pair[p] = -1 - (int32_t)misses.size();
+            misses.push_back(ExpertPair{p / k, ids[p]});
+        }
+    }
+    const int Ph = (int)hit_slot.size(), Pm = (int)misses.size();
+    for (int32_t& r : row_of_pair)
+        if (r < 0) r = Ph + (-1 - r);
+    miss_pairs_ += Pm;
+
+    // Staging buffers of the previous call are free once its uploads ran (long done: routing synchronised since).
+    CUDA_CHECK(cudaEventSynchronize(staging_free_));
+    const size_t route_words = 2 * (size_t)Ph + 2 * (size_t)P;   // slots, tokens, row_of_pair, weights
+    int32_t* h_route = static_cast<int32_t*>(h_route_.get(route_words * 4));
+    std::memcpy(h_route, hit_slot.data(), (size_t)Ph * 4);
+    std::memcpy(h_route + Ph, hit_token.data(), (size_t)Ph * 4);
+    std::memcpy(h_route + 2 * Ph, row_of_pair.data(), (size_t)P * 4);
+    std::memcpy(h_route + 2 * Ph + P, weights, (size_t)P * 4);
+    Scratch route(pool_, route_words * 4);
+    CUDA_CHECK(cudaMemcpyAsync(route.p, h_route, route_words * 4, cudaMemcpyHostToDevice, stream_));
+    const int32_t* d_slot = route.as<int32_t>();
+    const int32_t* d_token = d_slot + Ph;
+    const int32_t* d_row = d_slot + 2 * Ph;
+    const float* d_w = reinterpret_cast<const float*>(d_slot + 2 * Ph + P);
+
+    float* h_x = nullptr;
+    if (Pm) {
+        h_x = static_cast<float*>(h_x_.get((size_t)T * H * 4));
+        CUDA_CHECK(cudaMemcpyAsync(h_x, x, (size_t)T * H * 4, cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(cudaEventRecord(x_ready_, stream_));
+    }
+    Scratch out(pool_, (size_t)P * H * 4);   // expert outputs: hits, then misses
+    if (Ph) {
+        Scratch xg(pool_, (size_t)Ph * H * 4), gate(pool_, (size_t)Ph * I * 4), up(pool_, (size_t)Ph * I * 4);
+        gather_rows(stream_, x, d_token, Ph, H, xg.as<float>());
+        auto args = [&](const Weight& e, const uint8_t* arena, int rows, int n) {
+            MatmulArgs m;
+            m.type = e.type;
+            m.w = arena;
+            m.row_bytes = e.row_bytes;
+            m.rows = rows;
+            m.n = n;
+            m.mat_stride = (size_t)rows * e.row_bytes;
+            m.ids = d_slot;
+            m.act_div = 1;
+            return m;
+        };
+        matmul_(args(L.gate, L.d_gate, I, H), xg.as<float>(), Ph, Ph, gate.as<float>());
+        matmul_(args(L.up, L.d_up, I, H), xg.as<float>(), Ph, Ph, up.as<float>());
+        swiglu(stream_, gate.as<float>(), up.as<float>(), (size_t)Ph * I, gate.as<float>());
+        matmul_(args(L.down, L.d_down, H, I), gate.as<float>(), Ph, Ph, out.as<float>());
+    }
+    if (Pm) {
+        // The GPU works on the hits meanwhile (queued above); the CPU needs only the activations.
+        CUDA_CHECK(cudaEventSynchronize(x_ready_));
+        float* h_out = static_cast<float*>(h_miss_.get((size_t)Pm * H * 4));
+        cpu_->compute(L.gate, L.up, L.down, h_x, misses, h_out);
+        CUDA_CHECK(cudaMemcpyAsync(out.as<float>() + (size_t)Ph * H, h_out, (size_t)Pm * H * 4, cudaMemcpyHostToDevice,
+                                   stream_));
+    }
+    CUDA_CHECK(cudaEventRecord(staging_free_, stream_));
+    moe_combine_rows(stream_, out.as<float>(), d_row, d_w, T, k, H, y);
+    start_moves(l);
+}
+
+std::vector<std::pair<std::string, std::string>> HybridMoe::info() const {
+    if (!cache_) return {};
+    const int64_t total = (int64_t)layers_.size() * n_experts_;
+    return {{"expert_cache_slots", std::to_string(cache_->total_slots())},
+            {"expert_cache_experts", std::to_string(total)},
+            {"expert_cache_mib", std::to_string((cache_->total_slots() * expert_bytes_) >> 20)},
+            {"expert_cache_adapt_every", std::to_string(opt_.adapt.every_passes)},
+            {"cpu_workers", std::to_string(cpu_->workers())},
+            {"experts_pinned", pinned_all_ ? "1" : "0"}};
+}
+
+std::string HybridMoe::summary() const {
+    if (!cache_) return "";
+    const double rate = cache_->lookups() ? 100.0 * cache_->hits() / cache_->lookups() : 0.0;
+    return fmt("expert cache: ", cache_->total_slots(), " slots of ", (int64_t)layers_.size() * n_experts_,
+               " experts; hits ", cache_->hits(), " of ", cache_->lookups(), " look-ups (", (int)(rate * 10) / 10.0,
+               "%); moves ", cache_->moves_done(), " done, ", cache_->moves_in_flight(), " in flight; CPU ",
+               cpu_->pairs_done(), " expert pairs in ", (int)(cpu_->seconds() * 1000), " ms on ", cpu_->workers(),
+               " workers");
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,110 @@
+// The hybrid MoE path of the CUDA backend: routed experts stay in host memory (pinned copies, one piece per layer,
+// or the mapped file); an ExpertCache decides which sit in per-layer slot arenas on the GPU. moe_experts computes
+// the cached pairs on the GPU while the CPU pool computes the misses, then sums both in slot order on the GPU.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/device_pool.h"
+#include "backend/cuda/kernels/kernels.h"
+#include "experts/cpu_expert_pool.h"
+#include "experts/expert_cache.h"
+#include "experts/gpu_options.h"
+#include "experts/routing_profile.h"
+#include "model/weights.h"
+
+namespace strata::cuda {
+
+// y[p] = W_p · x[p / act_div] for P rows (the backend's matmul with its activation quantization).
+using MatmulFn = std::function<void(const MatmulArgs& m, const float* x, int act_rows, int P, float* y)>;
+
+// A page-locked host buffer that grows on demand (contents are not kept when it grows).
+class PinnedBuffer {
+public:
+    PinnedBuffer() = default;
+    ~PinnedBuffer();
+    PinnedBuffer(const PinnedBuffer&) = delete;
+    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+    void* get(size_t bytes);
+private:
+    void* p_ = nullptr;
+    size_t cap_ = 0;
+};
+
+class HybridMoe {
+public:
+    HybridMoe(const GpuOptions& opt, cudaStream_t stream, DevicePool& pool, MatmulFn matmul);
+    ~HybridMoe();
+    HybridMoe(const HybridMoe&) = delete;
+    HybridMoe& operator=(const HybridMoe&) = delete;
+
+    // True when the expert tensors of the model's layers go through the cache (prepare_weights skips them).
+    bool caching() const { return caching_; }
+    // Step 1 of prepare_weights: learns the layers' expert tensors.
+    void register_layers(const ModelWeights& mw);
+    // Whether prepare_weights should leave this weight in host memory (a cached layer's expert tensor).
+    bool keeps_on_host(const Weight& w) const { return caching_ && w.data && host_tensors_.count(w.data); }
+    // Step 2, after the other weights are on the device: sizes the cache from free VRAM, pins the experts, fills
+    // the slots.
+    void prepare();
+    // A layer whose experts this path computes (false: the caller computes them from uploaded tensors).
+    bool handles(const MoeWeights& w) const { return caching_ && layer_of(w) >= 0; }
+    // Records the routing for --routing-profile-out (every MoE call of a known layer).
+    void note_routing(const MoeWeights& w, const int32_t* ids, int n);
+    void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids, const float* weights,
+                     float* y);
+
+    int64_t hits() const { return cache_ ? cache_->hits() : 0; }
+    int64_t lookups() const { return cache_ ? cache_->lookups() : 0; }
+    std::vector<std::pair<std::string, std::string>> info() const;
+    std::string summary() const;   // one line for logs: slots, hits, moves, CPU time
+
+private:
+    struct Layer {
+        Weight gate, up, down;                // host views (data: pinned piece or mapped file)
+        size_t gate_bytes = 0, up_bytes = 0, down_bytes = 0;   // one expert's matrix of each
+        uint8_t* d_gate = nullptr;            // slot arenas: slots × matrix bytes
+        uint8_t* d_up = nullptr;
+        uint8_t* d_down = nullptr;
+        void* pinned = nullptr;               // the layer's pinned piece (gate | up | down), or null
+    };
+    struct PendingMoves {
+        std::vector<CacheMove> moves;
+        cudaEvent_t done = nullptr;
+    };
+    int layer_of(const MoeWeights& w) const;
+    void copy_expert(const Layer& L, int slot, int expert, cudaStream_t s);
+    void start_moves(int layer);
+    void land_moves();   // moves whose copies finished become hits
+
+    GpuOptions opt_;
+    cudaStream_t stream_;
+    cudaStream_t copy_stream_ = nullptr;
+    DevicePool& pool_;
+    MatmulFn matmul_;
+    bool caching_ = false;
+    std::unordered_map<const uint8_t*, int> layer_by_data_;   // gate_exps data → layer index
+    std::unordered_set<const uint8_t*> host_tensors_;          // the file data of every cached expert tensor
+    std::vector<Layer> layers_;
+    int n_experts_ = 0;
+    size_t expert_bytes_ = 0;                 // mean bytes of one expert (gate + up + down)
+    bool pinned_all_ = false;
+    std::unique_ptr<ExpertCache> cache_;
+    std::unique_ptr<RoutingProfile> profile_out_;
+    std::unique_ptr<CpuExpertPool> cpu_;
+    std::vector<PendingMoves> pending_;
+    cudaEvent_t x_ready_ = nullptr;           // activations copied to the host
+    cudaEvent_t staging_free_ = nullptr;      // the pinned staging buffers may be rewritten
+    PinnedBuffer h_route_, h_x_, h_miss_;
+    int64_t miss_pairs_ = 0, passes_ = 0;
+};
+
+}  // namespace strata::cuda

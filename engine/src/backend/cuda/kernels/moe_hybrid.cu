@@ -1,0 +1,53 @@
+// Kernels of the hybrid MoE path (expert cache on the GPU, misses on the CPU): the gather of the activation rows of
+// the cached (token, expert) pairs, and the combination of expert outputs that sit in any row order.
+#include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/kernels.h"
+
+namespace strata::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+inline unsigned blocks_for(size_t n) {
+    const size_t g = (n + kThreads - 1) / kThreads;
+    return (unsigned)(g < 1 ? 1 : (g > 65535 * 16 ? 65535 * 16 : g));
+}
+
+__global__ void gather_rows_kernel(const float* x, const int32_t* rows, int n, int width, float* y) {
+    const size_t total = (size_t)n * width;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = i / width;
+        y[i] = x[(size_t)rows[r] * width + i % width];
+    }
+}
+
+// The same sum as moe_combine_kernel (j ascending), reading pair p's output from row row_of_pair[p].
+__global__ void moe_combine_rows_kernel(const float* out, const int32_t* row_of_pair, const float* w, int T, int k,
+                                        int H, float* y) {
+    const size_t total = (size_t)T * H;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i / H;
+        const int c = (int)(i % H);
+        float acc = 0.0f;
+        for (int j = 0; j < k; ++j) acc += w[t * k + j] * out[(size_t)row_of_pair[t * k + j] * H + c];
+        y[i] = acc;
+    }
+}
+
+}  // namespace
+
+void gather_rows(cudaStream_t s, const float* x, const int32_t* rows, int n, int width, float* y) {
+    if (!n || !width) return;
+    gather_rows_kernel<<<blocks_for((size_t)n * width), kThreads, 0, s>>>(x, rows, n, width, y);
+    CUDA_CHECK_LAUNCH();
+}
+
+void moe_combine_rows(cudaStream_t s, const float* out, const int32_t* row_of_pair, const float* w, int T, int k,
+                      int H, float* y) {
+    if (!T || !H) return;
+    moe_combine_rows_kernel<<<blocks_for((size_t)T * H), kThreads, 0, s>>>(out, row_of_pair, w, T, k, H, y);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,22 @@
+// The GPU backend's settings from the command line: the activation mode and the hybrid expert path (an expert cache
+// on the GPU, the CPU computing the misses). Plain C++, so the CLI can fill it in a build without CUDA.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "experts/expert_cache.h"
+
+namespace strata {
+
+struct GpuOptions {
+    bool f32_activations = false;      // --f32-activations
+    std::string expert_cache;          // --expert-cache auto|N-slots|N-GiB; empty = every expert uploaded, no cache
+    int64_t vram_reserve_mib = 1536;   // --vram-reserve-mib: kept free for KV, activations and the desktop
+    int64_t gpu_experts_max = -1;      // --gpu-experts-max: cap on the slots (−1 = none)
+    int cpu_workers = 0;               // --cpu-workers: threads computing misses (0 = physical cores − 1)
+    std::string routing_profile;       // --routing-profile F: initial fill
+    std::string routing_profile_out;   // --routing-profile-out F: written at exit from the routing seen
+    AdaptSettings adapt;               // --expert-adapt N sets adapt.every_passes (0 = frozen)
+};
+
+}  // namespace strata
