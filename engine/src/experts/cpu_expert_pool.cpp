@@ -1,6 +1,7 @@
 // CpuExpertPool: experts grouped by the tokens they serve; gate/up rows, then down rows, split across the workers.
 #include "experts/cpu_expert_pool.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -12,6 +13,14 @@
 namespace strata {
 
 CpuExpertPool::CpuExpertPool(int n_workers, bool f32_activations) : pool_(n_workers, false), f32_(f32_activations) {}
+
+void CpuExpertPool::copy(void* dst, const void* src, size_t bytes) {
+    const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>(pool_.size() * 4, (int64_t)(bytes >> 20)));
+    pool_.parallel_for(pieces, [&](int64_t p0, int64_t p1) {
+        const size_t b0 = bytes * p0 / pieces, b1 = bytes * p1 / pieces;
+        std::memcpy(static_cast<uint8_t*>(dst) + b0, static_cast<const uint8_t*>(src) + b0, b1 - b0);
+    });
+}
 
 void CpuExpertPool::rows_dot_f32(const Weight& w, const uint8_t* matrix, int64_t r0, int64_t r1, const float* x,
                                  float* y) {

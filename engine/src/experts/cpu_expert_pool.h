@@ -26,6 +26,9 @@ public:
     void compute(const Weight& gate, const Weight& up, const Weight& down, const float* x,
                  const std::vector<ExpertPair>& pairs, float* out);
 
+    // dst[0, bytes) = src[0, bytes), split across the workers (filling pinned memory from the mapped file).
+    void copy(void* dst, const void* src, size_t bytes);
+
     double seconds() const { return seconds_; }          // wall time spent in compute() so far
     int64_t pairs_done() const { return pairs_done_; }
 

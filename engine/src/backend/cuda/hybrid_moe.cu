@@ -3,6 +3,7 @@
 // polled, never waited for).
 #include "backend/cuda/hybrid_moe.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -136,9 +137,9 @@ void HybridMoe::prepare() {
             continue;
         }
         uint8_t* b = static_cast<uint8_t*>(p);
-        std::memcpy(b, L.gate.data, g);
-        std::memcpy(b + g, L.up.data, u);
-        std::memcpy(b + g + u, L.down.data, d);
+        cpu_->copy(b, L.gate.data, g);
+        cpu_->copy(b + g, L.up.data, u);
+        cpu_->copy(b + g + u, L.down.data, d);
         L.pinned = p;
         L.gate.data = b;
         L.up.data = b + g;
