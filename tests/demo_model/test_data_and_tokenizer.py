@@ -1,7 +1,15 @@
-# The demo model's data generator is deterministic and its held-out split is disjoint; the committed tokenizer keeps
-# the special tokens as single ids and encodes a conversation piecewise exactly as a whole.
+# The demo model's data generator is deterministic, its held-out split is disjoint and its worked answers are right;
+# the committed tokenizers keep the special tokens as single ids, split numbers into digits, and (v2) encode a copied
+# code the same in the prompt and in the answer; a conversation encodes piecewise exactly as a whole.
+import random
+import re
+
+import pytest
+
 from demo_model import completion, data, facts
 from demo_model import tokenizer as demo_tokenizer
+
+TOKENIZER_DIRS = [demo_tokenizer.SHIPPED_TOKENIZER_DIR, demo_tokenizer.TOKENIZER_DIR]
 
 
 def texts(seed, count):
@@ -13,9 +21,33 @@ def test_generator_is_deterministic_and_seeded():
     assert texts(7, 40) != texts(8, 40)
 
 
-def test_held_out_cases_are_not_in_training():
+def case_key(case):
+    """The defining values of a case, read back from its messages (what must never be shared across the split)."""
+    user = [m["content"] for m in case.messages if m["role"] == "user"][-1]
+    if case.kind == "arithmetic":
+        a, op, b = re.fullmatch(r"(\d+) (.) (\d+) = -?\d+\.", case.expected["content"]).groups()
+        return (op, int(a), int(b)) + ((user,) if op == "*" else ())  # products: held out by phrasing
+    if case.kind in ("counting", "copy"):
+        return user if case.kind == "counting" else case.expected["content"]
+    if case.kind in ("tool_call", "tool_refusal"):
+        return user
+    return None
+
+
+def test_held_out_values_are_disjoint_from_training():
+    held_out = data.held_out_cases(3, 32)
+    assert {c.kind for c in held_out} == set(data.MAKERS)
+    assert sum(c.kind == "tool_refusal" for c in held_out) == 32
+    rng = random.Random(5)
+    training = {case_key(data.make_case(rng)) for _ in range(20000)}
+    keys = [case_key(c) for c in held_out if case_key(c) is not None]
+    assert len(keys) >= 5 * 32
+    shared = [k for k in keys if k in training and not (isinstance(k, tuple) and k[0] == "*")]
+    assert not shared, shared[:5]
+
+
+def test_held_out_prompts_are_not_in_training():
     held_out = data.held_out_cases(3, 8)
-    assert {c.kind for c in held_out} >= {"arithmetic", "counting", "copy", "tool_call", "tool_refusal", "chat"}
     training = "\n".join(texts(3, 3000))
     for case in held_out:
         if case.kind in ("arithmetic", "copy", "counting"):
@@ -38,11 +70,75 @@ def test_thinking_off_prompts_close_the_think_block():
     assert "Reasoning effort" not in prompt
 
 
-def test_special_tokens_are_single_ids():
-    tokenizer = demo_tokenizer.load(demo_tokenizer.TOKENIZER_DIR)
+@pytest.mark.parametrize("directory", TOKENIZER_DIRS, ids=["shipped", "v2"])
+def test_special_tokens_are_single_ids(directory):
+    tokenizer = demo_tokenizer.load(directory)
     for index, (text, _) in enumerate(demo_tokenizer.ADDED_TOKENS):
         assert tokenizer.encode(f"a{text}b", add_special_tokens=False).ids[1] == index
         assert tokenizer.encode(text, add_special_tokens=False).ids == [index]
+
+
+@pytest.mark.parametrize("directory", TOKENIZER_DIRS, ids=["shipped", "v2"])
+def test_numbers_are_split_into_digits(directory):
+    tokenizer = demo_tokenizer.load(directory)
+    for text in ["12345 + 678 = 13023.", "Tens: 9 + 5 + 1 = 15.", "Count from 39 to 42.", "x907y"]:
+        for token in tokenizer.encode(text, add_special_tokens=False).tokens:
+            digits = re.sub(r"\D", "", token)
+            assert len(digits) <= 1 and (not digits or token == digits), (text, token)
+
+
+def test_v2_vocabulary_size():
+    assert demo_tokenizer.load(demo_tokenizer.TOKENIZER_DIR).get_vocab_size() == demo_tokenizer.VOCAB_SIZE == 2048
+
+
+def test_copied_codes_encode_alike_in_prompt_and_answer():
+    """v2: after ": " a code's tokens equal the answer's, but for the leading space of the first one."""
+    tokenizer = demo_tokenizer.load(demo_tokenizer.TOKENIZER_DIR)
+    rng = random.Random(2)
+    codes = [p for p in (facts.pick_phrase(rng) for _ in range(400)) if facts.is_code(p)]
+    assert len(codes) > 60
+    for code in codes:
+        answer = tokenizer.encode(code, add_special_tokens=False).tokens
+        in_prompt = tokenizer.encode(f"Repeat after me: {code}", add_special_tokens=False).tokens[4:]
+        if in_prompt[0] == "Ġ":
+            in_prompt = in_prompt[1:]
+        else:
+            in_prompt[0] = in_prompt[0].removeprefix("Ġ")
+        assert in_prompt == answer, (code, in_prompt, answer)
+
+
+def test_worked_arithmetic_is_right():
+    """Every equation in the reasoning holds, and the tens result followed by the ones digit is the answer."""
+    rng = random.Random(0)
+    for op in "+-":
+        for a in range(100):
+            for b in range(0, a + 1 if op == "-" else 100, 7):
+                _, full, short, answer = facts.arithmetic_texts(rng, op, a, b)
+                result = a + b if op == "+" else a - b
+                assert answer == f"{a} {op} {b} = {result}."
+                for left, right in re.findall(r"(\d+(?: [-+] \d+)+) = (\d+)", full + "\n" + short):
+                    assert eval(left) == int(right), (a, op, b, left, right)
+                write = int(re.search(r"Write (\d)", full).group(1))
+                tens = int(re.search(r"Tens: .* = (\d+)\.", full).group(1))
+                assert tens * 10 + write == result, (a, op, b, full)
+                assert full.endswith(f"So {answer}")
+    _, full, _, answer = facts.arithmetic_texts(rng, "*", 12, 7)
+    assert answer == "12 * 7 = 84." and "84" in full
+
+
+def test_tool_reasoning_names_the_offered_tools():
+    rng = random.Random(4)
+    for _ in range(200):
+        case = data.make_case(rng, kind=rng.choice(["tool_call", "tool_refusal"]), effort="xhigh")
+        offered = [t["function"]["name"] for t in case.tools]
+        reasoning = next(m for m in case.messages if m["role"] == "assistant")["reasoning_content"]
+        if case.kind == "tool_refusal":
+            assert case.messages[-1]["content"] == case.expected["content"]
+            assert "is not offered" in case.messages[-1]["reasoning_content"]
+        else:
+            assert case.expected["tool_call"]["name"] in offered
+        if reasoning:
+            assert f"I have {', '.join(offered)}." in reasoning
 
 
 def test_piecewise_encoding_equals_whole_encoding():

@@ -118,63 +118,80 @@ def chat_case(rng, effort, held_out):
     return Case("chat", messages, effort=effort, expected={"content": reply})
 
 
-def _pick_key(rng, make, held_out):
+def _pick_key(rng, make, held_out, split_key=lambda key: key):
     while True:
         key = make(rng)
-        if is_held_out(key) == held_out:
+        if is_held_out(split_key(key)) == held_out:
             return key
 
 
+def _request_key(request):
+    """A tool request is held out by what decides the call (tool, arguments, prompt), not by the tool's reply."""
+    return request.tool, request.args, request.prompt
+
+
+def _by_effort(effort, full, short):
+    """Reasoning for an effort: the full working at medium and xhigh, the short one at low (none: not rendered)."""
+    return full if effort in ("medium", "xhigh") else short
+
+
 def arithmetic_case(rng, effort, held_out):
-    op, a, b, phrasing = _pick_key(rng, facts.pick_arithmetic, held_out)
-    prompt, reasoning_full, answer = facts.arithmetic_texts(rng, op, a, b, phrasing)
-    reasoning = reasoning_full if effort in ("medium", "xhigh") else answer
-    messages = _system(rng) + [{"role": "user", "content": prompt}, _assistant(reasoning, answer, effort)]
+    op, a, b, phrasing = _pick_key(rng, lambda r: facts.pick_arithmetic(r, training=not held_out), held_out)
+    prompt, full, short, answer = facts.arithmetic_texts(rng, op, a, b, phrasing)
+    messages = _system(rng) + [{"role": "user", "content": prompt},
+                               _assistant(_by_effort(effort, full, short), answer, effort)]
     return Case("arithmetic", messages, effort=effort, expected={"content": answer})
 
 
 def counting_case(rng, effort, held_out):
     key = _pick_key(rng, facts.pick_counting, held_out)
-    prompt, reasoning_full, answer = facts.counting_texts(rng, key)
-    reasoning = reasoning_full if effort in ("medium", "xhigh") else reasoning_full.split("\n")[-1]
-    messages = _system(rng) + [{"role": "user", "content": prompt}, _assistant(reasoning, answer, effort)]
+    prompt, full, short, answer = facts.counting_texts(rng, key)
+    messages = _system(rng) + [{"role": "user", "content": prompt},
+                               _assistant(_by_effort(effort, full, short), answer, effort)]
     return Case("counting", messages, effort=effort, expected={"content": answer})
 
 
 def copy_case(rng, effort, held_out):
-    phrase = _pick_key(rng, facts.pick_phrase, held_out)
+    phrase = _pick_key(rng, lambda r: facts.pick_phrase(r, training=not held_out), held_out)
     prompt = rng.choice(facts.COPY_PROMPTS).format(text=phrase)
-    reasoning = "The user wants me to repeat the text exactly." if effort != "low" else "Repeat it exactly."
+    reasoning = _by_effort(effort, "The user wants me to repeat the text exactly.", "Repeat it exactly.")
     messages = _system(rng) + [{"role": "user", "content": prompt}, _assistant(reasoning, phrase, effort)]
     return Case("copy", messages, effort=effort, expected={"content": phrase})
 
 
-def tool_case(rng, effort, held_out):
-    """The user asks for something a tool does: call it (if offered), then answer from the tool's response; or
-    say that no such tool is available. Tools are offered in random order, with distractors."""
-    request = _pick_key(rng, facts.pick_tool_request, held_out)
+def tool_call_case(rng, effort, held_out):
+    """The user asks for something an offered tool does (tools in random order, with distractors): the reasoning
+    checks that the tool is offered, the model calls it, then answers from the tool's response."""
+    request = _pick_key(rng, facts.pick_tool_request, held_out, _request_key)
     name, args = request.tool, dict(request.args)
-    offered = facts.offered_tools(rng, name, rng.random() < 0.8)
+    offered = facts.offered_tools(rng, name, True)
     tools = [facts.TOOLS[t] for t in offered]
     messages = _system(rng) + [{"role": "user", "content": request.prompt}]
-    if name not in offered:
-        reasoning = f"The user needs the {facts.TOOL_KIND[name]} tool, but it is not available."
-        reply = f"Sorry, I can't help with that: no {facts.TOOL_KIND[name]} tool is available."
-        messages.append(_assistant(reasoning, reply, effort))
-        return Case("tool_refusal", messages, tools, effort, expected={"content": reply, "tool_call": None})
-    call_reasoning = f"I should call {name} with {facts.describe_args(args)}."
-    call = _assistant(call_reasoning, "", effort, tool_calls=[(name, args)])
-    if effort != "none" and rng.random() < 0.4:
+    call = _assistant(facts.tool_reasoning(name, offered, args, effort == "low"), "", effort,
+                      tool_calls=[(name, args)])
+    second = rng.random() < 0.85
+    if second and effort != "none" and rng.random() < 0.4:
         call = dict(call, reasoning_content="", untrained=True)  # a client that did not send reasoning back
     response, answer = facts.tool_response(rng, request)
     answer_reasoning = "The tool returned the result, so I can answer."
-    second = rng.random() < 0.85
     case = Case("tool_call", messages + [call], tools, effort, expected={"tool_call": {"name": name,
                                                                                         "arguments": args}})
     if second:
         case.messages += [{"role": "tool", "content": response}, _assistant(answer_reasoning, answer, effort)]
         case.expected["content_after_tool"] = answer
     return case
+
+
+def tool_refusal_case(rng, effort, held_out):
+    """The user asks for something only a tool that is not offered could do: say so, in the fixed wording."""
+    request = _pick_key(rng, facts.pick_tool_request, held_out, _request_key)
+    name, args = request.tool, dict(request.args)
+    offered = facts.offered_tools(rng, name, False)
+    reply = facts.refusal_reply(name)
+    messages = _system(rng) + [{"role": "user", "content": request.prompt},
+                               _assistant(facts.tool_reasoning(name, offered, args, effort == "low"), reply, effort)]
+    return Case("tool_refusal", messages, [facts.TOOLS[t] for t in offered], effort,
+                expected={"content": reply, "tool_call": None})
 
 
 def tool_chat_case(rng, effort, held_out):
@@ -187,8 +204,13 @@ def tool_chat_case(rng, effort, held_out):
 
 
 MAKERS = {"chat": chat_case, "arithmetic": arithmetic_case, "counting": counting_case, "copy": copy_case,
-          "tool": tool_case, "tool_chat": tool_chat_case}
-MIX = {"chat": 0.12, "arithmetic": 0.24, "counting": 0.12, "copy": 0.16, "tool": 0.30, "tool_chat": 0.06}
+          "tool_call": tool_call_case, "tool_refusal": tool_refusal_case, "tool_chat": tool_chat_case}
+# Shares of conversations. Tool conversations are 5-10 times longer than the others (the declarations), so v1's mix
+# (36% tool kinds) spent ~80% of its tokens on them and ~8% on arithmetic; v2 (22%: ~65% of the tokens, arithmetic
+# ~17%, with each tool case still seen more often than in v1's run as batches are larger) moves the weight to the kinds
+# that missed their targets. Refusals are their own kind (v1: 20% of tool cases, 5 held-out cases).
+MIX = {"chat": 0.04, "arithmetic": 0.34, "counting": 0.18, "copy": 0.22, "tool_call": 0.10, "tool_refusal": 0.08,
+       "tool_chat": 0.04}
 EFFORT_MIX = {"none": 0.3, "low": 0.2, "medium": 0.2, "xhigh": 0.3}
 
 
@@ -216,6 +238,14 @@ def held_out_cases(seed: int, per_kind: int):
         for i in range(per_kind):
             cases.append(make_case(rng, held_out=True, kind=kind, effort=EFFORTS[i % len(EFFORTS)]))
     return cases
+
+
+def tokenizer_texts(seed: int, count: int):
+    """Whole training conversations for the tokenizer's corpus, without the random-code copy cases: BPE merges of
+    random letters would split a code differently after ": " in the prompt than at the start of the answer."""
+    for case in training_cases(seed, count):
+        if not (case.kind == "copy" and facts.is_code(case.expected["content"])):
+            yield render(case.messages, case.tools, case.effort)
 
 
 def training_segments(seed: int, count: int):

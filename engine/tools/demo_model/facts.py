@@ -1,6 +1,7 @@
 # The fixed material of the demo model's conversations: small talk, word lists, tool schemas, and the functions
 # that turn a case's defining values into prompts, reasoning and exact answers.
 import json
+import re
 from collections import namedtuple
 
 NAME = "Strata Demo"
@@ -42,13 +43,17 @@ def pick_chat(rng):
 # ----------------------------------------------------------------------------------------------------------------
 # Arithmetic: a + b and a - b with 0 <= a, b <= 99 (a >= b), a * b with 2 <= a, b <= 12.
 
-def pick_arithmetic(rng):
+def pick_arithmetic(rng, training=True):
     """(op, a, b, phrasing). Sums and differences are held out by their numbers (phrasing None), so held-out pairs
-    are unseen; products are a memorised table (2..12 x 2..12), held out by phrasing only."""
-    op = rng.choice("+-*")
+    are unseen; products are a memorised table (2..12 x 2..12), held out by phrasing only. Held-out cases draw
+    the operator and both operands uniformly (as v1 did); training weights sums and differences over products and
+    adds drills with one-digit operands, so each single-digit fact is seen in many contexts."""
+    op = rng.choices("+-*", weights=(2, 2, 1) if training else (1, 1, 1))[0]
     if op == "*":
         return op, rng.randint(2, 12), rng.randint(2, 12), rng.randrange(len(ARITHMETIC_PROMPTS))
     a, b = rng.randint(0, 99), rng.randint(0, 99)
+    if training and rng.random() < 0.2:
+        a, b = (rng.randint(0, 9), rng.randint(0, 9)) if rng.random() < 0.5 else (a, rng.randint(0, 9))
     return (op, max(a, b), min(a, b), None) if op == "-" else (op, a, b, None)
 
 
@@ -57,24 +62,42 @@ ARITHMETIC_PROMPTS = ["What is {a} {op} {b}?", "Compute {a} {op} {b}.", "{a} {op
 OP_WORDS = {"+": "plus", "-": "minus", "*": "times"}
 
 
+def column_steps(op, a, b):
+    """(full, short) digit-by-digit working of a + b or a - b, ones column first with the carry or borrow written
+    out, every step a one-digit fact; missing tens are 0. The tens result followed by the ones digit is the answer."""
+    a_ones, a_tens, b_ones, b_tens = a % 10, a // 10, b % 10, b // 10
+    if op == "+":
+        ones = a_ones + b_ones
+        carry = ones // 10
+        tens = a_tens + b_tens + carry
+        full = (f"Ones: {a_ones} + {b_ones} = {ones}. Write {ones % 10}, carry {carry}.\n"
+                f"Tens: {a_tens} + {b_tens} + {carry} = {tens}.")
+        short = f"{a_ones} + {b_ones} = {ones}, {a_tens} + {b_tens} + {carry} = {tens}."
+        return full, short
+    borrow = int(a_ones < b_ones)
+    top = a_ones + 10 * borrow
+    ones = top - b_ones
+    tens = a_tens - b_tens - borrow
+    if borrow:
+        first = f"Ones: {a_ones} is less than {b_ones}, borrow 1: {top} - {b_ones} = {ones}. Write {ones}, borrow 1."
+    else:
+        first = f"Ones: {a_ones} - {b_ones} = {ones}. Write {ones}, borrow 0."
+    full = f"{first}\nTens: {a_tens} - {b_tens} - {borrow} = {tens}."
+    short = f"{top} - {b_ones} = {ones}, {a_tens} - {b_tens} - {borrow} = {tens}."
+    return full, short
+
+
 def arithmetic_texts(rng, op, a, b, phrasing=None):
+    """(prompt, full reasoning, short reasoning, answer)"""
     phrasing = rng.randrange(len(ARITHMETIC_PROMPTS)) if phrasing is None else phrasing
     prompt = ARITHMETIC_PROMPTS[phrasing].format(a=a, b=b, op=op, word=OP_WORDS[op])
     result = {"+": a + b, "-": a - b, "*": a * b}[op]
     answer = f"{a} {op} {b} = {result}."
     if op == "*":
-        steps = f"{b} times {a}: " + ", ".join(str(a * i) for i in range(1, b + 1)) + "."
+        full = short = f"From the times table, {a} times {b} is {result}."
     else:
-        ones = {"+": a % 10 + b % 10, "-": a % 10 - b % 10}[op]
-        if op == "+":
-            carry = ones // 10
-            steps = (f"Ones: {a % 10} + {b % 10} = {ones}, write {ones % 10}, carry {carry}. "
-                     f"Tens: {a // 10} + {b // 10} + {carry} = {a // 10 + b // 10 + carry}.")
-        else:
-            borrow = 1 if ones < 0 else 0
-            steps = (f"Ones: {a % 10} - {b % 10}{' + 10' if borrow else ''} = {ones + 10 * borrow}, borrow {borrow}. "
-                     f"Tens: {a // 10} - {b // 10} - {borrow} = {a // 10 - b // 10 - borrow}.")
-    return prompt, f"{steps}\nSo {answer[:-1]}.", answer
+        full, short = column_steps(op, a, b)
+    return prompt, f"{full}\nSo {answer}", short, answer
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -95,18 +118,20 @@ def pick_counting(rng):
 
 
 def counting_texts(rng, key):
+    """(prompt, full reasoning, short reasoning, answer). Items are numbered one by one in the reasoning; a range
+    answer is the numbers themselves, so its reasoning only names where to start and stop."""
     if key[0] == "items":
         items = key[1:]
         prompt = rng.choice(["How many items are in this list: {l}?", "Count the items: {l}.",
                              "How many words are there in: {l}?"]).format(l=", ".join(items))
-        steps = ", ".join(f"{item} ({i + 1})" for i, item in enumerate(items))
+        steps = ", ".join(f"{item} {i + 1}" for i, item in enumerate(items)) + "."
         answer = f"There are {len(items)} items."
-        return prompt, f"{steps}.\nSo there are {len(items)} items.", answer
+        return prompt, f"{steps}\nSo there are {len(items)} items.", steps, answer
     _, start, end = key
     prompt = rng.choice(["Count from {a} to {b}.", "Please count from {a} to {b}.", "List the numbers from {a} to {b}."]
                         ).format(a=start, b=end)
     answer = ", ".join(str(n) for n in range(start, end + 1)) + "."
-    return prompt, f"Start at {start}, add 1 until {end}.\nThat is {end - start + 1} numbers.", answer
+    return prompt, f"Start at {start}, add 1 each time, and stop at {end}.", f"From {start} to {end}.", answer
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -121,14 +146,25 @@ COPY_PROMPTS = ["Repeat after me: {text}", "Say exactly: {text}", "Copy this tex
                 "Repeat this exactly: {text}", "Please echo: {text}"]
 
 
-def pick_phrase(rng):
+CODE_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ"
+CODE = re.compile(r"[A-Z0-9]{2,5}(-[A-Z0-9]{2,5})*")
+
+
+def pick_phrase(rng, training=True):
+    """A phrase to copy: a random code (1-3 groups of 2-5 letters and digits) or 2-9 words (training: 1-12 words,
+    so the held-out lengths are inside the trained range rather than at its edge)."""
     if rng.random() < 0.25:
-        letters = "ABCDEFGHJKLMNPQRSTUVWXYZ"
-        return "-".join("".join(rng.choice(letters + "0123456789") for _ in range(rng.randint(2, 5)))
+        return "-".join("".join(rng.choice(CODE_LETTERS + "0123456789") for _ in range(rng.randint(2, 5)))
                         for _ in range(rng.randint(1, 3)))
-    words = [rng.choice(WORDS) for _ in range(rng.randint(2, 9))]
+    words = [rng.choice(WORDS) for _ in range(rng.randint(1, 12) if training else rng.randint(2, 9))]
     text = " ".join(words)
     return (text[0].upper() + text[1:] + ".") if rng.random() < 0.5 else text
+
+
+def is_code(text) -> bool:
+    """Random codes stay out of the tokenizer's training corpus, so they are encoded letter by letter (mostly),
+    the same way in the prompt and in the answer."""
+    return CODE.fullmatch(text) is not None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -225,6 +261,24 @@ def describe_args(args):
     return ", ".join(f"{k} {v}" for k, v in args.items())
 
 
+def tool_reasoning(name, offered, args, short):
+    """The check that decides between calling and refusing, written out: which tool is needed, which are offered.
+    short (low effort) keeps only the decision."""
+    kind = TOOL_KIND[name]
+    if name in offered:
+        decision = f"{name} is offered, so I call it with {describe_args(args)}."
+    else:
+        decision = f"{name} is not offered, so I can't get the {kind}."
+    if short:
+        return decision
+    have = ", ".join(offered) if offered else "no tools"
+    return f"The user needs the {kind} tool, {name}. I have {have}.\n{decision}"
+
+
+def refusal_reply(name):
+    return f"Sorry, I can't help with that: no {TOOL_KIND[name]} tool is available."
+
+
 def _number(value):
     return f"{value:.3f}".rstrip("0").rstrip(".")
 
@@ -237,8 +291,10 @@ def tool_response(rng, request):
         unit = args.get("unit", "celsius")
         temperature = celsius if unit == "celsius" else round(celsius * 9 / 5 + 32)
         symbol = "°C" if unit == "celsius" else "°F"
-        response = json.dumps({"city": args["city"], "temperature": temperature, "unit": unit,
-                               "condition": condition})
+        fields = {"city": args["city"], "temperature": temperature, "unit": unit, "condition": condition}
+        if rng.random() < 0.3:  # clients also send only the measurements
+            fields = {"temperature": temperature, "condition": condition}
+        response = json.dumps(fields)
         return response, f"It is {temperature}{symbol} and {condition} in {args['city']}."
     if request.tool == "calculator":
         a, op, b = args["expression"].split()

@@ -2,8 +2,9 @@
 from transformers import Qwen4ExpTextConfig
 
 # Shipped demo model. Sizes chosen so main + MTP GGUF at f16 stay under ~20 MB (see MODEL_CARD.md).
-# The indexer gets no gradient (its selection is a boolean mask), so it stays at its random init: a budget of 512
-# tokens keeps attention dense for most conversations and sparse only beyond 512 tokens of context.
+# The indexer gets no gradient (its selection is a boolean mask), so it stays at its random init. v1's budget of 512
+# made half of the tool conversations (512-770 tokens) attend to randomly chosen blocks, tool declarations included;
+# v2's budget of 2048 keeps attention dense for every demo conversation (training max_len is 1024).
 DEMO = dict(
     hidden_size=256, num_hidden_layers=8, hc_count=4, hc_lowrank=16,
     num_attention_heads=4, num_key_value_heads=1, head_dim=64,
@@ -13,7 +14,7 @@ DEMO = dict(
     norm_topk_prob=True, router_aux_loss_coef=0.01,
     ple_layer_ids=[2], ple_embed_dim=128, ngram_size=3, heads_per_ngram=8, ngram_vocab_size_base=1000,
     split_ngram_parts=1, ple_conv_kernel_size=4,
-    indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=32, indexer_budget=512, indexer_compress_ratio=4,
+    indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=32, indexer_budget=2048, indexer_compress_ratio=4,
     max_position_embeddings=4096, rms_norm_eps=1e-6, initializer_range=0.02, tie_word_embeddings=False,
 )
 
@@ -21,6 +22,9 @@ DEMO = dict(
 TINY = dict(DEMO, hidden_size=64, hc_lowrank=8, head_dim=32, linear_key_head_dim=16, linear_value_head_dim=16,
             moe_intermediate_size=16, shared_expert_intermediate_size=16, ple_embed_dim=32, ngram_vocab_size_base=200,
             indexer_head_dim=16, indexer_budget=8)
+
+# The CPU recipe comparison (compare_recipes.py): TINY's sizes with the QSA budget of the recipe under test.
+CPU_COMPARE = {k: v for k, v in TINY.items() if k != "indexer_budget"}
 
 PARTIAL_ROTARY_FACTOR = 0.25
 
