@@ -6,6 +6,7 @@
 
 #include "cli/options.h"
 #include "common/error.h"
+#include "common/platform.h"
 #if STRATA_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -20,6 +21,7 @@ static const char* kUsage =
     "  (--backend cuda needs a build with -DSTRATA_CUDA=ON)\n";
 
 int main(int argc, char** argv) {
+    strata::platform::set_binary_stdio();  // the protocol's lines end in "\n", also on Windows
     if (argc < 2) { std::fputs(kUsage, stderr); return 2; }
     const std::string cmd = argv[1];
 #if STRATA_HAVE_CUDA

@@ -1,17 +1,12 @@
 // GGUF v3 parsing with bounds checks on every read, split-shard discovery, and tensor data access.
 #include "gguf/gguf_file.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <regex>
 #include <sstream>
 
 #include "common/error.h"
+#include "common/platform.h"
 
 namespace strata {
 
@@ -25,7 +20,7 @@ constexpr int kMaxArrayDepth = 8;
 // Sequential reader over a file with positioned reads; every read is checked against the file size.
 class Cursor {
 public:
-    Cursor(int fd, uint64_t size, const std::string& path) : fd_(fd), size_(size), path_(path) {}
+    Cursor(platform::FileHandle file, uint64_t size, const std::string& path) : file_(file), size_(size), path_(path) {}
     uint64_t pos() const { return pos_; }
 
     void read(void* dst, uint64_t n, const char* what) {
@@ -55,10 +50,11 @@ private:
     void fill() {
         buf_start_ = pos_;
         buf_.resize(std::min<uint64_t>(1 << 20, size_ - pos_));
-        ssize_t got = pread(fd_, buf_.data(), buf_.size(), (off_t)pos_);
-        if (got != (ssize_t)buf_.size()) fail(path_, ": read failed at offset ", pos_, ": ", std::strerror(errno));
+        int64_t got = platform::read_at(file_, buf_.data(), buf_.size(), pos_);
+        if (got != (int64_t)buf_.size())
+            fail(path_, ": read failed at offset ", pos_, ": ", got < 0 ? platform::last_error_text() : "end of file");
     }
-    int fd_;
+    platform::FileHandle file_;
     uint64_t size_;
     std::string path_;
     uint64_t pos_ = 0;
@@ -225,20 +221,20 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
 }
 
 GgufFile::~GgufFile() {
-    for (auto& m : mappings_) munmap(m.addr, m.len);
-    for (int fd : fds_) if (fd >= 0) close(fd);
+    for (auto& m : mappings_) platform::unmap_range(m);
+    for (auto& file : files_) platform::close_file(file);
 }
 
 void GgufFile::parse_shard(int shard, const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
-    fds_.push_back(fd);
-    struct stat st;
-    if (fstat(fd, &st) != 0) fail(path, ": cannot stat: ", std::strerror(errno));
-    uint64_t size = (uint64_t)st.st_size;
+    platform::FileHandle file = platform::open_read_only(path);
+    if (!file.is_open()) fail(path, ": cannot open: ", platform::last_error_text());
+    files_.push_back(file);
+    int64_t file_size = platform::file_size(file);
+    if (file_size < 0) fail(path, ": cannot stat: ", platform::last_error_text());
+    uint64_t size = (uint64_t)file_size;
     file_sizes_.push_back(size);
 
-    Cursor c(fd, size, path);
+    Cursor c(file, size, path);
     uint32_t magic = c.get<uint32_t>("magic");
     if (magic != kMagic) fail(path, ": not a GGUF file (magic 0x", std::hex, magic, ", expected 0x", kMagic, ")");
     uint32_t version = c.get<uint32_t>("version");
@@ -410,25 +406,19 @@ const GgufTensor& GgufFile::tensor(const std::string& name) const {
 }
 
 const uint8_t* GgufFile::map_tensor(const GgufTensor& t) {
-    static const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t start = t.file_offset / page * page;
-    uint64_t len = t.file_offset + t.n_bytes - start;
-    void* addr = mmap(nullptr, len, PROT_READ, MAP_SHARED, fds_[t.shard], (off_t)start);
-    if (addr == MAP_FAILED) fail(paths_[t.shard], ": cannot map tensor ", t.name, ": ", std::strerror(errno));
-    mappings_.push_back({addr, len});
-    return static_cast<const uint8_t*>(addr) + (t.file_offset - start);
+    platform::MappedRange m;
+    if (!platform::map_range(files_[t.shard], t.file_offset, t.n_bytes, m))
+        fail(paths_[t.shard], ": cannot map tensor ", t.name, ": ", platform::last_error_text());
+    mappings_.push_back(m);
+    return m.data;
 }
 
 void GgufFile::read_tensor_bytes(const GgufTensor& t, uint64_t offset, uint64_t n, void* dst) const {
     STRATA_CHECK(offset <= t.n_bytes && n <= t.n_bytes - offset, "read of ", n, " bytes at ", offset,
                  " is outside tensor ", t.name, " (", t.n_bytes, " bytes)");
-    uint8_t* out = static_cast<uint8_t*>(dst);
-    uint64_t pos = t.file_offset + offset;
-    while (n > 0) {
-        ssize_t got = pread(fds_[t.shard], out, n, (off_t)pos);
-        if (got <= 0) fail(paths_[t.shard], ": read of tensor ", t.name, " failed: ", got < 0 ? std::strerror(errno) : "end of file");
-        out += got; pos += (uint64_t)got; n -= (uint64_t)got;
-    }
+    int64_t got = platform::read_at(files_[t.shard], dst, n, t.file_offset + offset);
+    if (got != (int64_t)n)
+        fail(paths_[t.shard], ": read of tensor ", t.name, " failed: ", got < 0 ? platform::last_error_text() : "end of file");
 }
 
 }  // namespace strata

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include "common/platform.h"
 #include "gguf/ggml_types.h"
 
 namespace strata {
@@ -89,14 +90,13 @@ private:
     void parse_shard(int shard, const std::string& path);
 
     std::vector<std::string> paths_;
-    std::vector<int> fds_;
+    std::vector<platform::FileHandle> files_;
     std::vector<uint64_t> file_sizes_;
     uint32_t version_ = 0;
     std::map<std::string, GgufValue> kv_;
     std::vector<GgufTensor> tensors_;
     std::map<std::string, size_t> tensor_index_;
-    struct Mapping { void* addr; size_t len; };
-    std::vector<Mapping> mappings_;
+    std::vector<platform::MappedRange> mappings_;
 };
 
 }  // namespace strata

@@ -1,9 +1,10 @@
 // Run-time ISA choice (CPUID + XGETBV) and dispatch of vec_dot / gemv_rows to the scalar, AVX2 or AVX-512 kernels.
 #include <algorithm>
 #include <atomic>
-#include <cpuid.h>
+#include <immintrin.h>
 #include "quant/quant_internal.h"
 #include "common/error.h"
+#include "common/platform.h"
 
 namespace strata {
 using namespace qk;
@@ -14,22 +15,17 @@ struct CpuFeatures {
     bool avx2 = false, avx512 = false, avx512_vnni = false;
 };
 
-uint64_t read_xcr0() {
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((uint64_t)hi << 32) | lo;
-}
-
 CpuFeatures probe_cpu() {
     CpuFeatures f;
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+    uint32_t r[4];
+    platform::cpuid(1, 0, r);
+    uint32_t b = r[1], c = r[2];
     bool osxsave = c & (1u << 27), fma = c & (1u << 12), f16c = c & (1u << 29);
     if (!osxsave) return f;
-    uint64_t xcr0 = read_xcr0();
+    uint64_t xcr0 = platform::read_xcr0();
     bool os_ymm = (xcr0 & 0x6) == 0x6, os_zmm = (xcr0 & 0xe6) == 0xe6;
-    if (__get_cpuid_max(0, nullptr) < 7) return f;
-    __cpuid_count(7, 0, a, b, c, d);
+    platform::cpuid(7, 0, r);  // all zero on a CPU without leaf 7
+    b = r[1], c = r[2];
     bool avx2 = b & (1u << 5), bmi2 = b & (1u << 8);
     bool avx512f = b & (1u << 16), avx512dq = b & (1u << 17), avx512bw = b & (1u << 30), avx512vl = b & (1u << 31);
     bool vnni = c & (1u << 11);
@@ -64,7 +60,7 @@ const Tables& tables() {
 }
 
 inline void prefetch_row(const uint8_t* p, size_t bytes) {
-    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 3);
+    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
 }
 
 std::atomic<int> g_active{-1};

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/platform.h"
 #include "quant/quant.h"
 
 namespace strata {
@@ -60,11 +61,11 @@ void CpuBackend::rows_dot(GgmlType type, int64_t n, const uint8_t* w, size_t row
 }
 
 float* CpuBackend::alloc(size_t n) {
-    float* p = static_cast<float*>(std::aligned_alloc(64, std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64)));
+    float* p = static_cast<float*>(platform::aligned_alloc_bytes(64, std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64)));
     STRATA_CHECK(p, "out of memory allocating ", n * sizeof(float), " bytes");
     return p;
 }
-void CpuBackend::release(float* p) { std::free(p); }
+void CpuBackend::release(float* p) { platform::aligned_free(p); }
 void CpuBackend::to_device(float* dst, const float* host, size_t n) { std::memcpy(dst, host, n * sizeof(float)); }
 void CpuBackend::to_host(float* host, const float* src, size_t n) { std::memcpy(host, src, n * sizeof(float)); }
 void CpuBackend::fill(float* x, float value, size_t n) { std::fill(x, x + n, value); }

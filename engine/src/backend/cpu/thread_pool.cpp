@@ -1,13 +1,8 @@
 #include "backend/cpu/thread_pool.h"
 
-#include <pthread.h>
-#include <sched.h>
+#include "common/platform.h"
 
-#include <fstream>
-#include <set>
-#include <string>
-
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
 #include <immintrin.h>
 #define STRATA_CPU_RELAX() _mm_pause()
 #else
@@ -17,28 +12,8 @@
 namespace strata {
 
 namespace {
-// Physical cores from /sys (one entry per core id and package); falls back to hardware_concurrency.
-std::vector<int> first_cpu_of_each_core() {
-    std::vector<int> cpus;
-    std::set<std::pair<std::string, std::string>> seen;
-    int n = (int)std::thread::hardware_concurrency();
-    for (int cpu = 0; cpu < n; ++cpu) {
-        std::string base = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
-        std::ifstream core(base + "core_id"), pkg(base + "physical_package_id");
-        std::string c, p;
-        if (!(core >> c) || !(pkg >> p)) { cpus.push_back(cpu); continue; }
-        if (seen.insert({p, c}).second) cpus.push_back(cpu);
-    }
-    if (cpus.empty()) cpus.push_back(0);
-    return cpus;
-}
-
-void pin_to(int cpu) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-}
+using platform::first_cpu_of_each_core;
+using platform::pin_current_thread;
 
 // A decode step issues thousands of small parallel_for calls: workers spin this many times on the job counter
 // before they sleep, so a call costs a cache-line round trip instead of a futex wake-up.
@@ -53,10 +28,10 @@ int ThreadPool::default_threads() {
 ThreadPool::ThreadPool(int n_threads, bool pin) {
     n_threads_ = n_threads > 0 ? n_threads : default_threads();
     std::vector<int> cpus = first_cpu_of_each_core();
-    if (pin) pin_to(cpus[0]);
+    if (pin) pin_current_thread(cpus[0]);
     for (int k = 1; k < n_threads_; ++k) {
         workers_.emplace_back([this, k, pin, cpus] {
-            if (pin) pin_to(cpus[k % cpus.size()]);
+            if (pin) pin_current_thread(cpus[k % cpus.size()]);
             worker(k);
         });
     }
