@@ -4,7 +4,8 @@
 #   2. installs Debian's chromium for the page tests if missing,
 #   3. builds the engine (Release, CPU) and an AddressSanitizer/UBSan build, and compiles the CUDA sources for
 #      sm_90 when nvcc is present (so they cannot rot; there is no GPU here to run them),
-#   4. runs ctest on both builds, pytest on everything, and the file-error tests again on the sanitizer build.
+#   4. cross-compiles strata.exe for Windows (MinGW-w64) and checks it under wine against the Linux build,
+#   5. runs ctest on both builds, pytest on everything, and the file-error tests again on the sanitizer build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -37,6 +38,9 @@ if command -v nvcc >/dev/null 2>&1 && ls engine/src/backend/cuda/*.cu >/dev/null
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
   cmake --build build-cuda -j "$JOBS" --target strata
 fi
+
+step "Engine: Windows cross-compile (MinGW-w64) and a run under wine"
+PY="$PY" STRATA_BUILD="$REPO/build" bash tests/windows/cross_build.sh
 
 step "ctest (Release, then sanitizers)"
 ctest --test-dir build --output-on-failure
