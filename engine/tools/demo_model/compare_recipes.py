@@ -111,7 +111,8 @@ def main():
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "engine/tools"))
     from demo_model.model_config import CPU_COMPARE
-    trees = {"v1": lambda: export_v1(args.out / "v1_tree") / "engine/tools", "v2": lambda: export_current(args.out / "v2_tree") / "engine/tools"}
+    trees = {"v1": lambda: export_v1(args.out / "v1_tree") / "engine/tools",
+             "v2": lambda: export_current(args.out / "v2_tree") / "engine/tools"}
     results = {}
     for name in ("v1", "v2"):
         if args.only and name != args.only:

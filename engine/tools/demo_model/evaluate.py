@@ -58,8 +58,10 @@ def main():
     parser.add_argument("--per-kind", type=int, default=32)
     parser.add_argument("--agreement", type=int, default=24, help="prompts compared with transformers")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--tokenizer", type=Path, default=demo_tokenizer.TOKENIZER_DIR,
+                        help="the tokenizer of the GGUF (v2 by default; the shipped v1 GGUF: tokenizer/)")
     args = parser.parse_args()
-    tokenizer = demo_tokenizer.load(demo_tokenizer.TOKENIZER_DIR)
+    tokenizer = demo_tokenizer.load(args.tokenizer)
     jobs = jobs_for(data.held_out_cases(SEED, args.per_kind), tokenizer)
     outputs = [engine_greedy(args.strata, args.gguf, prompt) for _, _, prompt in jobs]
     report = {"engine_greedy": score(jobs, outputs, tokenizer), "prompts": len(jobs)}

@@ -256,7 +256,8 @@ def main():
             entry = {"step": step, "loss": round(main_loss.item(), 4), "mtp_loss": round(mtp_loss.item(), 4),
                      "aux": round(aux.item(), 4), "grad_norm": round(grad_norm.item(), 3), "lr": round(lr, 6),
                      "seconds": round(now - train_start, 1), "batch": list(ids.shape),
-                     "tokens_per_s": round(window["tokens"] / seconds), "real_tokens_per_s": round(window["real"] / seconds),
+                     "tokens_per_s": round(window["tokens"] / seconds),
+                     "real_tokens_per_s": round(window["real"] / seconds),
                      "trained_tokens_per_s": round(window["trained"] / seconds),
                      "conversations_per_s": round(window["rows"] / seconds, 1)}
             window = {"tokens": 0, "real": 0, "trained": 0, "rows": 0, "start": now}
