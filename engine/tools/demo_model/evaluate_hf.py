@@ -130,9 +130,10 @@ def evaluate(model, head, tokenizer, cases, device, mtp_sequences=48):
             samples.append({"kind": group, "effort": case.effort, "output": text, **result})
     summary = {group: {name: round(sum(v) / len(v), 4) for name, v in values.items()} | {"n": len(values["exact"])}
                for group, values in scores.items()}
-    sequences = [job[2] + out for job, out in zip(jobs, generated)][:mtp_sequences]
+    # MTP acceptance on turns spread evenly over the kinds (the jobs are ordered by kind)
+    picked = list(range(0, len(jobs), max(1, len(jobs) // mtp_sequences)))[:mtp_sequences]
+    sequences = [jobs[i][2] + generated[i] for i in picked]
     return {"greedy": summary,
             "teacher_forced": teacher_forced(model, tokenizer, cases, device),
-            "mtp_acceptance": mtp_acceptance(model, head, sequences, [len(j[2]) for j in jobs][:mtp_sequences],
-                                             device),
+            "mtp_acceptance": mtp_acceptance(model, head, sequences, [len(jobs[i][2]) for i in picked], device),
             "samples": samples}
