@@ -52,6 +52,16 @@ def _run_logged(args: list[str], log, cwd: Path) -> None:
         raise EngineBuildError(f"the command '{' '.join(args)}' failed (exit {result.returncode})")
 
 
+def _generator_args(tools: dict) -> list[str]:
+    """Ninja when it is there and can find the compiler; else CMake's default (Visual Studio on Windows)."""
+    if not tools.get("ninja"):
+        return []
+    # Ninja finds MSVC only inside a developer prompt (cl.exe on PATH); the Visual Studio generator finds it anywhere.
+    if platform.system() == "Windows" and tools.get("visual studio") and not shutil.which("cl"):
+        return []
+    return ["-G", "Ninja"]
+
+
 def build_engine(project_dir: Path, use_cuda: bool, tools: dict, say=print, jobs: int | None = None) -> Path:
     """Configure and build build/engine/strata with CMake; the full output goes to build/installer-build.log."""
     missing = [t for t in ("cmake", "c++ compiler") if not tools.get(t)]
@@ -62,13 +72,14 @@ def build_engine(project_dir: Path, use_cuda: bool, tools: dict, say=print, jobs
     build_dir = project_dir / "build"
     build_dir.mkdir(exist_ok=True)
     log_path = build_dir / "installer-build.log"
-    configure = ["cmake", "-S", str(project_dir), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
+    cmake = tools["cmake"]  # a full path: on Windows it may be the cmake.exe of the Visual Studio Build Tools
+    configure = [cmake, "-S", str(project_dir), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
                  f"-DSTRATA_CUDA={'ON' if use_cuda else 'OFF'}"]
-    if tools.get("ninja") and not (build_dir / "CMakeCache.txt").exists():
-        configure += ["-G", "Ninja"]
+    if not (build_dir / "CMakeCache.txt").exists():
+        configure += _generator_args(tools)
     if use_cuda:
         configure.append(f"-DCMAKE_CUDA_ARCHITECTURES={cuda_architecture()}")
-    build = ["cmake", "--build", str(build_dir), "--config", "Release", "--target", "strata"]
+    build = [cmake, "--build", str(build_dir), "--config", "Release", "--target", "strata"]
     if jobs:
         build += ["--parallel", str(jobs)]
     say(f"Building the engine ({'CUDA' if use_cuda else 'CPU only'}); this takes a few minutes. "

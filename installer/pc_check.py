@@ -129,8 +129,31 @@ def _cpu() -> tuple[str, set[str], int]:
 def find_tools() -> dict[str, str | None]:
     compilers = ["c++", "g++", "clang++", "cl"]
     compiler = next((shutil.which(c) for c in compilers if shutil.which(c)), None)
-    return {"cmake": shutil.which("cmake"), "c++ compiler": compiler, "ninja": shutil.which("ninja"),
-            "nvcc": shutil.which("nvcc") or _cuda_home_nvcc()}
+    cmake = shutil.which("cmake")
+    # Outside a developer prompt the Build Tools for Visual Studio are not on PATH: CMake's Visual Studio generator
+    # finds them itself, and their optional "C++ CMake tools" bring a cmake.exe.
+    visual_studio = _visual_studio_cpp() if platform.system() == "Windows" else None
+    if visual_studio:
+        compiler = compiler or f"{visual_studio} (MSVC)"
+        bundled = Path(visual_studio) / "Common7/IDE/CommonExtensions/Microsoft/CMake/CMake/bin/cmake.exe"
+        cmake = cmake or (str(bundled) if bundled.is_file() else None)
+    return {"cmake": cmake, "c++ compiler": compiler, "ninja": shutil.which("ninja"),
+            "nvcc": shutil.which("nvcc") or _cuda_home_nvcc(), "visual studio": visual_studio}
+
+
+def _visual_studio_cpp() -> str | None:
+    """The folder of the newest Visual Studio (or Build Tools) with the x64 C++ compiler, from vswhere.exe."""
+    vswhere = Path(os.environ.get("ProgramFiles(x86)", r"C:\Program Files (x86)")) / \
+        "Microsoft Visual Studio" / "Installer" / "vswhere.exe"
+    if not vswhere.is_file():
+        return None
+    try:
+        out = subprocess.run([str(vswhere), "-latest", "-products", "*", "-requires",
+                              "Microsoft.VisualStudio.Component.VC.Tools.x86.x64", "-property", "installationPath"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.splitlines()[0] if out else None
 
 
 def _cuda_home_nvcc() -> str | None:

@@ -51,3 +51,15 @@ def test_missing_build_tools_are_named(tmp_path):
         get_engine(project, None, use_cuda=False, tools={"cmake": None, "c++ compiler": None})
     with pytest.raises(EngineBuildError, match="nvcc"):
         get_engine(project, None, use_cuda=True, tools={"cmake": "/usr/bin/cmake", "c++ compiler": "/usr/bin/c++"})
+
+
+def test_windows_build_uses_ninja_only_where_it_can_find_msvc(monkeypatch):
+    # Windows cannot be caused here: the OS name and PATH lookups are stand-ins for a PC with the Build Tools.
+    import installer.engine_build as engine_build
+    tools = {"ninja": r"C:\ninja.exe", "visual studio": r"C:\BuildTools"}
+    monkeypatch.setattr(engine_build.platform, "system", lambda: "Windows")
+    monkeypatch.setattr(engine_build.shutil, "which", lambda name: None)
+    assert engine_build._generator_args(tools) == []  # a plain window: the Visual Studio generator
+    monkeypatch.setattr(engine_build.shutil, "which", lambda name: r"C:\VC\cl.exe" if name == "cl" else None)
+    assert engine_build._generator_args(tools) == ["-G", "Ninja"]  # a developer prompt
+    assert engine_build._generator_args({"ninja": None, "visual studio": r"C:\BuildTools"}) == []
