@@ -122,8 +122,9 @@ def _experts(ck: Checkpoint, p: str, E: int, I: int) -> tuple:
     return stack("gate_proj"), stack("up_proj"), stack("down_proj")
 
 
-def _block_tensors(ck: Checkpoint, hp: Hparams, src: str, il: int, attention: bool) -> dict:
-    """GGUF tensors of one trunk-style block from HF prefix `src` (e.g. 'model.layers.3.')."""
+def _block_tensors(ck: Checkpoint, hp: Hparams, src: str, il: int, attention: bool, experts: bool = True) -> dict:
+    """GGUF tensors of one trunk-style block from HF prefix `src` (e.g. 'model.layers.3.'); without the three
+    ffn_*_exps tensors when experts is False."""
     out = {}
     b = f"blk.{il}."
     for hf, gg in (("attn_hyper_connection", "hc_attn"), ("mlp_hyper_connection", "hc_ffn")):
@@ -133,8 +134,9 @@ def _block_tensors(ck: Checkpoint, hp: Hparams, src: str, il: int, attention: bo
         out[b + gg + "_inject.weight"] = ck.f32(f"{src}{hf}.block_inject_weight.weight")
     m = src + "mlp."
     out[b + "ffn_gate_inp.weight"] = ck.f32(m + "gate.weight")
-    gate, up, down = _experts(ck, m, hp.n_expert, hp.expert_ff)
-    out[b + "ffn_gate_exps.weight"], out[b + "ffn_up_exps.weight"], out[b + "ffn_down_exps.weight"] = gate, up, down
+    if experts:
+        gate, up, down = _experts(ck, m, hp.n_expert, hp.expert_ff)
+        out[b + "ffn_gate_exps.weight"], out[b + "ffn_up_exps.weight"], out[b + "ffn_down_exps.weight"] = gate, up, down
     out[b + "ffn_gate_inp_shexp.weight"] = ck.f32(m + "shared_expert_gate.weight").reshape(-1)
     out[b + "ffn_gate_shexp.weight"] = ck.f32(m + "shared_expert.gate_proj.weight")
     out[b + "ffn_up_shexp.weight"] = ck.f32(m + "shared_expert.up_proj.weight")
@@ -232,11 +234,11 @@ def mtp_tensors(ck: Checkpoint, hp: Hparams) -> dict:
     return out
 
 
-def mtp_block_tensors(ck, hp: Hparams) -> dict:
-    """blk.L + blk.L.nextn.* from the mtp.* tensors alone. `ck` is anything with Checkpoint's has/f32 (the
-    installer passes tensors fetched by byte range, see mtp_extract.py)."""
+def mtp_block_tensors(ck, hp: Hparams, experts: bool = True) -> dict:
+    """blk.L + blk.L.nextn.* from the mtp.* tensors alone (without ffn_*_exps when experts is False). `ck` is
+    anything with Checkpoint's has/f32 (mtp_extract.py passes tensors fetched by byte range)."""
     L = hp.n_layer
-    out = _block_tensors(ck, hp, "mtp.layers.0.", L, attention=True)
+    out = _block_tensors(ck, hp, "mtp.layers.0.", L, attention=True, experts=experts)
     n = f"blk.{L}.nextn."
     out[n + "eh_proj.weight"] = np.concatenate([ck.f32("mtp.fc_embedding.weight"), ck.f32("mtp.fc_hidden.weight")],
                                                axis=1)

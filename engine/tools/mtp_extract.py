@@ -16,10 +16,12 @@ import sys
 from dataclasses import dataclass
 
 import numpy as np
+from gguf import GGMLQuantizationType
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import convert  # noqa: E402
 from gguf_layout import ConvertError, Hparams, hparams_from_config, mtp_tensor_specs, read_config  # noqa: E402
+from gguf_quant import TYPES, TypeChooser, encode  # noqa: E402
 
 OUTTYPES = ("q8_0", "bf16", "f16", "f32")
 DEFAULT_OUTTYPE = "q8_0"
@@ -203,18 +205,21 @@ class TensorSource:
     def names(self, prefix: str) -> list:
         return [n for n in self.located if n.startswith(prefix)]
 
-    def _array(self, name: str) -> np.ndarray:
+    def _array(self, name: str, index: int | None = None) -> np.ndarray:
+        """The tensor, or only its index-th slice along the first axis."""
         if name not in self.located:
             raise ConvertError(f"tensor {name!r} is missing from the checkpoint")
         loc = self.located[name]
-        count = math.prod(loc.shape)
-        data = np.fromfile(loc.path, dtype=DTYPES[loc.dtype], count=count, offset=loc.offset)
+        shape = loc.shape if index is None else loc.shape[1:]
+        count = math.prod(shape)
+        offset = loc.offset + (0 if index is None else index * count * DTYPES[loc.dtype].itemsize)
+        data = np.fromfile(loc.path, dtype=DTYPES[loc.dtype], count=count, offset=offset)
         if data.size != count:
             raise ConvertError(f"{loc.path} holds {data.size} of the {count} values of {name} (truncated file?)")
-        return data.reshape(loc.shape)
+        return data.reshape(shape)
 
-    def f32(self, name: str) -> np.ndarray:
-        data = self._array(name)
+    def f32(self, name: str, index: int | None = None) -> np.ndarray:
+        data = self._array(name, index)
         if self.located[name].dtype == "BF16":
             return (data.astype(np.uint32) << 16).view(np.float32)
         return data.astype(np.float32)
@@ -223,6 +228,60 @@ class TensorSource:
         if self.located[name].dtype != "I64":
             raise ConvertError(f"{name} has dtype {self.located[name].dtype}; the PLE constants must be int64")
         return [int(v) for v in self._array(name)]
+
+
+EXPERT_KINDS = {"ffn_gate_exps.weight": "gate", "ffn_up_exps.weight": "up", "ffn_down_exps.weight": "down"}
+
+
+def expert_matrices(source: TensorSource, hp: Hparams, kind: str):
+    """The gate, up or down matrix of each expert in turn (one expert in memory at a time)."""
+    m, I = "mtp.layers.0.mlp.experts.", hp.expert_ff
+    fused = source.has(m + "gate_up_proj")
+    for e in range(hp.n_expert):
+        if not fused:
+            yield source.f32(f"{m}{e}.{kind}_proj.weight")
+        elif kind == "down":
+            yield source.f32(m + "down_proj", e)
+        else:
+            gate_up = source.f32(m + "gate_up_proj", e)
+            yield gate_up[:I] if kind == "gate" else gate_up[I:]
+
+
+def _write_streaming(path: str, kv: list, specs: list, small: dict, source: TensorSource, hp: Hparams,
+                     outtype: str) -> dict:
+    """convert.write_gguf's file, written tensor by tensor: the experts are read and encoded one at a time, so the
+    real head (5 GB of BF16) converts in about 2 GB of memory instead of holding every tensor as f32."""
+    L = hp.n_layer
+    experts = {f"blk.{L}.{k}": kind for k, kind in EXPERT_KINDS.items()}
+    names = [n for n, _ in specs]
+    if set(names) != set(small) | set(experts):
+        raise ConvertError(f"tensor set differs from the layout: missing {sorted(set(names) - set(small) - set(experts))}"
+                           f", extra {sorted(set(small) - set(names))}")
+    chooser = TypeChooser(outtype, L + 1)
+    w = convert._Writer(path, arch=None)
+    for key, val, vt, sub in kv:
+        w.add_key_value(key, val, vt, sub_type=sub)
+    types = {}
+    for name, ne in specs:
+        shape = tuple(reversed(ne))
+        if name in small and small[name].shape != shape:
+            raise ConvertError(f"{name}: converted shape ne={list(reversed(small[name].shape))}, layout says {list(ne)}")
+        t = types[name] = chooser.choose(name, ne)
+        type_id, block, block_bytes = TYPES[t]
+        w.add_tensor_info(name, shape, np.float32, math.prod(shape) // block * block_bytes,
+                          raw_dtype=GGMLQuantizationType(type_id))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for name, _ in specs:
+        if name in small:
+            data = encode(small.pop(name), types[name])
+        else:     # a Q8_0/BF16 row never spans two experts, so the pieces concatenate to the whole tensor's bytes
+            data = np.concatenate([encode(x, types[name]).reshape(-1)
+                                   for x in expert_matrices(source, hp, experts[name])])
+        w.write_tensor_data(data)
+    w.close()
+    return types
 
 
 def write_mtp_gguf(source: TensorSource, config_dir: str, out_path: str, outtype: str = DEFAULT_OUTTYPE,
@@ -234,12 +293,12 @@ def write_mtp_gguf(source: TensorSource, config_dir: str, out_path: str, outtype
     check_structure(hp, {k: (v.dtype, tuple(v.shape)) for k, v in source.located.items()})
     ple = {key: source.ints(n) for key, n in zip(("layer_multipliers", "head_offsets", "head_vocab_sizes"),
                                                 ple_constant_names(hp))}
-    tensors = convert.mtp_block_tensors(source, hp)
+    small = convert.mtp_block_tensors(source, hp, experts=False)
     specs = [s for s in mtp_tensor_specs(hp) if s[0].startswith(f"blk.{hp.n_layer}.")]
     name = name or os.path.basename(os.path.normpath(config_dir))
     kv = convert.model_metadata(hp, ple, outtype, name + " MTP", True, config_dir)
     tmp = out_path + ".tmp"
-    types = convert.write_gguf(tmp, kv, specs, tensors, outtype, hp.n_layer + 1, seed=1)
+    types = _write_streaming(tmp, kv, specs, small, source, hp, outtype)
     os.replace(tmp, out_path)
     return types
 
