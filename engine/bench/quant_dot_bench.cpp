@@ -1,8 +1,9 @@
 // Benchmark (not a test): GB/s of gemv_rows over expert-sized weight blobs (640 rows x 2560) streaming through
 // many experts (more than the caches hold), with 1..N threads split by rows, next to this machine's DRAM read
 // bandwidth measured in the same run. Prints JSON. Usage: quant_dot_bench [--threads 1,2,6] [--mb 2048]
-// [--formats IQ2_XS,IQ3_XXS,Q2_0,Q4_K,IQ4_NL] [--isa best|avx2|avx512|scalar] [--passes 3] [--acts 1]
-// --acts N > 1 runs gemv_rows_multi with N activation rows (weights read once for all N).
+// [--formats IQ2_XS,IQ3_XXS,Q2_0,Q4_K,IQ4_NL,Q6_K,Q5_K,Q3_K,Q2_K] [--isa best|avx2|avx512|scalar] [--passes 3]
+// [--acts 1] [--vnni 1]. --acts N > 1 runs gemv_rows_multi with N activation rows (weights read once for all N);
+// --vnni 0 runs the plain AVX-512 kernels on a CPU that has AVX512-VNNI.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,7 +26,7 @@ constexpr int64_t kCols = 2560, kRows = 640;  // one expert's gate/up matrix: 64
 struct Options {
     std::vector<int> threads = {1, 2, 6};
     int64_t mb = 2048;
-    std::vector<std::string> formats = {"IQ2_XS", "IQ3_XXS", "Q2_0", "Q4_K", "IQ4_NL"};
+    std::vector<std::string> formats = {"IQ2_XS", "IQ3_XXS", "Q2_0", "Q4_K", "IQ4_NL", "Q6_K", "Q5_K", "Q3_K", "Q2_K"};
     std::string isa = "best";
     int passes = 3;
     int acts = 1;
@@ -117,6 +118,7 @@ int main(int argc, char** argv) {
         else if (k == "--isa") o.isa = v;
         else if (k == "--passes") o.passes = std::stoi(v);
         else if (k == "--acts") o.acts = std::max(1, std::stoi(v));
+        else if (k == "--vnni") set_avx512_vnni(v != "0");
         else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
     }
     Isa isa = cpu_best_isa();
