@@ -86,6 +86,10 @@ def make_mtp_head(source: MtpSource, out: Path, outtype: str = mtp_extract.DEFAU
     if not source.revision:
         say(f"Note: the catalogue pins no revision for {source.repo}; using its current commit {commit[:12]}.")
     work_dir = out.parent / f"{out.stem}.parts-{commit[:12]}"
+    for stale in out.parent.glob(f"{out.stem}.parts-*"):
+        if stale != work_dir:     # pieces of another commit (an unpinned repo moved on) cannot be used
+            say(f"Removing {stale.name}: pieces fetched from another commit of {source.repo}.")
+            shutil.rmtree(stale, ignore_errors=True)
     work_dir.mkdir(parents=True, exist_ok=True)
     _fetch_small_file(session, source.repo, commit, "config.json", work_dir / "config.json", required=True)
     _fetch_small_file(session, source.repo, commit, "generation_config.json", work_dir / "generation_config.json",

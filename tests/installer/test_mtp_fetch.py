@@ -139,6 +139,23 @@ def test_only_mtp_ranges_are_fetched_and_the_head_drafts_like_make_tiny(hub, ckp
     assert np.abs(got - ref).max() <= tolerance * np.abs(ref).max()
 
 
+def test_single_file_checkpoint_without_index(hub, model, tmp_path, monkeypatch):
+    repo_dir = hub.repo_dir.parent / CKPT_REPO.split("/")[1]
+    repo_dir.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (repo_dir / name).write_bytes((Path(model["hf_dir"]) / name).read_bytes())
+    out = tmp_path / "head.gguf"
+    stale = tmp_path / "head.parts-0123456789ab"      # pieces of another commit: useless, removed
+    stale.mkdir()
+    (stale / "plan.json").write_text("{}")
+    make_head(hub, out, "q8_0", monkeypatch)
+    assert not stale.exists()
+    assert all(r["range"] and not r["range"].endswith("-") for r in shard_gets(hub))
+    assert len(piece_gets(hub)) == 2       # the PLE constants and the mtp.* tensors: two runs of adjacent bytes
+    ref = draft_logits(model["gguf"]["f32"], model["mtp_ggufs"]["q8_0"], tmp_path / "ref.bin")
+    assert np.array_equal(draft_logits(model["gguf"]["f32"], out, tmp_path / "got.bin"), ref)
+
+
 def test_kill_9_mid_fetch_resumes_from_the_pieces_on_disk(hub, ckpt, model, tmp_path):
     hub.state.bytes_per_s = 150_000
     out = tmp_path / "head.gguf"
