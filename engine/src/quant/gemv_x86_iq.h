@@ -9,6 +9,21 @@
 namespace strata::qk {
 namespace {
 
+// 8 IQ3_XXS grid rows (32 weights) from broadcast loads (load ports only) and blends (any vector ALU) instead of a
+// vpinsrd chain (a shuffle uop each). Zen 4: AVX-512 4.4-4.5 vs 4.2-4.3 GB/s, AVX2 unchanged. (For IQ2_XS's 8-byte
+// rows the same measured 5-10% slower on Zen 4, so IQ2_XS keeps vmovq + vpinsrq.)
+inline __m256i iq3xxs_rows8(const uint8_t* q) {
+    const uint32_t* grid = iq::iq3xxs_grid;
+    __m256i v = _mm256_castsi128_si256(_mm_cvtsi32_si128((int)grid[q[0]]));
+    v = _mm256_blend_epi32(v, _mm256_set1_epi32((int)grid[q[1]]), 0x02);
+    v = _mm256_blend_epi32(v, _mm256_set1_epi32((int)grid[q[2]]), 0x04);
+    v = _mm256_blend_epi32(v, _mm256_set1_epi32((int)grid[q[3]]), 0x08);
+    v = _mm256_blend_epi32(v, _mm256_set1_epi32((int)grid[q[4]]), 0x10);
+    v = _mm256_blend_epi32(v, _mm256_set1_epi32((int)grid[q[5]]), 0x20);
+    v = _mm256_blend_epi32(v, _mm256_set1_epi32((int)grid[q[6]]), 0x40);
+    return _mm256_blend_epi32(v, _mm256_set1_epi32((int)grid[q[7]]), 0x80);
+}
+
 #ifdef __AVX512BW__
 // The ksigns byte of a 7-bit value in each 16- or 32-bit lane (upper bits zero): the value plus its parity in bit 7.
 inline __m512i ksigns_lanes(__m512i s7) {
@@ -78,14 +93,9 @@ inline void decode_iq3_xxs(const BlockIQ3_XXS& x, SuperBlock512& b) {
     _mm256_storeu_si256((__m256i*)b.signs, _mm256_set_m128i(half[1], half[0]));
     // scale 2*(aux >> 28) + 1 per 32 weights, as i16 words 2*ib of scw
     const __m512i scw = _mm512_add_epi32(_mm512_slli_epi32(_mm512_srli_epi32(aux, 28), 1), _mm512_set1_epi32(1));
-    const uint32_t* grid = iq::iq3xxs_grid;
     for (int j = 0; j < 4; ++j) {
         const uint8_t* q = x.qs + 16 * j;
-        __m256i lo = _mm256_setr_epi32((int)grid[q[0]], (int)grid[q[1]], (int)grid[q[2]], (int)grid[q[3]],
-                                       (int)grid[q[4]], (int)grid[q[5]], (int)grid[q[6]], (int)grid[q[7]]);
-        __m256i hi = _mm256_setr_epi32((int)grid[q[8]], (int)grid[q[9]], (int)grid[q[10]], (int)grid[q[11]],
-                                       (int)grid[q[12]], (int)grid[q[13]], (int)grid[q[14]], (int)grid[q[15]]);
-        b.g[j] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        b.g[j] = _mm512_inserti64x4(_mm512_castsi256_si512(iq3xxs_rows8(q)), iq3xxs_rows8(q + 8), 1);
         __m512i sel = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * j)), _mm256_set1_epi16((short)(4 * j + 2)), 1);
         b.sc[j] = _mm512_permutexvar_epi16(sel, scw);
     }
@@ -156,12 +166,10 @@ struct DecoderIQ3_XXS {
     const BlockIQ3_XXS& x;
     explicit DecoderIQ3_XXS(const BlockIQ3_XXS& b) : x(b) {}
     Group256 operator()(int k) const {
-        const uint32_t* grid = iq::iq3xxs_grid;
         const uint8_t* ks = iq::ksigns_iq2xs;
         const uint8_t* q = x.qs + 8 * k;
         uint32_t aux = load_u32(x.scales_signs + 4 * k);
-        return {_mm256_setr_epi32((int)grid[q[0]], (int)grid[q[1]], (int)grid[q[2]], (int)grid[q[3]],
-                                  (int)grid[q[4]], (int)grid[q[5]], (int)grid[q[6]], (int)grid[q[7]]),
+        return {iq3xxs_rows8(q),
                 _mm256_set1_epi16((short)(2 * (aux >> 28) + 1)),
                 bits_to_bytes((uint32_t)ks[aux & 127] | (uint32_t)ks[(aux >> 7) & 127] << 8 |
                               (uint32_t)ks[(aux >> 14) & 127] << 16 | (uint32_t)ks[(aux >> 21) & 127] << 24)};
