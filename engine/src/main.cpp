@@ -14,11 +14,16 @@
 static const char* kUsage =
     "usage:\n"
     "  strata generate --model FILE (--prompt-ids 1,2,3 | --prompt-file F) [-n N] [--backend cpu|cuda]\n"
-    "                  [--threads N] [--ctx N]\n"
-    "                  [--chunk N] [--logits-out F] [--ignore-eos]\n"
+    "                  [--threads N] [--ctx N] [--chunk N] [--logits-out F] [--ignore-eos] [--f32-activations]\n"
+    "                  [--mtp MTP.gguf [--spec N] [--mtp-logits-out F]]\n"
     "  strata info FILE.gguf [--metadata]\n"
-    "  strata --serve --model FILE [--backend cpu|cuda] [--threads N] [--ctx N] [--chunk N]\n"
-    "  (--backend cuda needs a build with -DSTRATA_CUDA=ON)\n";
+    "  strata --serve --model FILE [--backend cpu|cuda] [--threads N] [--ctx N] [--chunk N] [--mtp MTP.gguf [--spec N]]\n"
+    "GPU options (--backend cuda; needs a build with -DSTRATA_CUDA=ON):\n"
+    "  --expert-cache auto|N-slots|N-GiB  keep only this many routed experts on the GPU; the CPU computes the rest\n"
+    "  --vram-reserve-mib N  VRAM left free   --gpu-experts-max N  cap on slots   --cpu-workers N  CPU miss workers\n"
+    "  --routing-profile F   fill the cache from recorded routing   --routing-profile-out F  record routing\n"
+    "  --expert-adapt N      passes between cache moves (0 = frozen)\n"
+    "Environment: STRATA_ISA=scalar|avx2|avx512 limits the CPU kernels.\n";
 
 int main(int argc, char** argv) {
     strata::platform::set_binary_stdio();  // the protocol's lines end in "\n", also on Windows
