@@ -37,6 +37,8 @@ def score(model, tokenizer, cases):
     sums = defaultdict(lambda: [0, 0, 0, 0])  # kind -> [right tokens, tokens, right answers, answers]
     for case in cases:
         pieces = data.segments(case)
+        if not any(trained for _, trained in pieces):
+            continue  # v1 made a few tool cases whose only assistant turn is history (nothing to score)
         ids, trained = demo_tokenizer.encode_segments(tokenizer, pieces)
         answer = answer_mask(tokenizer, pieces)
         if len(answer) != len(ids):  # the answer boundary split a token: score the whole turn as the answer
