@@ -15,7 +15,7 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/gguf-0.19
 
 echo "== build (CPU; CUDA for the all-on-GPU reference number)"
 cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build-bench -j16 --target strata quant_dot_bench | tail -1
-(cmake -S . -B build-bench-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null \
+[ "${STRATA_BENCH_CUDA:-1}" = 1 ] && (cmake -S . -B build-bench-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null \
   && cmake --build build-bench-cuda -j16 --target strata | tail -1) > /tmp/cuda_build.log 2>&1
 tail -3 /tmp/cuda_build.log
 
