@@ -19,9 +19,11 @@ cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null && cmak
   && cmake --build build-bench-cuda -j16 --target strata | tail -1) > /tmp/cuda_build.log 2>&1
 tail -3 /tmp/cuda_build.log
 
-echo "== quant_dot_bench"
-timeout 120 bash bench/quant_dot/run.sh 1,2,6,15 2048 >/dev/null
-mkdir -p "$OUT/quant_dot" && cp bench/quant_dot/results/*-"$(hostname -s)"/results.json "$OUT/quant_dot/"
+if [ "${STRATA_BENCH_QUANT:-1}" = 1 ]; then
+  echo "== quant_dot_bench"
+  timeout 120 bash bench/quant_dot/run.sh 1,2,6,15 2048 >/dev/null
+  mkdir -p "$OUT/quant_dot" && cp bench/quant_dot/results/*-"$(hostname -s)"/results.json "$OUT/quant_dot/"
+fi
 
 for experts in q2_0 iq2_xs; do
   echo "== synthetic $experts"
@@ -33,7 +35,7 @@ for experts in q2_0 iq2_xs; do
     timeout 90 python3 bench/cpu_decode/run.py --model "$model" --strata build-bench-cuda/engine/strata --threads 6 \
       --backend cuda --decode 64 --out "$OUT/gpu_decode_$experts"
   fi
-  if [ "$experts" = q2_0 ]; then
+  if [ "$experts" = q2_0 ] && [ "${STRATA_BENCH_AVX2:-1}" = 1 ]; then
     timeout 80 python3 bench/cpu_decode/run.py --model "$model" --strata build-bench/engine/strata --threads 6 --isa avx2 \
       --out "$OUT/cpu_decode_${experts}_avx2"
   fi
