@@ -223,8 +223,9 @@ void q45_k_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out
             __m256i q = load256(x[i].qs + 32 * c);
             __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
             if constexpr (Q5) {  // bit 2c / 2c+1 of qh[l] is bit 4 of sub-block 2c / 2c+1
-                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hbits, 2 * c), 4), b16));
-                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hbits, 2 * c + 1), 4), b16));
+                const __m256i h = _mm256_srli_epi16(hbits, 2 * c);
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(h, 4), b16));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(h, 3), b16));
             }
             const __m256i sl = word_pair(sc16, sc16, 2 * c, 2 * c), sh = word_pair(sc16, sc16, 2 * c + 1, 2 * c + 1);
             for (int t = 0; t < NA; ++t) {
@@ -243,11 +244,15 @@ void q45_k_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out
 }
 
 template <int NA>
-void q4_k_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out) { q45_k_k<NA, false>(n, w, act, st, out); }
+void q4_k_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out) {
+    q45_k_k<NA, false>(n, w, act, st, out);
+}
 STRATA_MULTI_KERNEL(q4_k_k)
 
 template <int NA>
-void q5_k_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out) { q45_k_k<NA, true>(n, w, act, st, out); }
+void q5_k_k(int64_t n, const void* w, const uint8_t* act, size_t st, float* out) {
+    q45_k_k<NA, true>(n, w, act, st, out);
+}
 STRATA_MULTI_KERNEL(q5_k_k)
 
 void fill_x86_kquant(DotTable& t) {
