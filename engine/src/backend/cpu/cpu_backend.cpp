@@ -72,6 +72,7 @@ void CpuBackend::fill(float* x, float value, size_t n) { std::fill(x, x + n, val
 void CpuBackend::copy(float* dst, const float* src, size_t n) { std::memmove(dst, src, n * sizeof(float)); }
 
 void CpuBackend::embed(const Weight& table, const int32_t* ids, int T, float* y) {
+    OpProfile::Scope prof(profile_, "embed");
     const int64_t H = table.ne[0];
     for (int t = 0; t < T; ++t) {
         STRATA_CHECK(ids[t] >= 0 && ids[t] < table.ne[1], "token id ", ids[t], " is outside the vocabulary of ", table.ne[1]);
@@ -80,6 +81,7 @@ void CpuBackend::embed(const Weight& table, const int32_t* ids, int T, float* y)
 }
 
 void CpuBackend::matmul(const Weight& w, const float* x, int T, float* y) {
+    OpProfile::Scope prof(profile_, "matmul", ggml_type_name(w.type), (uint64_t)w.row_bytes * w.n_rows());
     const int64_t in = w.ne[0], out = w.n_rows();
     // Pieces of at least 16 rows keep the per-thread overhead small for tiny matrices.
     const int64_t pieces = std::min<int64_t>(pool_.size(), std::max<int64_t>(1, out / 16));
@@ -102,6 +104,7 @@ void CpuBackend::matmul(const Weight& w, const float* x, int T, float* y) {
 }
 
 void CpuBackend::rms_norm(const float* x, const Weight* w, int rows, int width, int group, float eps, float* y) {
+    OpProfile::Scope prof(profile_, "rms_norm");
     std::vector<float> wf;
     if (w) wf = weight_to_f32(*w);
     const int w_len = w ? (int)wf.size() : 1;
@@ -130,6 +133,7 @@ void CpuBackend::l2_norm(const float* x, int rows, int width, int group, float e
 }
 
 void CpuBackend::unary(Unary f, const float* x, size_t n, float scale, float* y) {
+    OpProfile::Scope prof(profile_, "unary");
     for (size_t i = 0; i < n; ++i) {
         float v = x[i] * scale;
         switch (f) {
@@ -218,6 +222,7 @@ void CpuBackend::ple_gate(const float* K, const float* Q, const float* v, int T,
 }
 
 void CpuBackend::hyper_mix(const float* xn, const float* m, int T, int n, int H, float* u) {
+    OpProfile::Scope prof(profile_, "hyper_mix");
     for (int t = 0; t < T; ++t)
         for (int j = 0; j < H; ++j) {
             float acc = 0;
@@ -240,6 +245,7 @@ void CpuBackend::hyper_inject(float* X, const float* inj, const float* y, int T,
 }
 
 void CpuBackend::causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) {
+    OpProfile::Scope prof(profile_, "causal_conv");
     const std::vector<float> wf = weight_to_f32(w);   // [C, K]
     const int H = (K - 1) * dil;                      // history rows
     // Timeline = history rows then the T new rows.
@@ -257,6 +263,7 @@ void CpuBackend::causal_conv(const float* x, int T, int C, const Weight& w, int 
 
 void CpuBackend::gdn_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,
                                int T, int nk, int nv, int dk, int dv, float* S, float* o) {
+    OpProfile::Scope prof(profile_, "gdn_recurrent");
     pool_.parallel_for(nv, [&](int64_t h0, int64_t h1) {
         std::vector<float> kv(dv);
         for (int64_t h = h0; h < h1; ++h) {
@@ -303,6 +310,7 @@ void CpuBackend::rope(float* x, int T, int n_heads, int hd, int n_rot, float the
 
 void CpuBackend::attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                            const std::vector<std::vector<int32_t>>& keep, float* o) {
+    OpProfile::Scope prof(profile_, "attention");
     const int group = nh / nkv;
     const float scale = 1.0f / std::sqrt((float)hd);
     pool_.parallel_for((int64_t)T * nh, [&](int64_t i0, int64_t i1) {
@@ -347,6 +355,7 @@ void CpuBackend::indexer_scores(const float* q, const float* kb, int nb, int ni,
 
 void CpuBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
                              const float* weights, float* y) {
+    OpProfile::Scope prof(profile_, "moe_experts", ggml_type_name(w.gate_exps.type));
     const int64_t H = w.gate_exps.ne[0], I = w.gate_exps.ne[1], E = w.gate_exps.ne[2];
     const size_t ab_g = (act_bytes(w.gate_exps.type, H) + 63) / 64 * 64;
     const size_t ab_u = (act_bytes(w.up_exps.type, H) + 63) / 64 * 64;

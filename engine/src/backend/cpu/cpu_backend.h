@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "backend/cpu/op_profile.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace strata {
@@ -60,6 +61,7 @@ private:
     std::vector<uint8_t> prepare_act(GgmlType type, const float* x, int64_t n);
     ThreadPool pool_;
     bool f32_activations_;
+    OpProfile profile_;
 };
 
 // Reads a small weight (norm vector, bias, conv taps) as f32, whatever its stored type.
