@@ -65,7 +65,11 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
     }
     cv_start_.notify_all();
     run_piece(fn, n, 0, n_threads_);
-    while (pending_.load(std::memory_order_acquire) != 0) STRATA_CPU_RELAX();
+    // Spin briefly, then yield: a worker that lost its core must get it back rather than wait out our time slice.
+    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+        if (spin < kSpinIterations / 8) STRATA_CPU_RELAX();
+        else std::this_thread::yield();
+    }
     job_ = nullptr;
 }
 
@@ -74,7 +78,8 @@ void ThreadPool::worker(int index) {
     for (;;) {
         uint64_t gen = generation_.load(std::memory_order_acquire);
         for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
-            STRATA_CPU_RELAX();
+            if (spin < kSpinIterations / 8) STRATA_CPU_RELAX();
+            else std::this_thread::yield();
             gen = generation_.load(std::memory_order_acquire);
         }
         if (gen == seen) {
