@@ -24,6 +24,25 @@ inline __m256i iq3xxs_rows8(const uint8_t* q) {
     return _mm256_blend_epi32(v, _mm256_set1_epi32((int)grid[q[7]]), 0x80);
 }
 
+// 4 IQ2_XS grid rows (32 weights) for entries e[0..3]: vmovq + vpinsrq (+ vinserti128), the fastest on Zen 4.
+// Building with -DSTRATA_IQ2XS_BROADCAST_ROWS=1 takes broadcast loads + blends instead (no shuffle-port uop, which
+// may suit Intel's single shuffle port; on Zen 4 it measured 5-10% slower with AVX-512 and 25% with AVX2).
+#ifndef STRATA_IQ2XS_BROADCAST_ROWS
+#define STRATA_IQ2XS_BROADCAST_ROWS 0
+#endif
+inline __m256i iq2xs_rows4(const uint16_t* e) {
+    const uint64_t* grid = iq::iq2xs_grid;
+#if STRATA_IQ2XS_BROADCAST_ROWS
+    __m256i v = _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i*)(grid + (e[0] & 511))));
+    v = _mm256_blend_epi32(v, _mm256_set1_epi64x((long long)grid[e[1] & 511]), 0x0C);
+    v = _mm256_blend_epi32(v, _mm256_set1_epi64x((long long)grid[e[2] & 511]), 0x30);
+    return _mm256_blend_epi32(v, _mm256_set1_epi64x((long long)grid[e[3] & 511]), 0xC0);
+#else
+    return _mm256_set_epi64x((long long)grid[e[3] & 511], (long long)grid[e[2] & 511], (long long)grid[e[1] & 511],
+                             (long long)grid[e[0] & 511]);
+#endif
+}
+
 // The ksigns byte of each 7-bit value in a byte vector: the value plus its parity in bit 7, the parity of the two
 // nibbles from a 16-entry table (measured IQ2_XS +6% on Zen 4 over shift/xor parity in 16-bit lanes).
 inline __m256i ksigns_bytes(__m256i s7) {
@@ -61,14 +80,9 @@ inline void decode_iq2_xs(const BlockIQ2_XS& x, SuperBlock512& b) {
     __m128i sc = _mm_unpacklo_epi8(_mm_and_si128(s8, _mm_set1_epi8(15)), _mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(15)));
     sc = _mm_add_epi8(_mm_add_epi8(sc, sc), _mm_set1_epi8(1));
     const __m512i scb = _mm512_broadcast_i32x4(sc);
-    const uint64_t* grid = iq::iq2xs_grid;
     for (int j = 0; j < 4; ++j) {
         const uint16_t* e = x.qs + 8 * j;
-        __m256i lo = _mm256_set_epi64x((long long)grid[e[3] & 511], (long long)grid[e[2] & 511],
-                                       (long long)grid[e[1] & 511], (long long)grid[e[0] & 511]);
-        __m256i hi = _mm256_set_epi64x((long long)grid[e[7] & 511], (long long)grid[e[6] & 511],
-                                       (long long)grid[e[5] & 511], (long long)grid[e[4] & 511]);
-        b.g[j] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        b.g[j] = _mm512_inserti64x4(_mm512_castsi256_si512(iq2xs_rows4(e)), iq2xs_rows4(e + 4), 1);
         // 128-bit lane l covers 16 weights: i16 scale = byte 4j + l of sc
         const int k = 4 * j;
         __m512i ctrl = _mm512_setr_epi32(0x80008000 | k * 0x10001, 0x80008000 | k * 0x10001, 0x80008000 | k * 0x10001,
@@ -148,11 +162,9 @@ struct DecoderIQ2_XS {
         scb = _mm256_broadcastsi128_si256(_mm_add_epi8(_mm_add_epi8(sc, sc), _mm_set1_epi8(1)));
     }
     Group256 operator()(int k) const {
-        const uint64_t* grid = iq::iq2xs_grid;
         const uint16_t* e = x.qs + 4 * k;
         const int lo = 0x80008000 | (2 * k) * 0x10001, hi = 0x80008000 | (2 * k + 1) * 0x10001;
-        return {_mm256_set_epi64x((long long)grid[e[3] & 511], (long long)grid[e[2] & 511],
-                                  (long long)grid[e[1] & 511], (long long)grid[e[0] & 511]),
+        return {iq2xs_rows4(e),
                 _mm256_shuffle_epi8(scb, _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi)), bits_to_bytes(signs[k])};
     }
 };
