@@ -20,6 +20,10 @@ from gateway.text.output_parser import Delta
 
 log = logging.getLogger("gateway.anthropic")
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+
+
+def _stop_reason(final: Final) -> str:
+    return "stop_sequence" if final.stop_sequence is not None else STOP_REASONS[final.finish_reason]
 SIGNATURE = "strata"  # thinking blocks must carry a signature; clients send it back unchanged
 
 
@@ -107,13 +111,11 @@ async def count_tokens(request: web.Request) -> web.Response:
 
 async def messages(request: web.Request) -> web.StreamResponse:
     req = MessagesRequest.model_validate(await read_json(request))
-    if req.stop_sequences:
-        log.warning("ignoring stop_sequences %r: not supported yet", req.stop_sequences)
     service: ChatService = request.app[SERVICE]
     job = to_job(req)
     async with service.runner.turn() as turn:
         prepared = await service.prepare_async(job)
-        answer = service.run(turn, prepared, job.sampling)
+        answer = service.run(turn, prepared, job.sampling, req.stop_sequences)
         msg_id = "msg_" + secrets.token_hex(12)
         if req.stream:
             return await _stream(request, answer, msg_id, len(prepared.ids))
@@ -177,9 +179,10 @@ class _Blocks:
         return events + [{"type": "content_block_stop", "index": i}]
 
 
-def _message(request: web.Request, msg_id: str, content: list, stop_reason, usage: dict) -> dict:
+def _message(request: web.Request, msg_id: str, content: list, stop_reason, usage: dict,
+             stop_sequence: str | None = None) -> dict:
     return {"id": msg_id, "type": "message", "role": "assistant", "model": request.app[MODEL_NAME],
-            "content": content, "stop_reason": stop_reason, "stop_sequence": None, "usage": usage}
+            "content": content, "stop_reason": stop_reason, "stop_sequence": stop_sequence, "usage": usage}
 
 
 async def _complete(request: web.Request, answer, msg_id: str) -> web.Response:
@@ -192,7 +195,7 @@ async def _complete(request: web.Request, answer, msg_id: str) -> web.Response:
             else:
                 blocks.add(item)
     blocks.close()
-    body = _message(request, msg_id, blocks.blocks, STOP_REASONS[final.finish_reason], _usage(final))
+    body = _message(request, msg_id, blocks.blocks, _stop_reason(final), _usage(final), final.stop_sequence)
     return web.json_response(body, dumps=lambda o: json.dumps(o, ensure_ascii=False))
 
 
@@ -214,8 +217,9 @@ async def _stream(request: web.Request, answer, msg_id: str, prompt_tokens: int)
                 if isinstance(item, Final):
                     for event in blocks.close():
                         await send(event)
-                    await send({"type": "message_delta", "delta": {"stop_reason": STOP_REASONS[item.finish_reason],
-                                                                   "stop_sequence": None}, "usage": _usage(item)})
+                    await send({"type": "message_delta", "delta": {"stop_reason": _stop_reason(item),
+                                                                   "stop_sequence": item.stop_sequence},
+                                "usage": _usage(item)})
                     await send({"type": "message_stop"})
                 else:
                     for event in blocks.add(item):

@@ -17,6 +17,7 @@ from gateway.text.chat_template import (ChatTemplate, TemplateError, prepare_mes
                                         thinking_kwargs)
 from gateway.text.detokenizer import Detokenizer
 from gateway.text.output_parser import Delta, OutputParser
+from gateway.text.stop_sequences import StopSequenceFilter
 from gateway.text.tokenizer import TextTokenizer
 
 log = logging.getLogger("gateway.chat")
@@ -32,6 +33,7 @@ class ChatJob:
     template_kwargs: dict = field(default_factory=dict)
     max_tokens: int | None = None              # None: the rest of the context
     sampling: dict = field(default_factory=dict)
+    stop: list[str] = field(default_factory=list)   # client stop sequences (answer text, not reasoning or tools)
 
 
 @dataclass
@@ -53,6 +55,7 @@ class Final:
     decode_ms: float
     drafts_offered: int = 0     # MTP drafts verified / accepted (speculation)
     drafts_accepted: int = 0
+    stop_sequence: str | None = None   # the client stop sequence that ended the answer
 
     def timings(self) -> dict:
         """llama.cpp-style timings."""
@@ -124,8 +127,10 @@ class ChatService:
     async def prepare_async(self, job: ChatJob) -> Prepared:
         return await asyncio.get_running_loop().run_in_executor(None, self.prepare, job)
 
-    async def run(self, turn, prepared: Prepared, sampling: dict) -> AsyncIterator[Delta | Final]:
+    async def run(self, turn, prepared: Prepared, sampling: dict, stop: list[str] | None = None
+                  ) -> AsyncIterator[Delta | Final]:
         """Deltas of the answer, then one Final. Raises ApiError (EngineUnavailable when the engine failed)."""
+        stops = StopSequenceFilter(stop)
         line = format_gen(prepared.max_new, prepared.ids, sampling)
         parser = OutputParser(prepared.schemas, prepared.starts_in_reasoning)
         detok = Detokenizer(self.tokenizer)
@@ -133,13 +138,26 @@ class ChatService:
         self.metrics.request_started()
         done: Done | None = None
         try:
-            async with aclosing(self._events(turn, line, parser, detok, prepared, started)) as items:
+            async with aclosing(self._events(turn, line, parser, detok, stops, prepared, started)) as items:
                 async for item in items:
                     yield item
         finally:
             self.metrics.in_flight = max(0, self.metrics.in_flight - 1)
 
-    async def _events(self, turn, line, parser, detok, prepared, started):
+    @staticmethod
+    def _stop_filter(stops: StopSequenceFilter, deltas):
+        """Content deltas go through the client's stop sequences; the rest passes (nothing after a match)."""
+        for d in deltas:
+            if stops.matched is not None:
+                return
+            if d.kind == "content":
+                text = stops.push(d.text)
+                if text:
+                    yield Delta("content", text)
+            else:
+                yield d
+
+    async def _events(self, turn, line, parser, detok, stops, prepared, started):
         reused, last_token, repeats, loop_guard = 0, None, 0, False
         last_log = started
         done: Done | None = None
@@ -151,8 +169,10 @@ class ChatService:
                         last_token = event.id
                         if event.id in self.tokenizer.stop_ids:
                             continue
-                        for d in parser.feed(detok.push(event.id)):
+                        for d in self._stop_filter(stops, parser.feed(detok.push(event.id))):
                             yield d
+                        if stops.matched is not None:
+                            break     # leaving the loop sends STOP; the engine's DONE is drained by the runner
                         if repeats >= LOOP_GUARD_TOKENS:
                             log.warning("loop guard: token %d repeated %d times; ending the answer", event.id,
                                         repeats)
@@ -176,12 +196,18 @@ class ChatService:
         except EngineFailed as e:
             self.metrics.request_failed()
             raise EngineUnavailable(f"the engine stopped working: {e}") from e
-        for d in parser.feed(detok.flush()):
-            yield d
-        for d in parser.finish():
-            yield d
+        if stops.matched is None:
+            for d in self._stop_filter(stops, parser.feed(detok.flush())):
+                yield d
+            for d in self._stop_filter(stops, parser.finish()):
+                yield d
+            tail = stops.flush()
+            if tail:
+                yield Delta("content", tail)
         generated = done.generated if done else (self.runner.progress.get("generated", 0))
-        if loop_guard or (done and done.finish == "length"):
+        if stops.matched is not None:
+            finish = "stop"
+        elif loop_guard or (done and done.finish == "length"):
             finish = "length"
         elif parser.tool_call_count:
             finish = "tool_calls"
@@ -189,6 +215,7 @@ class ChatService:
             finish = "stop"
         final = Final(finish, len(prepared.ids), generated, done.reused if done else reused,
                       done.prompt_ms if done else 0.0, done.decode_ms if done else 0.0,
-                      done.drafts_offered if done else 0, done.drafts_accepted if done else 0)
+                      done.drafts_offered if done else 0, done.drafts_accepted if done else 0,
+                      stops.matched)
         self.metrics.request_finished(final, time.monotonic() - started)
         yield final

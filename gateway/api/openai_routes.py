@@ -65,13 +65,12 @@ def check_connected(request: web.Request) -> None:
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     req = ChatCompletionRequest.model_validate(await read_json(request))
-    if req.stop:
-        log.warning("ignoring stop sequences %r: not supported yet", req.stop)
     service: ChatService = request.app[SERVICE]
     job = to_job(req)
     async with service.runner.turn() as turn:
         prepared = await service.prepare_async(job)
-        answer = service.run(turn, prepared, job.sampling)
+        stop = [req.stop] if isinstance(req.stop, str) else req.stop
+        answer = service.run(turn, prepared, job.sampling, stop)
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return await _stream(request, answer, include_usage)
