@@ -23,7 +23,8 @@ static const char* kUsage =
     "  --vram-reserve-mib N  VRAM left free   --gpu-experts-max N  cap on slots   --cpu-workers N  CPU miss workers\n"
     "  --routing-profile F   fill the cache from recorded routing   --routing-profile-out F  record routing\n"
     "  --expert-adapt N      passes between cache moves (0 = frozen)\n"
-    "Environment: STRATA_ISA=scalar|avx2|avx512 limits the CPU kernels.\n";
+    "CPU threads are pinned one per physical core (default: all cores but one); --no-pin leaves them to the OS.\n"
+    "Environment: STRATA_ISA=scalar|avx2|avx512 limits the CPU kernels; STRATA_PROFILE=1 prints per-op times.\n";
 
 int main(int argc, char** argv) {
     strata::platform::set_binary_stdio();  // the protocol's lines end in "\n", also on Windows

@@ -23,7 +23,9 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
     if (name == "cpu") {
         for (const std::string& f : kGpuFlags)
             if (o.has(f)) fail(f, " needs --backend cuda (the expert cache lives on the GPU)");
-        return std::make_unique<CpuBackend>((int)o.integer("--threads", 0, 0, 1024), false, o.has("--f32-activations"));
+        // Workers are pinned one per physical core (the default count leaves one core free) unless --no-pin.
+        return std::make_unique<CpuBackend>((int)o.integer("--threads", 0, 0, 1024), !o.has("--no-pin"),
+                                            o.has("--f32-activations"));
     }
     if (name == "cuda") {
         if (!cuda_backend_factory) fail("--backend cuda: this strata was built without CUDA (configure with -DSTRATA_CUDA=ON)");
@@ -49,7 +51,7 @@ int generate_command(int argc, char** argv) {
     std::vector<std::string> flags = {"--model", "--backend", "--threads", "--ctx", "--prompt-ids", "--prompt-file", "-n",
                                       "--logits-out", "--chunk", "--mtp", "--spec", "--mtp-logits-out"};
     flags.insert(flags.end(), kGpuFlags.begin(), kGpuFlags.end());
-    Options o(argc, argv, 2, flags, {"--ignore-eos", "--f32-activations"});
+    Options o(argc, argv, 2, flags, {"--ignore-eos", "--f32-activations", "--no-pin"});
     const std::string model_path = o.required("--model");
     std::vector<int32_t> prompt;
     if (o.has("--prompt-ids")) {

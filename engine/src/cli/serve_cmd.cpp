@@ -15,7 +15,7 @@ namespace strata {
 int serve_command(int argc, char** argv) {
     std::vector<std::string> flags = {"--model", "--backend", "--threads", "--ctx", "--chunk", "--mtp", "--spec"};
     flags.insert(flags.end(), kGpuFlags.begin(), kGpuFlags.end());
-    Options o(argc, argv, 1, flags, {"--serve", "--f32-activations"});
+    Options o(argc, argv, 1, flags, {"--serve", "--f32-activations", "--no-pin"});
     std::unique_ptr<Backend> be;
     std::unique_ptr<Qwen4Exp> model_ptr;
     std::unique_ptr<Qwen4ExpGenerator> gen_ptr;
