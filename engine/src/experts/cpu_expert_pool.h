@@ -1,19 +1,15 @@
 // The CPU side of the hybrid MoE path: computes the routed experts the GPU's cache does not hold, from host memory,
 // with the quant kernels of quant/ on its own thread pool (--cpu-workers), while the GPU computes the cached ones.
-// Per expert the arithmetic is CpuBackend::moe_experts' (Q8 activations, or f32 ones in the reference mode).
+// The arithmetic is CpuBackend::moe_experts' own (backend/cpu/moe_cpu.h): one implementation for both.
 #pragma once
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/moe_cpu.h"
 #include "backend/cpu/thread_pool.h"
 #include "model/weights.h"
 
 namespace strata {
-
-struct ExpertPair {
-    int token = 0;    // activation row
-    int expert = 0;
-};
 
 class CpuExpertPool {
 public:
@@ -33,8 +29,6 @@ public:
     int64_t pairs_done() const { return pairs_done_; }
 
 private:
-    // y[r] = row r of W · x for r in [r0, r1), f32 activations (dequantized weight rows).
-    static void rows_dot_f32(const Weight& w, const uint8_t* matrix, int64_t r0, int64_t r1, const float* x, float* y);
     ThreadPool pool_;
     bool f32_;
     double seconds_ = 0;

@@ -1,4 +1,5 @@
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/moe_cpu.h"
 
 #include <algorithm>
 #include <cmath>
@@ -356,70 +357,12 @@ void CpuBackend::indexer_scores(const float* q, const float* kb, int nb, int ni,
 void CpuBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
                              const float* weights, float* y) {
     OpProfile::Scope prof(profile_, "moe_experts", ggml_type_name(w.gate_exps.type));
-    const int64_t H = w.gate_exps.ne[0], I = w.gate_exps.ne[1], E = w.gate_exps.ne[2];
-    const size_t ab_g = (act_bytes(w.gate_exps.type, H) + 63) / 64 * 64;
-    const size_t ab_u = (act_bytes(w.up_exps.type, H) + 63) / 64 * 64;
-    const size_t ab_d = (act_bytes(w.down_exps.type, I) + 63) / 64 * 64;
-    // Which (token, slot) pairs each expert serves; each expert's rows are read once for all its tokens.
-    std::vector<std::vector<std::pair<int, int>>> users(E);
+    const int64_t H = w.gate_exps.ne[0];
+    std::vector<ExpertPair> pairs((size_t)T * k);
     for (int t = 0; t < T; ++t)
-        for (int j = 0; j < k; ++j) users[ids[(size_t)t * k + j]].push_back({t, j});
-    std::vector<float> down((size_t)T * k * H);   // expert outputs per (token, slot), summed in slot order below
-    std::vector<uint8_t> act_g, act_u, act_h;
-    std::vector<float> gate, up, h, out;
-    for (int64_t e = 0; e < E; ++e) {
-        const auto& us = users[e];
-        const int n = (int)us.size();
-        if (n == 0) continue;
-        gate.resize((size_t)n * I);
-        up.resize((size_t)n * I);
-        h.resize((size_t)n * I);
-        out.resize((size_t)n * H);
-        const uint8_t* wg = w.gate_exps.matrix(e);
-        const uint8_t* wu = w.up_exps.matrix(e);
-        const uint8_t* wd = w.down_exps.matrix(e);
-        if (!f32_activations_) {
-            act_g.resize(ab_g * n);
-            act_u.resize(ab_u * n);
-            act_h.resize(ab_d * n);
-            for (int i = 0; i < n; ++i) {
-                quantize_act(w.gate_exps.type, x + (size_t)us[i].first * H, act_g.data() + ab_g * i, H);
-                quantize_act(w.up_exps.type, x + (size_t)us[i].first * H, act_u.data() + ab_u * i, H);
-            }
-        }
-        // gate and up rows split across the pool
-        pool_.parallel_for(pool_.size(), [&](int64_t p0, int64_t p1) {
-            const int64_t r0 = I * p0 / pool_.size(), r1 = I * p1 / pool_.size();
-            if (r0 >= r1) return;
-            if (f32_activations_) {
-                for (int i = 0; i < n; ++i) {
-                    const float* xt = x + (size_t)us[i].first * H;
-                    rows_dot(w.gate_exps.type, H, wg, w.gate_exps.row_bytes, r0, r1, xt, nullptr, gate.data() + (size_t)i * I);
-                    rows_dot(w.up_exps.type, H, wu, w.up_exps.row_bytes, r0, r1, xt, nullptr, up.data() + (size_t)i * I);
-                }
-                return;
-            }
-            gemv_rows_multi(w.gate_exps.type, H, wg, w.gate_exps.row_bytes, r0, r1, act_g.data(), n, ab_g, gate.data(), I);
-            gemv_rows_multi(w.up_exps.type, H, wu, w.up_exps.row_bytes, r0, r1, act_u.data(), n, ab_u, up.data(), I);
-        });
-        for (size_t i = 0; i < (size_t)n * I; ++i) h[i] = siluf(gate[i]) * up[i];
-        if (!f32_activations_)
-            for (int i = 0; i < n; ++i) quantize_act(w.down_exps.type, h.data() + (size_t)i * I, act_h.data() + ab_d * i, I);
-        pool_.parallel_for(pool_.size(), [&](int64_t p0, int64_t p1) {
-            const int64_t r0 = H * p0 / pool_.size(), r1 = H * p1 / pool_.size();
-            if (r0 >= r1) return;
-            if (f32_activations_) {
-                for (int i = 0; i < n; ++i)
-                    rows_dot(w.down_exps.type, I, wd, w.down_exps.row_bytes, r0, r1, h.data() + (size_t)i * I, nullptr,
-                             out.data() + (size_t)i * H);
-                return;
-            }
-            gemv_rows_multi(w.down_exps.type, I, wd, w.down_exps.row_bytes, r0, r1, act_h.data(), n, ab_d, out.data(), H);
-        });
-        for (int i = 0; i < n; ++i)
-            std::memcpy(down.data() + ((size_t)us[i].first * k + us[i].second) * H, out.data() + (size_t)i * H,
-                        (size_t)H * sizeof(float));
-    }
+        for (int j = 0; j < k; ++j) pairs[(size_t)t * k + j] = {t, ids[(size_t)t * k + j]};
+    std::vector<float> down((size_t)T * k * H);   // expert outputs per (token, slot), summed in slot order
+    compute_experts_cpu(pool_, f32_activations_, w.gate_exps, w.up_exps, w.down_exps, x, pairs, down.data());
     for (int t = 0; t < T; ++t) {
         float* yt = y + (size_t)t * H;
         for (int64_t c = 0; c < H; ++c) {
