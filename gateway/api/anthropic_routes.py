@@ -11,7 +11,7 @@ from aiohttp import web
 
 from gateway.api.anthropic_models import Block, CountTokensRequest, MessagesRequest
 from gateway.api.chat_job import ChatJob, ChatService, Final
-from gateway.api.openai_routes import check_connected
+from gateway.api.openai_routes import collect_answer
 from gateway.api.sampling import gen_keys
 from gateway.errors import ApiError, read_json
 from gateway.keys import MODEL_NAME, SERVICE, SETTINGS
@@ -186,14 +186,8 @@ def _message(request: web.Request, msg_id: str, content: list, stop_reason, usag
 
 
 async def _complete(request: web.Request, answer, msg_id: str) -> web.Response:
-    blocks, final = _Blocks(), None
-    async with aclosing(answer) as items:
-        async for item in items:
-            check_connected(request)
-            if isinstance(item, Final):
-                final = item
-            else:
-                blocks.add(item)
+    blocks = _Blocks()
+    final = await collect_answer(request, answer, blocks.add)
     blocks.close()
     body = _message(request, msg_id, blocks.blocks, _stop_reason(final), _usage(final), final.stop_sequence)
     return web.json_response(body, dumps=lambda o: json.dumps(o, ensure_ascii=False))

@@ -136,7 +136,6 @@ class ChatService:
         detok = Detokenizer(self.tokenizer)
         started = time.monotonic()
         self.metrics.request_started()
-        done: Done | None = None
         try:
             async with aclosing(self._events(turn, line, parser, detok, stops, prepared, started)) as items:
                 async for item in items:

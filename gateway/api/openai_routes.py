@@ -63,6 +63,19 @@ def check_connected(request: web.Request) -> None:
         raise ConnectionResetError("the client closed the connection")
 
 
+async def collect_answer(request: web.Request, answer, add) -> Final:
+    """Non-stream responses: feeds every delta of the answer to add(), returns its Final; a closed client ends it."""
+    final = None
+    async with aclosing(answer) as items:
+        async for item in items:
+            check_connected(request)
+            if isinstance(item, Final):
+                final = item
+            else:
+                add(item)
+    return final
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     req = ChatCompletionRequest.model_validate(await read_json(request))
     service: ChatService = request.app[SERVICE]
@@ -83,14 +96,8 @@ def _envelope(request: web.Request, kind: str) -> dict:
 
 
 async def _complete(request: web.Request, answer) -> web.Response:
-    out, final = ParsedOutput(), None
-    async with aclosing(answer) as items:
-        async for item in items:
-            check_connected(request)
-            if isinstance(item, Final):
-                final = item
-            else:
-                out.add(item)
+    out = ParsedOutput()
+    final = await collect_answer(request, answer, out.add)
     message: dict = {"role": "assistant", "content": out.content or (None if out.tool_calls else "")}
     if out.reasoning:
         message["reasoning_content"] = out.reasoning
