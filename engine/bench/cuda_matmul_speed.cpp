@@ -1,84 +1,249 @@
-// Decode-speed check of the CUDA matmul: one 4096-wide weight matrix of about 512 MB per format (far beyond L2),
-// times CudaBackend::matmul (activation quantization included) at T = 1 and T = 8 and reports weight GB/s.
-// usage: cuda_matmul_speed [results.json]
-#include <chrono>
+// Speed of the CUDA matmul kernels (kernels/matmul.cu, called directly, activation quantization included):
+//   big      one 4096-wide matrix of ~512 MB per format (far beyond L2) at T = 1, 2, 4, 8 -> weight GB/s
+//   dense    the model's real dense shapes (GGUF.md: H 2560, qkv 10240, gate 6144, hc 10240 -> 320, head 248320)
+//   experts  the expert-by-id path on a 512-expert tensor (gate 2560 -> 640, down 640 -> 2560), top-10 pairs for
+//            T = 1 and T = 4 tokens (T = 4: the tokens share about half their experts), GB/s of the experts read
+// Each case runs back to back `iters` times between two events; small cases include the launch cost (as decode does).
+// usage: cuda_matmul_speed [results.json] [--quick]
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/kernels.h"
 #include "../../tests/gpu/random_blocks.h"
 
 using namespace strata;
 
-int main(int argc, char** argv) {
-    const int n = 4096, block_rows = 4096, iters = 20;
-    const size_t target_bytes = (size_t)512 << 20;
-    std::mt19937 rng(1);
-    std::string json = "{\"bench\": \"cuda_matmul_speed\", \"n\": 4096, \"results\": [\n";
-    const GgmlType types[] = {GgmlType::IQ2_XS, GgmlType::Q2_0,   GgmlType::IQ3_XXS, GgmlType::IQ4_NL, GgmlType::Q4_K,
-                              GgmlType::Q6_K,   GgmlType::Q8_0,   GgmlType::BF16,    GgmlType::F16};
-    bool first = true;
-    try {
-        for (GgmlType t : types) {
-            CudaBackend be(0);    // a fresh backend per format frees the previous matrix
-            if (first) std::printf("device: %s\n", be.device_name().c_str());
-            const size_t row_bytes = ggml_row_bytes(t, n);
-            const int64_t rows = (int64_t)(target_bytes / row_bytes) / block_rows * block_rows;
-            const std::vector<uint8_t> block = gputest::random_rows(t, block_rows, n, rng);
-            std::vector<uint8_t> data(row_bytes * (size_t)rows);
-            for (int64_t r = 0; r < rows; r += block_rows) std::memcpy(data.data() + r * row_bytes, block.data(), block.size());
-            GgufTensor tensor;
-            tensor.name = std::string("bench.") + ggml_type_name(t);
-            tensor.type = t;
-            Weight w;
-            w.tensor = &tensor;
-            w.type = t;
-            w.ne[0] = n;
-            w.ne[1] = rows;
-            w.data = data.data();
-            w.row_bytes = row_bytes;
-            be.upload_weight(w);
+namespace {
 
-            std::normal_distribution<float> normal(0.0f, 1.0f);
-            std::vector<float> x((size_t)8 * n);
-            for (float& v : x) v = normal(rng);
-            float* dx = be.alloc(x.size());
-            float* dy = be.alloc((size_t)8 * rows);
-            be.to_device(dx, x.data(), x.size());
-            for (int T : {1, 8}) {
-                for (int i = 0; i < 3; ++i) be.matmul(w, dx, T, dy);
-                be.synchronize();
-                const auto t0 = std::chrono::steady_clock::now();
-                for (int i = 0; i < iters; ++i) be.matmul(w, dx, T, dy);
-                be.synchronize();
-                const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
-                const double gbs = (double)data.size() / s / 1e9;
-                std::printf("%-8s T=%d  %lld x %d  %7.1f MB  %8.1f us  %7.1f GB/s\n", ggml_type_name(t), T,
-                            (long long)rows, n, data.size() / 1e6, s * 1e6, gbs);
-                char line[256];
-                std::snprintf(line, sizeof line,
-                              "%s  {\"type\": \"%s\", \"T\": %d, \"rows\": %lld, \"bytes\": %zu, \"us\": %.2f, \"GBps\": %.1f}",
-                              first ? "" : ",\n", ggml_type_name(t), T, (long long)rows, data.size(), s * 1e6, gbs);
-                json += line;
-                first = false;
-            }
-            be.release(dx);
-            be.release(dy);
+std::mt19937 rng(1);
+std::string json;
+int results = 0;
+
+// Device copy of `rows` rows: a random block of up to 4096 rows repeated (random data of 0.5 GB would take long).
+uint8_t* upload_rows(GgmlType t, int64_t rows, int n) {
+    const size_t row_bytes = ggml_row_bytes(t, n);
+    const int64_t block_rows = std::min<int64_t>(rows, 4096);
+    const std::vector<uint8_t> block = gputest::random_rows(t, block_rows, n, rng);
+    uint8_t* d = nullptr;
+    CUDA_CHECK(cudaMalloc(&d, row_bytes * (size_t)rows));
+    for (int64_t r = 0; r < rows; r += block_rows) {
+        const int64_t k = std::min(block_rows, rows - r);
+        CUDA_CHECK(cudaMemcpy(d + (size_t)r * row_bytes, block.data(), (size_t)k * row_bytes, cudaMemcpyHostToDevice));
+    }
+    return d;
+}
+
+struct Acts {
+    float* x = nullptr;
+    cuda::ActQ8 q;
+};
+
+Acts make_acts(int rows, int n) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> h((size_t)rows * n);
+    for (float& v : h) v = normal(rng);
+    Acts a;
+    CUDA_CHECK(cudaMalloc(&a.x, h.size() * 4));
+    CUDA_CHECK(cudaMalloc(&a.q.q, h.size()));
+    CUDA_CHECK(cudaMalloc(&a.q.d, h.size() / 32 * 4));
+    CUDA_CHECK(cudaMemcpy(a.x, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+    return a;
+}
+
+void free_acts(Acts& a) {
+    cudaFree(a.x);
+    cudaFree(a.q.q);
+    cudaFree(a.q.d);
+}
+
+// Times quantize_act + matmul; act_rows activation rows, P output rows; bytes = weight bytes the call reads.
+void time_case(cudaStream_t s, const std::string& group, const std::string& name, const cuda::MatmulArgs& m,
+               Acts& a, int act_rows, int P, float* y, size_t bytes, int iters) {
+    const int blk = cuda::act_block(m.type);
+    auto call = [&] {
+        if (blk) cuda::quantize_act(s, blk, a.x, act_rows, m.n, a.q);
+        cuda::matmul(s, m, a.x, blk ? a.q : cuda::ActQ8{}, P, y);
+    };
+    for (int i = 0; i < 3; ++i) call();
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    CUDA_CHECK(cudaEventRecord(e0, s));
+    for (int i = 0; i < iters; ++i) call();
+    CUDA_CHECK(cudaEventRecord(e1, s));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    const double us = ms * 1e3 / iters, gbs = (double)bytes / (us * 1e-6) / 1e9;
+    std::printf("%-8s %-28s %-8s n=%-6d rows=%-7lld P=%-3d %9.2f us %8.1f GB/s\n", group.c_str(), name.c_str(),
+                ggml_type_name(m.type), m.n, (long long)m.rows, P, us, gbs);
+    char line[400];
+    std::snprintf(line, sizeof line,
+                  "%s  {\"group\": \"%s\", \"name\": \"%s\", \"type\": \"%s\", \"n\": %d, \"rows\": %lld, \"T\": %d, "
+                  "\"P\": %d, \"bytes\": %zu, \"us\": %.2f, \"GBps\": %.1f}",
+                  results ? ",\n" : "", group.c_str(), name.c_str(), ggml_type_name(m.type), m.n, (long long)m.rows,
+                  act_rows, P, bytes, us, gbs);
+    json += line;
+    ++results;
+}
+
+cuda::MatmulArgs dense_args(GgmlType t, const uint8_t* w, int n, int64_t rows) {
+    cuda::MatmulArgs m;
+    m.type = t;
+    m.w = w;
+    m.row_bytes = ggml_row_bytes(t, n);
+    m.rows = rows;
+    m.n = n;
+    return m;
+}
+
+void bench_big(cudaStream_t s, bool quick) {
+    const int n = 4096;
+    const GgmlType types[] = {GgmlType::IQ2_XS, GgmlType::Q2_0, GgmlType::IQ3_XXS, GgmlType::IQ4_NL, GgmlType::Q4_K,
+                              GgmlType::Q6_K,   GgmlType::Q8_0, GgmlType::BF16,    GgmlType::F16};
+    Acts a = make_acts(8, n);
+    for (GgmlType t : types) {
+        const size_t row_bytes = ggml_row_bytes(t, n);
+        const int64_t rows = (int64_t)((quick ? (size_t)128 << 20 : (size_t)512 << 20) / row_bytes) / 4096 * 4096;
+        uint8_t* w = upload_rows(t, rows, n);
+        float* y = nullptr;
+        CUDA_CHECK(cudaMalloc(&y, (size_t)8 * rows * 4));
+        for (int T : {1, 2, 4, 8})
+            time_case(s, "big", "T=" + std::to_string(T), dense_args(t, w, n, rows), a, T, T, y, row_bytes * rows, 20);
+        cudaFree(y);
+        cudaFree(w);
+    }
+    free_acts(a);
+}
+
+void bench_dense(cudaStream_t s) {
+    struct Shape {
+        const char* name;
+        int n;
+        int64_t rows;
+    };
+    const Shape shapes[] = {{"attn_qkv 2560->10240", 2560, 10240}, {"attn_gate 2560->6144", 2560, 6144},
+                            {"ssm_out 6144->2560", 6144, 2560},    {"hc_down 10240->320", 10240, 320},
+                            {"shexp_gate 2560->640", 2560, 640}};
+    Acts a = make_acts(4, 10240);
+    float* y = nullptr;
+    CUDA_CHECK(cudaMalloc(&y, (size_t)4 * 248320 * 4));
+    for (GgmlType t : {GgmlType::Q2_0, GgmlType::IQ2_XS, GgmlType::Q4_K})
+        for (const Shape& sh : shapes) {
+            uint8_t* w = upload_rows(t, sh.rows, sh.n);
+            for (int T : {1, 4})
+                time_case(s, "dense", std::string(sh.name) + " T=" + std::to_string(T), dense_args(t, w, sh.n, sh.rows),
+                          a, T, T, y, ggml_row_bytes(t, sh.n) * sh.rows, 200);
+            cudaFree(w);
         }
+    for (GgmlType t : {GgmlType::Q2_0, GgmlType::IQ4_NL}) {   // shared expert down, n = 640
+        uint8_t* w = upload_rows(t, 2560, 640);
+        for (int T : {1, 4})
+            time_case(s, "dense", "shexp_down 640->2560 T=" + std::to_string(T), dense_args(t, w, 640, 2560), a, T, T,
+                      y, ggml_row_bytes(t, 640) * 2560, 200);
+        cudaFree(w);
+    }
+    for (GgmlType t : {GgmlType::Q6_K, GgmlType::Q5_K}) {   // output head
+        uint8_t* w = upload_rows(t, 248320, 2560);
+        for (int T : {1, 4})
+            time_case(s, "dense", "output 2560->248320 T=" + std::to_string(T), dense_args(t, w, 2560, 248320), a, T,
+                      T, y, ggml_row_bytes(t, 2560) * 248320, 20);
+        cudaFree(w);
+    }
+    cudaFree(y);
+    free_acts(a);
+}
+
+// T tokens × top-10 of 512 experts. T = 4: each token takes 10 of the same 20 experts, so pairs share experts.
+void bench_experts(cudaStream_t s) {
+    const int E = 512, k = 10, H = 2560, I = 640;
+    Acts a = make_acts(4 * k, H);
+    float* y = nullptr;
+    CUDA_CHECK(cudaMalloc(&y, (size_t)4 * k * H * 4));
+    int32_t* d_ids = nullptr;
+    CUDA_CHECK(cudaMalloc(&d_ids, 4 * k * 4));
+    struct Mat {
+        const char* name;
+        GgmlType type;
+        int n, rows, act_div;
+    };
+    const Mat mats[] = {{"gate_exps", GgmlType::Q2_0, H, I, k},   {"gate_exps", GgmlType::IQ2_XS, H, I, k},
+                        {"gate_exps", GgmlType::IQ3_XXS, H, I, k}, {"down_exps", GgmlType::Q2_0, I, H, 1},
+                        {"down_exps", GgmlType::IQ4_NL, I, H, 1}};
+    for (const Mat& mt : mats) {
+        const size_t row_bytes = ggml_row_bytes(mt.type, mt.n);
+        uint8_t* w = upload_rows(mt.type, (int64_t)E * mt.rows, mt.n);
+        for (int T : {1, 4}) {
+            std::vector<int32_t> ids;
+            std::vector<int> pool(E);
+            for (int i = 0; i < E; ++i) pool[i] = i;
+            std::shuffle(pool.begin(), pool.end(), rng);
+            for (int t = 0; t < T; ++t) {
+                std::vector<int> mine(pool.begin(), pool.begin() + (T == 1 ? k : 2 * k));
+                std::shuffle(mine.begin(), mine.end(), rng);
+                ids.insert(ids.end(), mine.begin(), mine.begin() + k);
+            }
+            std::vector<int32_t> uniq = ids;
+            std::sort(uniq.begin(), uniq.end());
+            uniq.erase(std::unique(uniq.begin(), uniq.end()), uniq.end());
+            CUDA_CHECK(cudaMemcpy(d_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+            cuda::MatmulArgs m = dense_args(mt.type, w, mt.n, mt.rows);
+            m.mat_stride = row_bytes * mt.rows;
+            m.ids = d_ids;
+            m.act_div = mt.act_div;
+            const int P = T * k, act_rows = mt.act_div == 1 ? P : T;
+            time_case(s, "experts", std::string(mt.name) + " T=" + std::to_string(T) + " (" +
+                                        std::to_string(uniq.size()) + " experts)",
+                      m, a, act_rows, P, y, uniq.size() * m.mat_stride, 200);
+        }
+        cudaFree(w);
+    }
+    cudaFree(d_ids);
+    cudaFree(y);
+    free_acts(a);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const char* out = nullptr;
+    bool quick = false;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+        else out = argv[i];
+    }
+    try {
+        cudaDeviceProp prop{};
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+        std::printf("device: %s\n", prop.name);
+        cuda::upload_iq_tables();
+        cudaStream_t s;
+        CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        json = std::string("{\"bench\": \"cuda_matmul_speed\", \"device\": \"") + prop.name + "\", \"results\": [\n";
+        bench_big(s, quick);
+        bench_dense(s);
+        bench_experts(s);
+        CUDA_CHECK(cudaStreamSynchronize(s));
     } catch (const std::exception& e) {
         std::fprintf(stderr, "cuda_matmul_speed: error: %s\n", e.what());
         return 2;
     }
     json += "\n]}\n";
-    if (argc > 1) {
-        std::FILE* f = std::fopen(argv[1], "w");
-        if (f) {
-            std::fputs(json.c_str(), f);
-            std::fclose(f);
+    if (out) {
+        std::FILE* f = std::fopen(out, "w");
+        if (!f) {
+            std::fprintf(stderr, "cuda_matmul_speed: cannot write %s\n", out);
+            return 2;
         }
+        std::fputs(json.c_str(), f);
+        std::fclose(f);
     }
     return 0;
 }

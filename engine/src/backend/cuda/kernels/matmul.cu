@@ -1,10 +1,12 @@
 // matmul (and its expert-indexed variant for moe_experts) over weights in their stored block formats, the
 // activation quantization the CPU path uses (Q8_0 / Q8_K, so both paths round the same way; or f32 activations as
-// the CPU's --f32-activations reference mode), and the row gather
-// that embed uses. One warp per output row reads the row's blocks in order (lane l takes 32-weight chunks l, l+32,
-// …), decodes them in registers and dots them with up to 8 activation rows at a time.
+// the CPU's --f32-activations reference mode), and the row gather that embed uses. One warp per output row reads
+// the row's blocks in order (lane l takes 32-weight chunks l, l+32, …), decodes each chunk once and dots it with
+// up to 8 activation rows (integer dp4a sums for Q8 activations, quant_dots.cuh). The expert-indexed path groups
+// the (token, expert) pairs that share an expert, so each expert row is read once per group of up to 4 pairs.
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
+#include "backend/cuda/kernels/quant_dots.cuh"
 #include "backend/cuda/kernels/quant_formats.cuh"
 #include "common/error.h"
 
@@ -44,19 +46,19 @@ __global__ void quantize_act_kernel(const float* __restrict__ x, int64_t n_block
     if (lane == 0) d[b] = BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;   // Q8_0 keeps an fp16 scale
 }
 
-// ---- block formats: y[p, row] for p in [p0, p0 + NT); activations Q8 (aq, ad) or, with F32ACT, f32 (x) ----
-template <class F, int NT, bool F32ACT>
+// ---- block formats with f32 activations (the reference mode): y[p, row] for p in [p0, p0 + NT) ----
+template <class F, int NT>
 __global__ void __launch_bounds__(kWarps * 32)
-matmul_block_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, size_t mat_stride,
-                    const int32_t* __restrict__ ids, int act_div, const int8_t* __restrict__ aq,
-                    const float* __restrict__ ad, const float* __restrict__ x, int P, float* __restrict__ y) {
+matmul_block_f32act_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, size_t mat_stride,
+                           const int32_t* __restrict__ ids, int act_div, const float* __restrict__ x, int P,
+                           float* __restrict__ y) {
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
     if (row >= rows) return;
     const int p0 = blockIdx.y * NT;
     const uint8_t* wr = W + (ids ? (size_t)ids[p0] * mat_stride : 0) + (size_t)row * row_bytes;
     constexpr int kSub = F::QK / 32;
-    const int units = n / 32, nd = n / F::ABLK;
+    const int units = n / 32;
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
@@ -66,21 +68,12 @@ matmul_block_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t row
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
             const int p = p0 + t;
-            if (p < P && F32ACT) {
+            if (p < P) {
                 const float* xr = x + (size_t)(p / act_div) * n + 32 * u;
                 float s = 0.0f;
 #pragma unroll
                 for (int e = 0; e < 32; ++e) s = fmaf(w[e], xr[e], s);
                 acc[t] += s;
-            } else if (p < P) {
-                const int ar = p / act_div;
-                const int4* q4 = (const int4*)(aq + (size_t)ar * n + 32 * u);
-                const int4 qa = q4[0], qb = q4[1];
-                const int words[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
-                float s = 0.0f;
-#pragma unroll
-                for (int e = 0; e < 32; ++e) s = fmaf(w[e], (float)(int8_t)(words[e / 4] >> (8 * (e % 4))), s);
-                acc[t] = fmaf(s, ad[(size_t)ar * nd + (32 * u) / F::ABLK], acc[t]);
             }
         }
     }
@@ -88,6 +81,96 @@ matmul_block_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t row
     for (int t = 0; t < NT; ++t) {
         const float v = warp_sum(acc[t]);
         if (lane == 0 && p0 + t < P) y[(size_t)(p0 + t) * rows + row] = v;
+    }
+}
+
+// ---- block formats with Q8 activations ----
+// acc[t] += row · activation row arow[t] for t < cnt: lane l takes chunks l, l+32, …; each chunk's weights are
+// decoded once for all cnt rows.
+template <class F, int NT>
+__device__ __forceinline__ void row_dot_q8(const uint8_t* __restrict__ wr, int n, const int8_t* __restrict__ aq,
+                                           const float* __restrict__ ad, const int (&arow)[NT], int cnt,
+                                           float (&acc)[NT]) {
+    constexpr int kSub = F::QK / 32;
+    const int units = n / 32, nd = n / F::ABLK;
+#pragma unroll 2
+    for (int u = threadIdx.x & 31; u < units; u += 32) {
+        const auto act = [&](int t, int (&a)[8]) -> float {
+            const int4* q4 = (const int4*)(aq + (size_t)arow[t] * n + 32 * u);
+            const int4 lo = __ldg(q4), hi = __ldg(q4 + 1);
+            a[0] = lo.x; a[1] = lo.y; a[2] = lo.z; a[3] = lo.w;
+            a[4] = hi.x; a[5] = hi.y; a[6] = hi.z; a[7] = hi.w;
+            return __ldg(ad + (size_t)arow[t] * nd + (32 * u) / F::ABLK);
+        };
+        QDot<F>::template dot<NT>(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, act, cnt, acc);
+    }
+}
+
+// One matrix: y[p, row] for p in [p0, p0 + NT), activation row p / act_div.
+template <class F, int NT>
+__global__ void __launch_bounds__(kWarps * 32)
+matmul_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, int act_div,
+                 const int8_t* __restrict__ aq, const float* __restrict__ ad, int P, float* __restrict__ y) {
+    const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    const int p0 = blockIdx.y * NT;
+    const int cnt = min(NT, P - p0);
+    int arow[NT];
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        arow[t] = t < cnt ? (p0 + t) / act_div : 0;
+        acc[t] = 0.0f;
+    }
+    row_dot_q8<F, NT>(W + (size_t)row * row_bytes, n, aq, ad, arow, cnt, acc);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const float v = warp_sum(acc[t]);
+        if ((threadIdx.x & 31) == 0 && t < cnt) y[(size_t)(p0 + t) * rows + row] = v;
+    }
+}
+
+// Matrices by id: block column p computes pair p, or with NT > 1 (grouping) every pair with the id of p when p is
+// the first pair with that id (the others' columns return at once), NT pairs per pass over the row.
+template <class F, int NT>
+__global__ void __launch_bounds__(kWarps * 32)
+matmul_q8_ids_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, size_t mat_stride,
+                     const int32_t* __restrict__ ids, int act_div, const int8_t* __restrict__ aq,
+                     const float* __restrict__ ad, int P, float* __restrict__ y) {
+    const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    const int p = blockIdx.y;
+    const int32_t e = __ldg(ids + p);
+    if (NT > 1)
+        for (int q = 0; q < p; ++q)
+            if (__ldg(ids + q) == e) return;
+    const uint8_t* wr = W + (size_t)e * mat_stride + (size_t)row * row_bytes;
+    int q = p;
+    while (q < P) {
+        int pair[NT], arow[NT], cnt = 0;
+        float acc[NT];
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            pair[t] = 0;
+            acc[t] = 0.0f;
+        }
+        for (; q < P && cnt < NT; ++q)
+            if (q == p || (NT > 1 && __ldg(ids + q) == e)) {
+#pragma unroll
+                for (int t = 0; t < NT; ++t)
+                    if (t == cnt) pair[t] = q;   // a register array needs constant indices
+                ++cnt;
+            }
+        if (NT == 1) q = P;
+        if (cnt == 0) break;
+#pragma unroll
+        for (int t = 0; t < NT; ++t) arow[t] = pair[t] / act_div;
+        row_dot_q8<F, NT>(wr, n, aq, ad, arow, cnt, acc);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const float v = warp_sum(acc[t]);
+            if ((threadIdx.x & 31) == 0 && t < cnt) y[(size_t)pair[t] * rows + row] = v;
+        }
     }
 }
 
@@ -180,19 +263,53 @@ __global__ void dequant_rows_plain_kernel(const uint8_t* __restrict__ W, size_t 
     }
 }
 
-template <class F, bool F32ACT>
-void launch_block(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y) {
-    STRATA_CHECK(m.n % F::QK == 0, "cuda matmul: row length ", m.n, " is not a multiple of the ", ggml_type_name(m.type),
-                 " block of ", F::QK);
+template <class F>
+void launch_block_f32act(cudaStream_t s, const MatmulArgs& m, const float* x, int P, float* y) {
     const unsigned gx = grid_for((size_t)m.rows, kWarps);
     if (!m.ids && P > 1) {
         dim3 grid(gx, (unsigned)((P + kTile - 1) / kTile));
-        matmul_block_kernel<F, kTile, F32ACT><<<grid, kWarps * 32, 0, s>>>(
-            m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.ids, m.act_div, act.q, act.d, x, P, y);
+        matmul_block_f32act_kernel<F, kTile><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride,
+                                                                          m.ids, m.act_div, x, P, y);
     } else {
         dim3 grid(gx, (unsigned)P);
-        matmul_block_kernel<F, 1, F32ACT><<<grid, kWarps * 32, 0, s>>>(
-            m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.ids, m.act_div, act.q, act.d, x, P, y);
+        matmul_block_f32act_kernel<F, 1><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride,
+                                                                      m.ids, m.act_div, x, P, y);
+    }
+}
+
+template <class F, int NT>
+void launch_q8_dense(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, float* y) {
+    dim3 grid(grid_for((size_t)m.rows, kWarps), (unsigned)((P + NT - 1) / NT));
+    matmul_q8_kernel<F, NT><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.act_div, act.q, act.d, P, y);
+}
+
+// Expert pairs are grouped by id only when there are more pairs than one token's top-k can have (decode: no
+// scan, one pair per block column).
+constexpr int kGroupAbove = 16;
+constexpr int kGroupTile = 4;
+
+template <class F>
+void launch_block(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y) {
+    STRATA_CHECK(m.n % F::QK == 0, "cuda matmul: row length ", m.n, " is not a multiple of the ", ggml_type_name(m.type),
+                 " block of ", F::QK);
+    if (!act.q) {
+        launch_block_f32act<F>(s, m, x, P, y);
+    } else if (m.ids) {
+        dim3 grid(grid_for((size_t)m.rows, kWarps), (unsigned)P);
+        if (P > kGroupAbove)
+            matmul_q8_ids_kernel<F, kGroupTile><<<grid, kWarps * 32, 0, s>>>(
+                m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.ids, m.act_div, act.q, act.d, P, y);
+        else
+            matmul_q8_ids_kernel<F, 1><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.ids,
+                                                                    m.act_div, act.q, act.d, P, y);
+    } else if (P == 1) {
+        launch_q8_dense<F, 1>(s, m, act, P, y);
+    } else if (P == 2) {
+        launch_q8_dense<F, 2>(s, m, act, P, y);
+    } else if (P <= 4) {
+        launch_q8_dense<F, 4>(s, m, act, P, y);
+    } else {
+        launch_q8_dense<F, kTile>(s, m, act, P, y);
     }
     CUDA_CHECK_LAUNCH();
 }
@@ -258,6 +375,9 @@ void upload_iq_tables() {
     CUDA_CHECK(cudaMemcpyToSymbol(d_iq3s_grid, iq::iq3s_grid, sizeof(iq::iq3s_grid)));
     CUDA_CHECK(cudaMemcpyToSymbol(d_ksigns_iq2xs, iq::ksigns_iq2xs, sizeof(iq::ksigns_iq2xs)));
     CUDA_CHECK(cudaMemcpyToSymbol(d_kvalues_iq4nl, iq::kvalues_iq4nl, sizeof(iq::kvalues_iq4nl)));
+    uint64_t signs64[128];
+    for (int i = 0; i < 128; ++i) signs64[i] = ksigns64(i);
+    CUDA_CHECK(cudaMemcpyToSymbol(d_ksigns64, signs64, sizeof(signs64)));
 }
 
 bool format_supported(GgmlType t) {
@@ -290,11 +410,7 @@ void matmul(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int 
     case GgmlType::BF16: launch_plain<kBF16>(s, m, x, P, y); return;
     default: break;
     }
-    const bool f32_act = act.q == nullptr;
-    if (!with_format(m.type, [&](auto f) {
-            if (f32_act) launch_block<decltype(f), true>(s, m, x, act, P, y);
-            else launch_block<decltype(f), false>(s, m, x, act, P, y);
-        }))
+    if (!with_format(m.type, [&](auto f) { launch_block<decltype(f)>(s, m, x, act, P, y); }))
         fail("cuda matmul: unsupported weight type ", ggml_type_name(m.type));
 }
 

@@ -1,0 +1,342 @@
+// Integer dot products of one 32-weight chunk of a block against NT int8 activation chunks (Q8_0 / Q8_K values),
+// with the sub-block arithmetic of quant/dot_scalar.cpp: integer sums (dp4a) times the block scales, per chunk.
+// QDot<F>::dot adds each token's term to acc[t]; formats without an integer version decode to floats (fallback).
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/kernels/quant_formats.cuh"
+
+namespace strata::cuda {
+
+// Sign masks of the i-quants: 8 bytes of 0x00 / 0xFF from the 8 sign bits ksigns_iq2xs[i]; filled by
+// upload_iq_tables() on the device, computed on the host.
+static __device__ uint64_t d_ksigns64[128];
+
+SD uint64_t ksigns64(int i) {
+#ifdef __CUDA_ARCH__
+    return d_ksigns64[i];
+#else
+    uint64_t m = 0;
+    for (int k = 0; k < 8; ++k)
+        if ((iq::ksigns_iq2xs[i] >> k) & 1) m |= (uint64_t)0xFF << (8 * k);
+    return m;
+#endif
+}
+
+SD int dp4a(int a, int b, int c) {
+#ifdef __CUDA_ARCH__
+    return __dp4a(a, b, c);
+#else
+    for (int k = 0; k < 4; ++k) c += (int)(int8_t)(a >> (8 * k)) * (int)(int8_t)(b >> (8 * k));
+    return c;
+#endif
+}
+
+// __byte_perm with selector nibbles 0…7 only (callers mask bit 3, whose meaning differs between PTX modes).
+SD uint32_t prmt(uint32_t x, uint32_t y, uint32_t s) {
+#ifdef __CUDA_ARCH__
+    return __byte_perm(x, y, s);
+#else
+    const uint64_t v = (uint64_t)x | ((uint64_t)y << 32);
+    uint32_t r = 0;
+    for (int k = 0; k < 4; ++k) r |= (uint32_t)((v >> (8 * ((s >> (4 * k)) & 7))) & 0xFF) << (8 * k);
+    return r;
+#endif
+}
+
+// Signed weights from grid bytes g (all ≥ 1) and a 0x00/0xFF sign mask per byte: −g where the mask is set.
+SD int apply_signs(uint32_t g, uint32_t mask) { return (int)((g ^ mask) + (mask & 0x01010101u)); }
+
+// Bytes with values v in 0…0x7F per byte: v − c per byte as int8 (no borrow between bytes).
+SD int sub_bytes(uint32_t v, uint32_t c) { return (int)(((v | 0x80808080u) - c) ^ 0x80808080u); }
+
+// Σ of the 32 activations of a chunk.
+SD int act_sum(const int* a) {
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s = dp4a(a[i], 0x01010101, s);
+    return s;
+}
+
+// Σ w[i]·a[i] over words i0 … i0 + cnt − 1.
+SD int dot_words(const int* w, const int* a, int i0, int cnt) {
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < cnt; ++i) s = dp4a(w[i0 + i], a[i0 + i], s);
+    return s;
+}
+
+// 4-bit table lookup (IQ4_NL / IQ4_XS values): the 8 nibbles of q4 → lo = values of the low nibbles of its 4 bytes,
+// hi = values of the high nibbles, in byte order.
+SD void lookup16(uint32_t q4, const uint32_t* table, int& lo, int& hi) {
+    const uint32_t sel_hi = 0x32103210u | ((q4 & 0x88888888u) >> 1);
+    const uint32_t idx = q4 & 0x77777777u;
+    uint32_t tmp[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const uint32_t low = prmt(table[0], table[1], idx >> (16 * i));
+        const uint32_t high = prmt(table[2], table[3], idx >> (16 * i));
+        tmp[i] = prmt(low, high, sel_hi >> (16 * i));
+    }
+    lo = (int)prmt(tmp[0], tmp[1], 0x6420);
+    hi = (int)prmt(tmp[0], tmp[1], 0x7531);
+}
+
+SD void iq4nl_table(uint32_t* t) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        uint32_t w = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) w |= (uint32_t)(uint8_t)STRATA_IQ(kvalues_iq4nl)[4 * i + k] << (8 * k);
+        t[i] = w;
+    }
+}
+
+// a[0..7]: the chunk's 32 int8 activations of token t as words; da: their block scale; tokens t < cnt.
+// Fallback: decode to floats, multiply in float (the arithmetic of the earlier kernel).
+template <class F>
+struct QDot {
+    template <int NT, class Act>
+    SD static void dot(const uint8_t* b, int sub, const Act& act, int cnt, float (&acc)[NT]) {
+        float w[32];
+        F::deq32(b, sub, w);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= cnt) break;
+            int a[8];
+            const float da = act(t, a);
+            float s = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 32; ++e) s = fmaf(w[e], (float)(int8_t)(a[e / 4] >> (8 * (e % 4))), s);
+            acc[t] = fmaf(s, da, acc[t]);
+        }
+    }
+};
+
+// One scale per chunk: acc += (dw·da)·Σ w·a (dot_q8_0, q4_0, q5_0, iq4_nl, q2_0 of dot_scalar.cpp).
+template <int NT, class Act>
+SD void add_scaled(const int* w, float dw, const Act& act, int cnt, float (&acc)[NT]) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        if (t >= cnt) break;
+            int a[8];
+            const float da = act(t, a);
+        acc[t] += dw * da * (float)dot_words(w, a, 0, 8);
+    }
+}
+
+template <>
+struct QDot<FmtQ8_0> {
+    template <int NT, class Act>
+    SD static void dot(const uint8_t* b, int, const Act& act, int cnt, float (&acc)[NT]) {
+        int w[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w[i] = (int)ld32(b + 2 + 4 * i);
+        add_scaled<NT>(w, half_to_float(ld16(b)), act, cnt, acc);
+    }
+};
+
+template <>
+struct QDot<FmtQ4_0> {
+    template <int NT, class Act>
+    SD static void dot(const uint8_t* b, int, const Act& act, int cnt, float (&acc)[NT]) {
+        int w[8];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const uint32_t q = ld32(b + 2 + 4 * i);
+            w[i] = sub_bytes(q & 0x0F0F0F0Fu, 0x08080808u);
+            w[i + 4] = sub_bytes((q >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+        }
+        add_scaled<NT>(w, half_to_float(ld16(b)), act, cnt, acc);
+    }
+};
+
+template <>
+struct QDot<FmtIQ4_NL> {
+    template <int NT, class Act>
+    SD static void dot(const uint8_t* b, int, const Act& act, int cnt, float (&acc)[NT]) {
+        uint32_t table[4];
+        iq4nl_table(table);
+        int w[8];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) lookup16(ld32(b + 2 + 4 * i), table, w[i], w[i + 4]);
+        add_scaled<NT>(w, half_to_float(ld16(b)), act, cnt, acc);
+    }
+};
+
+// Q2_0: byte j of the chunk holds weights 4j … 4j+3 (2 bits each, value code − 1). The four shifted masks give
+// weights {4j + s}; a 4×4 byte transpose puts them back in order.
+template <>
+struct QDot<FmtQ2_0> {
+    template <int NT, class Act>
+    SD static void dot(const uint8_t* b, int sub, const Act& act, int cnt, float (&acc)[NT]) {
+        int w[8];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const uint32_t q = ld32(b + 2 + 8 * sub + 4 * h);
+            uint32_t c[4];
+#pragma unroll
+            for (int s = 0; s < 4; ++s) c[s] = (uint32_t)sub_bytes((q >> (2 * s)) & 0x03030303u, 0x01010101u);
+            const uint32_t t0 = prmt(c[0], c[1], 0x5140), t1 = prmt(c[0], c[1], 0x7362);
+            const uint32_t t2 = prmt(c[2], c[3], 0x5140), t3 = prmt(c[2], c[3], 0x7362);
+            w[4 * h + 0] = (int)prmt(t0, t2, 0x5410);
+            w[4 * h + 1] = (int)prmt(t0, t2, 0x7632);
+            w[4 * h + 2] = (int)prmt(t1, t3, 0x5410);
+            w[4 * h + 3] = (int)prmt(t1, t3, 0x7632);
+        }
+        add_scaled<NT>(w, half_to_float(ld16(b)), act, cnt, acc);
+    }
+};
+
+// Q4_K / Q5_K: acc += da·d·(sc·Σ q·a) − da·dmin·(m·Σ a)  (dot_q4_k / dot_q5_k per 32-weight sub-block).
+template <int NT, class Act>
+SD void add_kquant(const int* w, float d, float dmin, int sc, int m, const Act& act,
+                   int cnt, float (&acc)[NT]) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        if (t >= cnt) break;
+            int a[8];
+            const float da = act(t, a);
+        const int sq = sc * dot_words(w, a, 0, 8), sm = m * act_sum(a);
+        acc[t] += da * d * (float)sq - da * dmin * (float)sm;
+    }
+}
+
+template <>
+struct QDot<FmtQ4_K> {
+    template <int NT, class Act>
+    SD static void dot(const uint8_t* b, int j, const Act& act, int cnt, float (&acc)[NT]) {
+        int sc, m;
+        k4_scale_min(j, b + 4, sc, m);
+        const uint8_t* q = b + 16 + 32 * (j / 2);
+        int w[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w[i] = (int)((ld32(q + 4 * i) >> (4 * (j % 2))) & 0x0F0F0F0Fu);
+        add_kquant<NT>(w, half_to_float(ld16(b)), half_to_float(ld16(b + 2)), sc, m, act, cnt, acc);
+    }
+};
+
+template <>
+struct QDot<FmtQ5_K> {
+    template <int NT, class Act>
+    SD static void dot(const uint8_t* b, int j, const Act& act, int cnt, float (&acc)[NT]) {
+        int sc, m;
+        k4_scale_min(j, b + 4, sc, m);
+        const uint8_t* qh = b + 16;
+        const uint8_t* q = b + 48 + 32 * (j / 2);
+        int w[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+            w[i] = (int)(((ld32(q + 4 * i) >> (4 * (j % 2))) & 0x0F0F0F0Fu) | (((ld32(qh + 4 * i) >> j) & 0x01010101u) << 4));
+        add_kquant<NT>(w, half_to_float(ld16(b)), half_to_float(ld16(b + 2)), sc, m, act, cnt, acc);
+    }
+};
+
+// Q6_K: two 16-weight halves with their own int8 scale; acc += da·d·Σ scale·Σ q·a (dot_q6_k).
+template <>
+struct QDot<FmtQ6_K> {
+    template <int NT, class Act>
+    SD static void dot(const uint8_t* b, int sub, const Act& act, int cnt, float (&acc)[NT]) {
+        const int h = sub / 4, r = sub % 4;
+        const uint8_t* ql = b + h * 64 + (r & 1) * 32;
+        const uint8_t* qh = b + 128 + h * 32;
+        const int8_t* scales = (const int8_t*)(b + 192);
+        const int s0 = scales[2 * sub], s1 = scales[2 * sub + 1];
+        const float d = half_to_float(ld16(b + 208));
+        int w[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const uint32_t lo = (ld32(ql + 4 * i) >> (r < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
+            const uint32_t hi = ((ld32(qh + 4 * i) >> (2 * r)) & 0x03030303u) << 4;
+            w[i] = sub_bytes(lo | hi, 0x20202020u);
+        }
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= cnt) break;
+            int a[8];
+            const float da = act(t, a);
+            const int sq = s0 * dot_words(w, a, 0, 4) + s1 * dot_words(w, a, 4, 4);
+            acc[t] += da * d * (float)sq;
+        }
+    }
+};
+
+// The i-quants: acc += 0.125 (IQ2) or 0.25 (IQ3_XXS) · da·d·Σ (2·scale + 1)·Σ ±grid·a.
+template <>
+struct QDot<FmtIQ2_XXS> {
+    template <int NT, class Act>
+    SD static void dot(const uint8_t* b, int ib, const Act& act, int cnt, float (&acc)[NT]) {
+        const uint32_t idx = ld32(b + 2 + 8 * ib), aux = ld32(b + 2 + 8 * ib + 4);
+        int w[8];
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+            const uint64_t grid = STRATA_IQ(iq2xxs_grid)[(idx >> (8 * g)) & 0xFF];
+            const uint64_t sm = ksigns64((aux >> (7 * g)) & 127);
+            w[2 * g] = apply_signs((uint32_t)grid, (uint32_t)sm);
+            w[2 * g + 1] = apply_signs((uint32_t)(grid >> 32), (uint32_t)(sm >> 32));
+        }
+        const int ls = (int)(2 * (aux >> 28) + 1);
+        const float d = half_to_float(ld16(b));
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= cnt) break;
+            int a[8];
+            const float da = act(t, a);
+            acc[t] += 0.125f * (da * d * (float)(ls * dot_words(w, a, 0, 8)));
+        }
+    }
+};
+
+template <>
+struct QDot<FmtIQ2_XS> {
+    template <int NT, class Act>
+    SD static void dot(const uint8_t* b, int sub, const Act& act, int cnt, float (&acc)[NT]) {
+        int w[8];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const uint32_t v = ld16(b + 2 + 2 * (4 * sub + k));
+            const uint64_t grid = STRATA_IQ(iq2xs_grid)[v & 511];
+            const uint64_t sm = ksigns64((int)(v >> 9));
+            w[2 * k] = apply_signs((uint32_t)grid, (uint32_t)sm);
+            w[2 * k + 1] = apply_signs((uint32_t)(grid >> 32), (uint32_t)(sm >> 32));
+        }
+        const int sc = b[66 + sub];
+        const int ls0 = 2 * (sc & 0xF) + 1, ls1 = 2 * (sc >> 4) + 1;
+        const float d = half_to_float(ld16(b));
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= cnt) break;
+            int a[8];
+            const float da = act(t, a);
+            const int sq = ls0 * dot_words(w, a, 0, 4) + ls1 * dot_words(w, a, 4, 4);
+            acc[t] += 0.125f * (da * d * (float)sq);
+        }
+    }
+};
+
+template <>
+struct QDot<FmtIQ3_XXS> {
+    template <int NT, class Act>
+    SD static void dot(const uint8_t* b, int ib, const Act& act, int cnt, float (&acc)[NT]) {
+        const uint32_t aux = ld32(b + 66 + 4 * ib);
+        const uint8_t* qs = b + 2 + 8 * ib;
+        int w[8];
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+            const uint64_t sm = ksigns64((aux >> (7 * g)) & 127);
+            w[2 * g] = apply_signs(STRATA_IQ(iq3xxs_grid)[qs[2 * g]], (uint32_t)sm);
+            w[2 * g + 1] = apply_signs(STRATA_IQ(iq3xxs_grid)[qs[2 * g + 1]], (uint32_t)(sm >> 32));
+        }
+        const int ls = (int)(2 * (aux >> 28) + 1);
+        const float d = half_to_float(ld16(b));
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= cnt) break;
+            int a[8];
+            const float da = act(t, a);
+            acc[t] += 0.25f * (da * d * (float)(ls * dot_words(w, a, 0, 8)));
+        }
+    }
+};
+
+}  // namespace strata::cuda
