@@ -1,5 +1,5 @@
 // Every Backend op on the CUDA backend against the CPU backend on random inputs: matmul and embed in all 21 weight
-// formats (T = 1, 5, 19; Q8 activations and the f32-activation mode), moe_experts (both modes), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
+// formats (T = 1, 2, 3, 4, 5, 8, 19; Q8 activations and the f32-activation mode), moe_experts (both modes), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
 // keep-lists), indexer scores. Prints one line per check and writes JSON when given a path. Needs a GPU.
 // usage: cuda_ops_test [results.json]
 #include <algorithm>
@@ -121,7 +121,7 @@ void test_matmul_and_embed() {
     for (GgmlType t : gputest::all_formats()) {
         const int n = 512, rows = 97;
         const Weight& w = make_weight(t, n, rows, 1, "mm");
-        for (int T : {1, 5, 19}) {
+        for (int T : {1, 2, 3, 4, 5, 8, 19}) {   // every activation-row tile of the kernels, and a partial one
             const std::vector<float> x = randn((size_t)T * n);
             std::vector<float> want((size_t)T * rows);
             cpu->matmul(w, x.data(), T, want.data());
@@ -145,7 +145,7 @@ void test_moe() {
         m.gate_exps = make_weight(t, H, I, E, "gate_exps");
         m.up_exps = make_weight(t, H, I, E, "up_exps");
         m.down_exps = make_weight(t == GgmlType::IQ2_XS ? GgmlType::Q4_K : t, I, H, E, "down_exps");
-        for (int T : {1, 4}) {
+        for (int T : {1, 4, 8}) {   // T = 8: more pairs than one token's top-k, so pairs sharing an expert are grouped
             const std::vector<float> x = randn((size_t)T * H);
             std::vector<int32_t> ids((size_t)T * k);
             std::vector<float> wts((size_t)T * k);
