@@ -1,0 +1,322 @@
+// BASELINE for bench/cuda_kernels/run.sh only (not built into the engine): kernels/matmul.cu as of commit 2d890ce,
+// before the dp4a kernels, so the same cuda_matmul_speed can time both. Compiled by hand against the current tree.
+// matmul (and its expert-indexed variant for moe_experts) over weights in their stored block formats, the
+// activation quantization the CPU path uses (Q8_0 / Q8_K, so both paths round the same way; or f32 activations as
+// the CPU's --f32-activations reference mode), and the row gather
+// that embed uses. One warp per output row reads the row's blocks in order (lane l takes 32-weight chunks l, l+32,
+// …), decodes them in registers and dots them with up to 8 activation rows at a time.
+#include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/kernels.h"
+#include "backend/cuda/kernels/quant_formats.cuh"
+#include "common/error.h"
+
+namespace strata::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;        // output rows per block of the matmul kernels
+constexpr int kTile = 8;         // activation rows per pass when every row uses the same matrix
+
+// ---- activation quantization: one warp per block of BLK values ----
+template <int BLK>
+__global__ void quantize_act_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ q,
+                                    float* __restrict__ d) {
+    const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (b >= n_blocks) return;
+    constexpr int V = BLK / 32;
+    const float* xb = x + b * BLK;
+    float v[V];
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        v[k] = xb[lane + 32 * k];
+        amax = fmaxf(amax, fabsf(v[k]));
+    }
+    amax = warp_max(amax);
+    const float dd = amax / 127.0f;
+    const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    int8_t* qb = q + b * BLK;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        float r = rintf(v[k] * id);
+        if (BLK == 256) r = fminf(127.0f, fmaxf(-127.0f, r));   // Q8_K clamps, Q8_0 does not need to
+        qb[lane + 32 * k] = (int8_t)(int)r;
+    }
+    if (lane == 0) d[b] = BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;   // Q8_0 keeps an fp16 scale
+}
+
+// ---- block formats: y[p, row] for p in [p0, p0 + NT); activations Q8 (aq, ad) or, with F32ACT, f32 (x) ----
+template <class F, int NT, bool F32ACT>
+__global__ void __launch_bounds__(kWarps * 32)
+matmul_block_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, size_t mat_stride,
+                    const int32_t* __restrict__ ids, int act_div, const int8_t* __restrict__ aq,
+                    const float* __restrict__ ad, const float* __restrict__ x, int P, float* __restrict__ y) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    const int p0 = blockIdx.y * NT;
+    const uint8_t* wr = W + (ids ? (size_t)ids[p0] * mat_stride : 0) + (size_t)row * row_bytes;
+    constexpr int kSub = F::QK / 32;
+    const int units = n / 32, nd = n / F::ABLK;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+    for (int u = lane; u < units; u += 32) {
+        float w[32];
+        F::deq32(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, w);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const int p = p0 + t;
+            if (p < P && F32ACT) {
+                const float* xr = x + (size_t)(p / act_div) * n + 32 * u;
+                float s = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 32; ++e) s = fmaf(w[e], xr[e], s);
+                acc[t] += s;
+            } else if (p < P) {
+                const int ar = p / act_div;
+                const int4* q4 = (const int4*)(aq + (size_t)ar * n + 32 * u);
+                const int4 qa = q4[0], qb = q4[1];
+                const int words[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+                float s = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 32; ++e) s = fmaf(w[e], (float)(int8_t)(words[e / 4] >> (8 * (e % 4))), s);
+                acc[t] = fmaf(s, ad[(size_t)ar * nd + (32 * u) / F::ABLK], acc[t]);
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const float v = warp_sum(acc[t]);
+        if (lane == 0 && p0 + t < P) y[(size_t)(p0 + t) * rows + row] = v;
+    }
+}
+
+// ---- F32 / F16 / BF16 weights with f32 activations; V consecutive weights per lane and step ----
+enum PlainType { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+template <int TY, int V>
+__device__ __forceinline__ void load_plain(const uint8_t* wr, int i, float* w) {
+    if (TY == kF32) {
+        if (V == 4) {
+            const float4 f = *(const float4*)(wr + 4 * (size_t)i);
+            w[0] = f.x; w[1] = f.y; w[2] = f.z; w[3] = f.w;
+        } else {
+            w[0] = ((const float*)wr)[i];
+        }
+    } else {
+        uint16_t h[4];
+        if (V == 4) {
+            const uint2 u = *(const uint2*)(wr + 2 * (size_t)i);
+            h[0] = (uint16_t)(u.x & 0xffff); h[1] = (uint16_t)(u.x >> 16);
+            h[2] = (uint16_t)(u.y & 0xffff); h[3] = (uint16_t)(u.y >> 16);
+        } else {
+            h[0] = ((const uint16_t*)wr)[i];
+        }
+#pragma unroll
+        for (int k = 0; k < V; ++k) w[k] = TY == kF16 ? half_to_float(h[k]) : bf16_to_float(h[k]);
+    }
+}
+
+template <int TY, int V, int NT>
+__global__ void __launch_bounds__(kWarps * 32)
+matmul_plain_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, size_t mat_stride,
+                    const int32_t* __restrict__ ids, int act_div, const float* __restrict__ x, int P,
+                    float* __restrict__ y) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    const int p0 = blockIdx.y * NT;
+    const uint8_t* wr = W + (ids ? (size_t)ids[p0] * mat_stride : 0) + (size_t)row * row_bytes;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+    for (int i = V * lane; i < n; i += 32 * V) {
+        float w[V];
+        load_plain<TY, V>(wr, i, w);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const int p = p0 + t;
+            if (p < P) {
+                const float* xr = x + (size_t)(p / act_div) * n + i;
+                if (V == 4) {
+                    const float4 xv = *(const float4*)xr;
+                    acc[t] = fmaf(w[0], xv.x, fmaf(w[1], xv.y, fmaf(w[2], xv.z, fmaf(w[3], xv.w, acc[t]))));
+                } else {
+                    acc[t] = fmaf(w[0], xr[0], acc[t]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const float v = warp_sum(acc[t]);
+        if (lane == 0 && p0 + t < P) y[(size_t)(p0 + t) * rows + row] = v;
+    }
+}
+
+// ---- row gather (embed): one block per token ----
+template <class F>
+__global__ void dequant_rows_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int n,
+                                    const int32_t* __restrict__ ids, float* __restrict__ y) {
+    const uint8_t* wr = W + (size_t)ids[blockIdx.x] * row_bytes;
+    float* yr = y + (size_t)blockIdx.x * n;
+    constexpr int kSub = F::QK / 32;
+    for (int u = threadIdx.x; u < n / 32; u += blockDim.x) {
+        float w[32];
+        F::deq32(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, w);
+#pragma unroll
+        for (int e = 0; e < 32; ++e) yr[32 * u + e] = w[e];
+    }
+}
+
+template <int TY>
+__global__ void dequant_rows_plain_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int n,
+                                          const int32_t* __restrict__ ids, float* __restrict__ y) {
+    const uint8_t* wr = W + (size_t)ids[blockIdx.x] * row_bytes;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float w;
+        load_plain<TY, 1>(wr, i, &w);
+        y[(size_t)blockIdx.x * n + i] = w;
+    }
+}
+
+template <class F, bool F32ACT>
+void launch_block(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y) {
+    STRATA_CHECK(m.n % F::QK == 0, "cuda matmul: row length ", m.n, " is not a multiple of the ", ggml_type_name(m.type),
+                 " block of ", F::QK);
+    const unsigned gx = grid_for((size_t)m.rows, kWarps);
+    if (!m.ids && P > 1) {
+        dim3 grid(gx, (unsigned)((P + kTile - 1) / kTile));
+        matmul_block_kernel<F, kTile, F32ACT><<<grid, kWarps * 32, 0, s>>>(
+            m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.ids, m.act_div, act.q, act.d, x, P, y);
+    } else {
+        dim3 grid(gx, (unsigned)P);
+        matmul_block_kernel<F, 1, F32ACT><<<grid, kWarps * 32, 0, s>>>(
+            m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.ids, m.act_div, act.q, act.d, x, P, y);
+    }
+    CUDA_CHECK_LAUNCH();
+}
+
+template <int TY, int V>
+void launch_plain_v(cudaStream_t s, const MatmulArgs& m, const float* x, int P, float* y) {
+    const unsigned gx = grid_for((size_t)m.rows, kWarps);
+    if (!m.ids && P > 1) {
+        dim3 grid(gx, (unsigned)((P + kTile - 1) / kTile));
+        matmul_plain_kernel<TY, V, kTile><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride,
+                                                                       m.ids, m.act_div, x, P, y);
+    } else {
+        dim3 grid(gx, (unsigned)P);
+        matmul_plain_kernel<TY, V, 1><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride,
+                                                                   m.ids, m.act_div, x, P, y);
+    }
+    CUDA_CHECK_LAUNCH();
+}
+
+template <int TY>
+void launch_plain(cudaStream_t s, const MatmulArgs& m, const float* x, int P, float* y) {
+    // 16-byte loads need rows and activations on 16-byte (f32) or 8-byte (f16/bf16) boundaries.
+    const size_t wa = TY == kF32 ? 16 : 8;
+    const bool vec = m.n % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)m.w % wa == 0 && m.row_bytes % wa == 0 &&
+                     m.mat_stride % wa == 0;
+    if (vec) launch_plain_v<TY, 4>(s, m, x, P, y);
+    else launch_plain_v<TY, 1>(s, m, x, P, y);
+}
+
+// Calls fn(FmtX{}) for the block format t; false when t is not a block format this file decodes.
+template <class Fn>
+bool with_format(GgmlType t, Fn&& fn) {
+    switch (t) {
+    case GgmlType::Q8_0: fn(FmtQ8_0{}); return true;
+    case GgmlType::Q4_0: fn(FmtQ4_0{}); return true;
+    case GgmlType::Q5_0: fn(FmtQ5_0{}); return true;
+    case GgmlType::Q4_1: fn(FmtQ4_1{}); return true;
+    case GgmlType::Q5_1: fn(FmtQ5_1{}); return true;
+    case GgmlType::IQ4_NL: fn(FmtIQ4_NL{}); return true;
+    case GgmlType::Q2_0: fn(FmtQ2_0{}); return true;
+    case GgmlType::Q2_K: fn(FmtQ2_K{}); return true;
+    case GgmlType::Q3_K: fn(FmtQ3_K{}); return true;
+    case GgmlType::Q4_K: fn(FmtQ4_K{}); return true;
+    case GgmlType::Q5_K: fn(FmtQ5_K{}); return true;
+    case GgmlType::Q6_K: fn(FmtQ6_K{}); return true;
+    case GgmlType::IQ4_XS: fn(FmtIQ4_XS{}); return true;
+    case GgmlType::IQ2_XXS: fn(FmtIQ2_XXS{}); return true;
+    case GgmlType::IQ2_XS: fn(FmtIQ2_XS{}); return true;
+    case GgmlType::IQ2_S: fn(FmtIQ2_S{}); return true;
+    case GgmlType::IQ3_XXS: fn(FmtIQ3_XXS{}); return true;
+    case GgmlType::IQ3_S: fn(FmtIQ3_S{}); return true;
+    default: return false;
+    }
+}
+
+}  // namespace
+
+void upload_iq_tables() {
+    CUDA_CHECK(cudaMemcpyToSymbol(d_iq2xxs_grid, iq::iq2xxs_grid, sizeof(iq::iq2xxs_grid)));
+    CUDA_CHECK(cudaMemcpyToSymbol(d_iq2xs_grid, iq::iq2xs_grid, sizeof(iq::iq2xs_grid)));
+    CUDA_CHECK(cudaMemcpyToSymbol(d_iq2s_grid, iq::iq2s_grid, sizeof(iq::iq2s_grid)));
+    CUDA_CHECK(cudaMemcpyToSymbol(d_iq3xxs_grid, iq::iq3xxs_grid, sizeof(iq::iq3xxs_grid)));
+    CUDA_CHECK(cudaMemcpyToSymbol(d_iq3s_grid, iq::iq3s_grid, sizeof(iq::iq3s_grid)));
+    CUDA_CHECK(cudaMemcpyToSymbol(d_ksigns_iq2xs, iq::ksigns_iq2xs, sizeof(iq::ksigns_iq2xs)));
+    CUDA_CHECK(cudaMemcpyToSymbol(d_kvalues_iq4nl, iq::kvalues_iq4nl, sizeof(iq::kvalues_iq4nl)));
+}
+
+bool format_supported(GgmlType t) {
+    return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || with_format(t, [](auto) {});
+}
+
+int act_block(GgmlType t) {
+    int blk = 0;
+    if (!with_format(t, [&](auto f) { blk = decltype(f)::ABLK; }))
+        STRATA_CHECK(t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16,
+                     "cuda matmul: unsupported weight type ", ggml_type_name(t));
+    return blk;
+}
+
+void quantize_act(cudaStream_t s, int block, const float* x, int rows, int n, ActQ8 a) {
+    STRATA_CHECK(n % block == 0, "cuda quantize_act: row length ", n, " is not a multiple of the block ", block);
+    const int64_t n_blocks = (int64_t)rows * n / block;
+    const int warps = 8;
+    if (block == 32) quantize_act_kernel<32><<<grid_for(n_blocks, warps), warps * 32, 0, s>>>(x, n_blocks, a.q, a.d);
+    else quantize_act_kernel<256><<<grid_for(n_blocks, warps), warps * 32, 0, s>>>(x, n_blocks, a.q, a.d);
+    CUDA_CHECK_LAUNCH();
+}
+
+void matmul(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y) {
+    STRATA_CHECK(P > 0 && P <= 65535 * (m.ids ? 1 : kTile), "cuda matmul: ", P, " activation rows is out of range");
+    if (m.rows == 0) return;
+    switch (m.type) {
+    case GgmlType::F32: launch_plain<kF32>(s, m, x, P, y); return;
+    case GgmlType::F16: launch_plain<kF16>(s, m, x, P, y); return;
+    case GgmlType::BF16: launch_plain<kBF16>(s, m, x, P, y); return;
+    default: break;
+    }
+    const bool f32_act = act.q == nullptr;
+    if (!with_format(m.type, [&](auto f) {
+            if (f32_act) launch_block<decltype(f), true>(s, m, x, act, P, y);
+            else launch_block<decltype(f), false>(s, m, x, act, P, y);
+        }))
+        fail("cuda matmul: unsupported weight type ", ggml_type_name(m.type));
+}
+
+void dequant_rows(cudaStream_t s, GgmlType type, const uint8_t* w, size_t row_bytes, int n, const int32_t* ids, int T,
+                  float* y) {
+    if (T == 0) return;
+    const int threads = 128;
+    switch (type) {
+    case GgmlType::F32: dequant_rows_plain_kernel<kF32><<<T, threads, 0, s>>>(w, row_bytes, n, ids, y); break;
+    case GgmlType::F16: dequant_rows_plain_kernel<kF16><<<T, threads, 0, s>>>(w, row_bytes, n, ids, y); break;
+    case GgmlType::BF16: dequant_rows_plain_kernel<kBF16><<<T, threads, 0, s>>>(w, row_bytes, n, ids, y); break;
+    default:
+        if (!with_format(type, [&](auto f) {
+                STRATA_CHECK(n % decltype(f)::QK == 0, "cuda embed: row length ", n, " is not a multiple of the ",
+                             ggml_type_name(type), " block");
+                dequant_rows_kernel<decltype(f)><<<T, threads, 0, s>>>(w, row_bytes, n, ids, y);
+            }))
+            fail("cuda embed: unsupported table type ", ggml_type_name(type));
+    }
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace strata::cuda
