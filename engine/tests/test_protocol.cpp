@@ -88,6 +88,8 @@ static void test_formats() {
     d.generated = 5; d.prompt = 9; d.prompt_ms = 1.25; d.decode_ms = 40; d.finish = Finish::cancel;
     d.reused = 4; d.cache_hits = 7; d.cache_lookups = 8;
     CHECK(format_done(d) == "DONE 5 9 1.2 40.0 cancel 0 0 4 7 8");
+    d.extra = {{"cpu_ms", 12.34}, {"cpu_bytes", 5529600}};   // optional counters after the ten fields
+    CHECK(format_done(d) == "DONE 5 9 1.2 40.0 cancel 0 0 4 7 8 cpu_ms=12.3 cpu_bytes=5529600");
     CHECK(format_err("two\nlines") == "ERR two lines");
     CHECK(golden::matches("PP * 3 * *", "PP 3 3 1.0 2.0"));
     CHECK(!golden::matches("PP * 3 * *", "PP 3 4 1.0 2.0"));

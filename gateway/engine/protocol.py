@@ -112,7 +112,8 @@ def parse_line(line: str) -> Event:
             return Resume(int(f[0]))
         if word == "REUSED" and len(f) == 1:
             return Reused(int(f[0]))
-        if word == "DONE" and len(f) == 10 and f[4] in ("stop", "length", "cancel"):
+        # Fields after the ten are optional key=value counters (protocol.md §4); this gateway does not use them.
+        if word == "DONE" and len(f) >= 10 and f[4] in ("stop", "length", "cancel"):
             return Done(int(f[0]), int(f[1]), float(f[2]), float(f[3]), f[4], int(f[5]), int(f[6]), int(f[7]),
                         int(f[8]), int(f[9]))
         if word == "ERR":

@@ -25,6 +25,10 @@ public:
     // Expert-cache hits and look-ups since start (a GPU backend with an expert cache; zero otherwise).
     struct ExpertCacheCounts {
         int64_t hits = 0, lookups = 0;
+        // The hybrid path's split (CUDA with --expert-cache): pairs and expert bytes the CPU pool computed and read,
+        // its wall time, the GPU's idle time waiting for it, expert bytes copied over PCIe for prompt chunks.
+        int64_t cpu_pairs = 0, cpu_bytes = 0, pcie_bytes = 0;
+        double cpu_ms = 0, gpu_wait_ms = 0;
     };
     virtual ExpertCacheCounts expert_cache_counts() const { return {}; }
     // (key, value) lines for the serve protocol's INFO describing the backend's memory tiers (may be empty).

@@ -92,6 +92,7 @@ int generate_command(int argc, char** argv) {
     auto t0 = clock::now();
     const float* logits = gen.append(prompt, nullptr, nullptr);
     auto t1 = clock::now();
+    const Backend::ExpertCacheCounts c1 = be->expert_cache_counts();
     if (o.has("--mtp-logits-out")) {
         std::vector<float> draft = gen.mtp_logits_of_session();
         std::FILE* f = std::fopen(o.str("--mtp-logits-out").c_str(), "wb");
@@ -134,6 +135,14 @@ int generate_command(int argc, char** argv) {
                  prompt.size(), pp_s, prompt.size() / std::max(pp_s, 1e-9), out.size(), tg_s,
                  out.size() > 1 ? (out.size() - 1) / std::max(tg_s, 1e-9) : 0.0, be->name(),
                  cpu ? (", " + std::to_string(cpu->n_threads()) + " threads").c_str() : "");
+    const Backend::ExpertCacheCounts c2 = be->expert_cache_counts();
+    if (c2.lookups > c1.lookups)   // the hybrid path's decode share (prompt excluded)
+        std::fprintf(stderr, "decode split: hits %lld of %lld; CPU %.1f ms for %lld pairs, %.1f MB of experts read "
+                     "(%.1f GB/s); GPU waited %.1f ms for the CPU\n", (long long)(c2.hits - c1.hits),
+                     (long long)(c2.lookups - c1.lookups), c2.cpu_ms - c1.cpu_ms, (long long)(c2.cpu_pairs - c1.cpu_pairs),
+                     (c2.cpu_bytes - c1.cpu_bytes) / 1e6,
+                     c2.cpu_ms > c1.cpu_ms ? (c2.cpu_bytes - c1.cpu_bytes) / (c2.cpu_ms - c1.cpu_ms) / 1e6 : 0.0,
+                     c2.gpu_wait_ms - c1.gpu_wait_ms);
     return 0;
 }
 

@@ -43,6 +43,15 @@ int serve_command(int argc, char** argv) {
         const Backend::ExpertCacheCounts c = backend->expert_cache_counts();
         return std::make_pair(c.hits, c.lookups);
     };
+    // With an expert cache, DONE also carries the hybrid path's time split (protocol.md §4).
+    for (const auto& [key, value] : hooks.info)
+        if (key == "expert_cache_slots")
+            hooks.done_counters = [backend] {
+                const Backend::ExpertCacheCounts c = backend->expert_cache_counts();
+                return std::vector<std::pair<std::string, double>>{
+                    {"cpu_ms", c.cpu_ms}, {"gpu_wait_ms", c.gpu_wait_ms}, {"cpu_pairs", (double)c.cpu_pairs},
+                    {"cpu_bytes", (double)c.cpu_bytes}, {"pcie_bytes", (double)c.pcie_bytes}};
+            };
     return serve_main(gen, std::cin, std::cout, hooks);
 }
 

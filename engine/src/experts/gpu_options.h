@@ -17,6 +17,9 @@ struct GpuOptions {
     std::string routing_profile;       // --routing-profile F: initial fill
     std::string routing_profile_out;   // --routing-profile-out F: written at exit from the routing seen
     AdaptSettings adapt;               // --expert-adapt N sets adapt.every_passes (0 = frozen)
+    // Calls of at least this many tokens (prompt chunks) compute their misses on the GPU, the missed experts copied
+    // over PCIe (each once per call); shorter ones (decode, verify windows) send them to the CPU pool.
+    int gpu_miss_min_tokens = 32;
 };
 
 }  // namespace strata

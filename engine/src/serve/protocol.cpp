@@ -194,10 +194,21 @@ const char* finish_name(Finish finish) {
     return "stop";
 }
 
+namespace {
+std::string format_extra(const std::vector<std::pair<std::string, double>>& extra) {
+    std::string s;
+    for (const auto& [key, value] : extra) {
+        const bool ms = key.size() > 3 && key.compare(key.size() - 3, 3, "_ms") == 0;
+        s += " " + key + "=" + (ms ? decimal1(value) : std::to_string(std::llround(value)));
+    }
+    return s;
+}
+}  // namespace
+
 std::string format_done(const DoneStats& d) {
     return fmt("DONE ", d.generated, " ", d.prompt, " ", decimal1(d.prompt_ms), " ", decimal1(d.decode_ms), " ",
                finish_name(d.finish), " ", d.drafts_accepted, " ", d.drafts_offered, " ", d.reused, " ",
-               d.cache_hits, " ", d.cache_lookups);
+               d.cache_hits, " ", d.cache_lookups) + format_extra(d.extra);
 }
 
 std::string format_err(std::string_view message) { return "ERR " + one_line(message, 0); }

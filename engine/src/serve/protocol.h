@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "generate/sampler.h"
@@ -43,6 +44,8 @@ struct DoneStats {
     int reused = 0;
     int64_t cache_hits = 0;
     int64_t cache_lookups = 0;
+    // Optional key=value fields after the ten (protocol.md §4); a key ending in _ms is written with one decimal.
+    std::vector<std::pair<std::string, double>> extra;
 };
 
 // Output lines, without the trailing newline.

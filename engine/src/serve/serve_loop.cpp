@@ -140,6 +140,7 @@ private:
         serve::DoneStats done;
         done.prompt = static_cast<int>(req.ids.size());
         if (hooks_.expert_cache_counts) std::tie(done.cache_hits, done.cache_lookups) = hooks_.expert_cache_counts();
+        if (hooks_.done_counters) done.extra = hooks_.done_counters();
         Clock::time_point prompt_start = Clock::now();
         try {
             done.reused = reuse_session(req.ids);
@@ -218,6 +219,11 @@ private:
             const auto [hits, lookups] = hooks_.expert_cache_counts();
             done.cache_hits = hits - done.cache_hits;
             done.cache_lookups = lookups - done.cache_lookups;
+        }
+        if (hooks_.done_counters) {
+            const std::vector<std::pair<std::string, double>> now = hooks_.done_counters();
+            for (size_t i = 0; i < done.extra.size() && i < now.size(); ++i)
+                done.extra[i].second = now[i].second - done.extra[i].second;
         }
         emit(serve::format_done(done));
         log_info("serve", fmt("request: prompt ", done.prompt, " (reused ", done.reused, ") in ",

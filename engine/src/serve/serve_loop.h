@@ -16,6 +16,8 @@ namespace strata {
 struct ServeHooks {
     std::vector<std::pair<std::string, std::string>> info;
     std::function<std::pair<int64_t, int64_t>()> expert_cache_counts;   // (hits, look-ups) since start
+    // Further running counters (name, value since start); DONE carries name=<the request's share> for each.
+    std::function<std::vector<std::pair<std::string, double>>()> done_counters;
 };
 
 // Writes INFO lines and READY, then serves GEN/GENI/STOP/QUIT lines from `in` until QUIT or end of input,

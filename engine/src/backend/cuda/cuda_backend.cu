@@ -141,7 +141,16 @@ void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->stream
 
 Backend::ExpertCacheCounts CudaBackend::expert_cache_counts() const {
     if (!impl_->hybrid) return {};
-    return ExpertCacheCounts{impl_->hybrid->hits(), impl_->hybrid->lookups()};
+    const cuda::HybridCounters h = impl_->hybrid->counters();
+    ExpertCacheCounts c;
+    c.hits = h.hits;
+    c.lookups = h.lookups;
+    c.cpu_pairs = h.cpu_pairs;
+    c.cpu_bytes = h.cpu_bytes;
+    c.pcie_bytes = h.pcie_bytes;
+    c.cpu_ms = h.cpu_ms;
+    c.gpu_wait_ms = h.gpu_wait_ms;
+    return c;
 }
 
 std::vector<std::pair<std::string, std::string>> CudaBackend::info() const {

@@ -5,7 +5,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstdlib>
 #include <cstring>
+#include <new>
+#include <new>
 
 #include "backend/cuda/cuda_check.h"
 #include "common/error.h"
@@ -51,11 +55,39 @@ HybridMoe::HybridMoe(const GpuOptions& opt, cudaStream_t stream, DevicePool& poo
     CUDA_CHECK(cudaEventCreateWithFlags(&x_ready_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(staging_free_, stream_));
+    const char* join = std::getenv("STRATA_HYBRID_JOIN");
+    async_join_ = !(join && std::strcmp(join, "host") == 0);
+    if (caching_ && async_join_) {
+        void* p = nullptr;
+        CUDA_CHECK(cudaHostAlloc(&p, 64, cudaHostAllocMapped));
+        flag_ = new (p) std::atomic<uint32_t>(0);
+        void* d = nullptr;
+        CUDA_CHECK(cudaHostGetDevicePointer(&d, p, 0));
+        d_flag_ = static_cast<uint32_t*>(d);
+        d_timed_out_ = d_flag_ + 1;
+        h_timed_out_ = static_cast<volatile uint32_t*>(p) + 1;
+        *h_timed_out_ = 0;
+        CUDA_CHECK(cudaGetDevice(&device_));
+        cpu_thread_ = std::thread([this] { cpu_thread_main(); });
+    }
 }
 
 HybridMoe::~HybridMoe() {
+    if (cpu_thread_.joinable()) {
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            quit_ = true;
+        }
+        cv_.notify_all();
+        cpu_thread_.join();
+    }
     cudaStreamSynchronize(stream_);
     cudaStreamSynchronize(copy_stream_);
+    try {
+        harvest_join_timings(true);
+    } catch (const Error& e) {
+        log_warn("experts", e.what());
+    }
     if (cache_) log_info("experts", summary());
     if (profile_out_) {
         try {
@@ -66,12 +98,18 @@ HybridMoe::~HybridMoe() {
         }
     }
     for (PendingMoves& p : pending_) cudaEventDestroy(p.done);
+    for (JoinTiming& t : timings_) { cudaEventDestroy(t.hits_done); cudaEventDestroy(t.misses_in); }
+    for (JoinTiming& t : free_timings_) { cudaEventDestroy(t.hits_done); cudaEventDestroy(t.misses_in); }
     for (Layer& L : layers_) {
         cudaFree(L.d_gate);
         cudaFree(L.d_up);
         cudaFree(L.d_down);
         if (L.pinned) cudaFreeHost(L.pinned);
     }
+    cudaFree(d_stage_gate_);
+    cudaFree(d_stage_up_);
+    cudaFree(d_stage_down_);
+    if (flag_) cudaFreeHost(flag_);
     cudaEventDestroy(x_ready_);
     cudaEventDestroy(staging_free_);
     cudaStreamDestroy(copy_stream_);
@@ -123,6 +161,7 @@ void HybridMoe::prepare() {
     if (!opt_.routing_profile.empty()) profile = std::make_unique<RoutingProfile>(RoutingProfile::load(opt_.routing_profile));
     cache_ = std::make_unique<ExpertCache>(L_n, n_experts_, slots, profile.get(), opt_.adapt);
     cpu_ = std::make_unique<CpuExpertPool>(opt_.cpu_workers, opt_.f32_activations);
+    stage_slots_ = std::min(n_experts_, 128);
 
     // Every expert into pinned host memory, one piece per layer; a layer whose piece cannot be pinned keeps
     // reading the mapped file (moves from it may then block the host briefly).
@@ -166,11 +205,16 @@ void HybridMoe::prepare() {
 }
 
 void HybridMoe::copy_expert(const Layer& L, int slot, int expert, cudaStream_t s) {
-    CUDA_CHECK(cudaMemcpyAsync(L.d_gate + (size_t)slot * L.gate_bytes, L.gate.matrix(expert), L.gate_bytes,
+    copy_expert_to(L, expert, L.d_gate, L.d_up, L.d_down, slot, s);
+}
+
+void HybridMoe::copy_expert_to(const Layer& L, int expert, uint8_t* d_gate, uint8_t* d_up, uint8_t* d_down, int slot,
+                               cudaStream_t s) {
+    CUDA_CHECK(cudaMemcpyAsync(d_gate + (size_t)slot * L.gate_bytes, L.gate.matrix(expert), L.gate_bytes,
                                cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaMemcpyAsync(L.d_up + (size_t)slot * L.up_bytes, L.up.matrix(expert), L.up_bytes,
+    CUDA_CHECK(cudaMemcpyAsync(d_up + (size_t)slot * L.up_bytes, L.up.matrix(expert), L.up_bytes,
                                cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaMemcpyAsync(L.d_down + (size_t)slot * L.down_bytes, L.down.matrix(expert), L.down_bytes,
+    CUDA_CHECK(cudaMemcpyAsync(d_down + (size_t)slot * L.down_bytes, L.down.matrix(expert), L.down_bytes,
                                cudaMemcpyHostToDevice, s));
 }
 
@@ -206,6 +250,130 @@ void HybridMoe::start_moves(int layer) {
     pending_.push_back(PendingMoves{std::move(moves), done});
 }
 
+void HybridMoe::cpu_thread_main() {
+    CUDA_CHECK(cudaSetDevice(device_));
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+        cv_.wait(lk, [&] { return job_ready_ || quit_; });
+        if (!job_ready_) return;   // quit with nothing queued
+        CpuJob job = std::move(job_);
+        job_ready_ = false;
+        job_running_ = true;
+        lk.unlock();
+        std::exception_ptr err;
+        double wait_s = 0;
+        try {
+            const auto t0 = std::chrono::steady_clock::now();
+            CUDA_CHECK(cudaEventSynchronize(x_ready_));
+            wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            cpu_->compute(job.layer->gate, job.layer->up, job.layer->down, job.h_x, job.misses, job.h_out);
+        } catch (...) {
+            err = std::current_exception();
+        }
+        // Always published: the GPU stream waits for it (on an error the results are not used, moe_experts throws).
+        flag_->store(job.seq, std::memory_order_release);
+        lk.lock();
+        job_running_ = false;
+        job_wait_s_ += wait_s;
+        if (err && !job_error_) job_error_ = err;
+        cv_.notify_all();
+    }
+}
+
+void HybridMoe::submit_cpu_job(CpuJob job) {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        job_ = std::move(job);
+        job_ready_ = true;
+    }
+    cv_.notify_all();
+}
+
+void HybridMoe::wait_cpu_idle() {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return !job_ready_ && !job_running_; });
+    if (job_error_) {
+        std::exception_ptr e = job_error_;
+        job_error_ = nullptr;
+        std::rethrow_exception(e);
+    }
+}
+
+void HybridMoe::harvest_join_timings(bool wait) {
+    for (size_t i = 0; i < timings_.size();) {
+        JoinTiming& t = timings_[i];
+        const cudaError_t st = wait ? cudaEventSynchronize(t.misses_in) : cudaEventQuery(t.misses_in);
+        if (st == cudaErrorNotReady) { ++i; continue; }
+        CUDA_CHECK(st);
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, t.hits_done, t.misses_in));
+        counters_.gpu_wait_ms += ms;
+        free_timings_.push_back(t);
+        timings_.erase(timings_.begin() + i);
+    }
+}
+
+HybridCounters HybridMoe::counters() {
+    if (cpu_thread_.joinable()) wait_cpu_idle();
+    harvest_join_timings(true);
+    HybridCounters c = counters_;
+    c.hits = hits();
+    c.lookups = lookups();
+    c.cpu_ms = cpu_ ? cpu_->seconds() * 1000 : 0;
+    std::lock_guard<std::mutex> lk(mu_);
+    c.host_wait_ms += job_wait_s_ * 1000;
+    return c;
+}
+
+void HybridMoe::misses_on_gpu(const Layer& L, const float* x, const std::vector<ExpertPair>& misses,
+                              const int32_t* d_stage, const int32_t* d_token, float* out) {
+    const int H = (int)L.gate.ne[0], I = (int)L.gate.ne[1];
+    if (!d_stage_gate_) {
+        size_t g = 0, u = 0, d = 0;
+        for (const Layer& x : layers_) {
+            g = std::max(g, x.gate_bytes);
+            u = std::max(u, x.up_bytes);
+            d = std::max(d, x.down_bytes);
+        }
+        CUDA_CHECK(cudaMalloc(&d_stage_gate_, g * stage_slots_));
+        CUDA_CHECK(cudaMalloc(&d_stage_up_, u * stage_slots_));
+        CUDA_CHECK(cudaMalloc(&d_stage_down_, d * stage_slots_));
+    }
+    // Batches of up to stage_slots_ distinct experts; their copies queue behind the previous batch's kernels.
+    const size_t n = misses.size();
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        int slots = 0;
+        for (int prev = -1; j < n; ++j) {
+            if (misses[j].expert == prev) continue;
+            if (slots == stage_slots_) break;
+            copy_expert_to(L, misses[j].expert, d_stage_gate_, d_stage_up_, d_stage_down_, slots++, stream_);
+            prev = misses[j].expert;
+        }
+        counters_.pcie_bytes += (int64_t)slots * (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes);
+        const int cnt = (int)(j - i);
+        Scratch xg(pool_, (size_t)cnt * H * 4), gate(pool_, (size_t)cnt * I * 4), up(pool_, (size_t)cnt * I * 4);
+        gather_rows(stream_, x, d_token + i, cnt, H, xg.as<float>());
+        auto args = [&](const Weight& e, const uint8_t* arena, int rows, int cols) {
+            MatmulArgs m;
+            m.type = e.type;
+            m.w = arena;
+            m.row_bytes = e.row_bytes;
+            m.rows = rows;
+            m.n = cols;
+            m.mat_stride = (size_t)rows * e.row_bytes;
+            m.ids = d_stage + i;
+            m.act_div = 1;
+            return m;
+        };
+        matmul_(args(L.gate, d_stage_gate_, I, H), xg.as<float>(), cnt, cnt, gate.as<float>());
+        matmul_(args(L.up, d_stage_up_, I, H), xg.as<float>(), cnt, cnt, up.as<float>());
+        swiglu(stream_, gate.as<float>(), up.as<float>(), (size_t)cnt * I, gate.as<float>());
+        matmul_(args(L.down, d_stage_down_, H, I), gate.as<float>(), cnt, cnt, out + i * H);
+        i = j;
+    }
+}
+
 void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
                             const float* weights, float* y) {
     const int l = layer_of(w);
@@ -214,14 +382,19 @@ void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, c
     const int H = (int)L.gate.ne[0], I = (int)L.gate.ne[1];
     const int P = T * k;
     if (!P) return;
+    if (cpu_thread_.joinable()) wait_cpu_idle();   // the previous layer's job (long done: its join gated routing)
+    STRATA_CHECK(!h_timed_out_ || *h_timed_out_ == 0, "experts: the GPU gave up waiting for the CPU pool's results");
     land_moves();
+    harvest_join_timings(false);
     note_routing(w, ids, P);
     cache_->record(l, ids, P);
     ++passes_;
+    ++counters_.passes;
 
-    // Pairs: hits in the order met, rows 0 … Ph−1 of the expert outputs; misses after them.
+    // Pairs: hits in the order met, rows 0 … Ph−1 of the expert outputs; misses after them, grouped by expert.
     std::vector<int32_t> hit_slot, hit_token, row_of_pair(P);
     std::vector<ExpertPair> misses;
+    std::vector<int> miss_pair;
     for (int p = 0; p < P; ++p) {
         const int s = cache_->slot_of(l, ids[p]);
         if (s >= 0) {
@@ -229,35 +402,66 @@ void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, c
             hit_slot.push_back(s);
             hit_token.push_back(p / k);
         } else {
-            row_of_pair[p] = -1 - (int32_t)misses.size();
             misses.push_back(ExpertPair{p / k, ids[p]});
+            miss_pair.push_back(p);
         }
     }
     const int Ph = (int)hit_slot.size(), Pm = (int)misses.size();
-    for (int32_t& r : row_of_pair)
-        if (r < 0) r = Ph + (-1 - r);
+    std::vector<int> order(Pm);
+    for (int i = 0; i < Pm; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return misses[a].expert < misses[b].expert; });
+    std::vector<ExpertPair> grouped(Pm);
+    int distinct = 0;
+    for (int i = 0; i < Pm; ++i) {
+        grouped[i] = misses[order[i]];
+        row_of_pair[miss_pair[order[i]]] = Ph + i;
+        distinct += i == 0 || grouped[i].expert != grouped[i - 1].expert;
+    }
+    misses.swap(grouped);
     miss_pairs_ += Pm;
+    const bool gpu_misses = Pm && T >= opt_.gpu_miss_min_tokens;
 
     // Staging buffers of the previous call are free once its uploads ran (long done: routing synchronised since).
     CUDA_CHECK(cudaEventSynchronize(staging_free_));
-    const size_t route_words = 2 * (size_t)Ph + 2 * (size_t)P;   // slots, tokens, row_of_pair, weights
+    // slots, tokens of the hits; row_of_pair; weights; then for GPU misses their staging slots and tokens.
+    const size_t route_words = 2 * (size_t)Ph + 2 * (size_t)P + (gpu_misses ? 2 * (size_t)Pm : 0);
     int32_t* h_route = static_cast<int32_t*>(h_route_.get(route_words * 4));
     std::memcpy(h_route, hit_slot.data(), (size_t)Ph * 4);
     std::memcpy(h_route + Ph, hit_token.data(), (size_t)Ph * 4);
     std::memcpy(h_route + 2 * Ph, row_of_pair.data(), (size_t)P * 4);
     std::memcpy(h_route + 2 * Ph + P, weights, (size_t)P * 4);
+    if (gpu_misses) {
+        int32_t* stage = h_route + 2 * Ph + 2 * P;
+        for (int i = 0, d = -1; i < Pm; ++i) {
+            d += i == 0 || misses[i].expert != misses[i - 1].expert;
+            stage[i] = d % stage_slots_;
+            stage[Pm + i] = misses[i].token;
+        }
+    }
     Scratch route(pool_, route_words * 4);
     CUDA_CHECK(cudaMemcpyAsync(route.p, h_route, route_words * 4, cudaMemcpyHostToDevice, stream_));
     const int32_t* d_slot = route.as<int32_t>();
     const int32_t* d_token = d_slot + Ph;
     const int32_t* d_row = d_slot + 2 * Ph;
     const float* d_w = reinterpret_cast<const float*>(d_slot + 2 * Ph + P);
+    const int32_t* d_stage = d_slot + 2 * Ph + 2 * P;
 
+    // CPU misses: the activations go to the host first, and the CPU job starts before the hits are queued.
+    const bool cpu_misses = Pm && !gpu_misses;
     float* h_x = nullptr;
-    if (Pm) {
+    float* h_out = nullptr;
+    if (cpu_misses) {
         h_x = static_cast<float*>(h_x_.get((size_t)T * H * 4));
+        h_out = static_cast<float*>(h_miss_.get((size_t)Pm * H * 4));
         CUDA_CHECK(cudaMemcpyAsync(h_x, x, (size_t)T * H * 4, cudaMemcpyDeviceToHost, stream_));
         CUDA_CHECK(cudaEventRecord(x_ready_, stream_));
+        counters_.cpu_pairs += Pm;
+        counters_.cpu_bytes += (int64_t)distinct * (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes);
+    }
+    uint32_t seq = 0;
+    if (cpu_misses && cpu_thread_.joinable()) {
+        seq = ++seq_;
+        submit_cpu_job(CpuJob{&L, h_x, misses, h_out, seq});
     }
     Scratch out(pool_, (size_t)P * H * 4);   // expert outputs: hits, then misses
     if (Ph) {
@@ -280,11 +484,31 @@ void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, c
         swiglu(stream_, gate.as<float>(), up.as<float>(), (size_t)Ph * I, gate.as<float>());
         matmul_(args(L.down, L.d_down, H, I), gate.as<float>(), Ph, Ph, out.as<float>());
     }
-    if (Pm) {
-        // The GPU works on the hits meanwhile (queued above); the CPU needs only the activations.
-        CUDA_CHECK(cudaEventSynchronize(x_ready_));
-        float* h_out = static_cast<float*>(h_miss_.get((size_t)Pm * H * 4));
-        cpu_->compute(L.gate, L.up, L.down, h_x, misses, h_out);
+    if (gpu_misses) {
+        misses_on_gpu(L, x, misses, d_stage, d_stage + Pm, out.as<float>() + (size_t)Ph * H);
+    } else if (cpu_misses) {
+        // The CPU pool computes the misses while the GPU works on the hits; the results meet on the GPU: the stream
+        // waits for the mapped flag the CPU job sets, then copies them in. The host returns at once and queues the
+        // work after this layer (shared expert, next mixer) behind the wait.
+        JoinTiming jt;
+        if (!free_timings_.empty()) {
+            jt = free_timings_.back();
+            free_timings_.pop_back();
+        } else {
+            CUDA_CHECK(cudaEventCreate(&jt.hits_done));
+            CUDA_CHECK(cudaEventCreate(&jt.misses_in));
+        }
+        CUDA_CHECK(cudaEventRecord(jt.hits_done, stream_));
+        if (seq) {
+            wait_host_flag(stream_, d_flag_, seq, d_timed_out_);
+        } else {
+            const auto t0 = std::chrono::steady_clock::now();
+            CUDA_CHECK(cudaEventSynchronize(x_ready_));
+            counters_.host_wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            cpu_->compute(L.gate, L.up, L.down, h_x, misses, h_out);
+        }
+        CUDA_CHECK(cudaEventRecord(jt.misses_in, stream_));
+        timings_.push_back(jt);
         CUDA_CHECK(cudaMemcpyAsync(out.as<float>() + (size_t)Ph * H, h_out, (size_t)Pm * H * 4, cudaMemcpyHostToDevice,
                                    stream_));
     }
@@ -311,7 +535,10 @@ std::string HybridMoe::summary() const {
                " experts; hits ", cache_->hits(), " of ", cache_->lookups(), " look-ups (", (int)(rate * 10) / 10.0,
                "%); moves ", cache_->moves_done(), " done, ", cache_->moves_in_flight(), " in flight; CPU ",
                cpu_->pairs_done(), " expert pairs in ", (int)(cpu_->seconds() * 1000), " ms on ", cpu_->workers(),
-               " workers");
+               " workers; CPU read ", counters_.cpu_bytes >> 20, " MiB of experts (",
+               (int)(cpu_->seconds() > 0 ? counters_.cpu_bytes / cpu_->seconds() / 1e9 * 10 : 0) / 10.0,
+               " GB/s); GPU waited ", (int)counters_.gpu_wait_ms, " ms for the CPU; ", counters_.pcie_bytes >> 20,
+               " MiB of missed experts over PCIe for prompt chunks; join ", async_join_ ? "async" : "host");
 }
 
 }  // namespace strata::cuda

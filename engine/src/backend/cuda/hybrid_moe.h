@@ -2,8 +2,13 @@
 // or the mapped file); an ExpertCache decides which sit in per-layer slot arenas on the GPU. moe_experts computes
 // the cached pairs on the GPU while the CPU pool computes the misses, then sums both in slot order on the GPU.
 #pragma once
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <mutex>
+#include <thread>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -25,6 +30,22 @@ namespace strata::cuda {
 
 // y[p] = W_p · x[p / act_div] for P rows (the backend's matmul with its activation quantization).
 using MatmulFn = std::function<void(const MatmulArgs& m, const float* x, int act_rows, int P, float* y)>;
+
+// kernels/moe_hybrid.cu: the stream waits until *flag (host memory mapped into the device) reaches seq (wrapping
+// compare); after ~60 s it gives up and sets *timed_out (device memory) so a lost CPU job cannot hang the GPU.
+void wait_host_flag(cudaStream_t s, const volatile uint32_t* flag, uint32_t seq, uint32_t* timed_out);
+
+// What the hybrid path did since start (DONE reports each request's share).
+struct HybridCounters {
+    int64_t hits = 0, lookups = 0;
+    int64_t cpu_pairs = 0;       // (token, expert) pairs the CPU pool computed
+    int64_t cpu_bytes = 0;       // expert weight bytes the CPU pool read (each missed expert once per call)
+    double cpu_ms = 0;           // wall time of the CPU pool's miss computations
+    double gpu_wait_ms = 0;      // GPU idle at the join, waiting for the CPU's results (timed with events)
+    double host_wait_ms = 0;     // the CPU job waiting for the layer's activations to reach the host
+    int64_t pcie_bytes = 0;      // expert bytes copied over PCIe to compute misses on the GPU (prompt chunks)
+    int64_t passes = 0;          // moe_experts calls (one per MoE layer per pass)
+};
 
 // A page-locked host buffer that grows on demand (contents are not kept when it grows).
 class PinnedBuffer {
@@ -64,6 +85,7 @@ public:
 
     int64_t hits() const { return cache_ ? cache_->hits() : 0; }
     int64_t lookups() const { return cache_ ? cache_->lookups() : 0; }
+    HybridCounters counters();   // also folds in the join timings that have completed
     std::vector<std::pair<std::string, std::string>> info() const;
     std::string summary() const;   // one line for logs: slots, hits, moves, CPU time
 
@@ -80,10 +102,32 @@ private:
         std::vector<CacheMove> moves;
         cudaEvent_t done = nullptr;
     };
+    // The CPU pool's work for one call, run on the dispatcher thread (cpu_thread_) so moe_experts can return at
+    // once: wait for the activations, compute the misses into h_out, then publish seq in the mapped flag.
+    struct CpuJob {
+        const Layer* layer = nullptr;
+        const float* h_x = nullptr;
+        std::vector<ExpertPair> misses;
+        float* h_out = nullptr;
+        uint32_t seq = 0;
+    };
+    struct JoinTiming {
+        cudaEvent_t hits_done = nullptr, misses_in = nullptr;   // GPU idle for the CPU = the time between them
+    };
     int layer_of(const MoeWeights& w) const;
     void copy_expert(const Layer& L, int slot, int expert, cudaStream_t s);
+    void copy_expert_to(const Layer& L, int expert, uint8_t* d_gate, uint8_t* d_up, uint8_t* d_down, int slot,
+                        cudaStream_t s);
     void start_moves(int layer);
     void land_moves();   // moves whose copies finished become hits
+    // Prompt chunks: the missed experts are copied into a staging arena and computed on the GPU (batches of
+    // stage_slots_ experts), rows out[first_row …) in the order of `misses` (grouped by expert).
+    void misses_on_gpu(const Layer& L, const float* x, const std::vector<ExpertPair>& misses, const int32_t* d_stage,
+                       const int32_t* d_token, float* out);
+    void cpu_thread_main();
+    void submit_cpu_job(CpuJob job);
+    void wait_cpu_idle();        // the previous job has finished (and rethrows its error)
+    void harvest_join_timings(bool wait);
 
     GpuOptions opt_;
     cudaStream_t stream_;
@@ -105,6 +149,28 @@ private:
     cudaEvent_t staging_free_ = nullptr;      // the pinned staging buffers may be rewritten
     PinnedBuffer h_route_, h_x_, h_miss_;
     int64_t miss_pairs_ = 0, passes_ = 0;
+    HybridCounters counters_;
+
+    // Staging arena for prompt chunks' misses (allocated at first use).
+    int stage_slots_ = 0;
+    uint8_t *d_stage_gate_ = nullptr, *d_stage_up_ = nullptr, *d_stage_down_ = nullptr;
+
+    // The join: host → GPU flag (mapped pinned word), the dispatcher thread, timing event pairs.
+    bool async_join_ = true;                    // STRATA_HYBRID_JOIN=host: the calling thread computes the misses
+    std::atomic<uint32_t>* flag_ = nullptr;     // in mapped pinned memory
+    uint32_t* d_flag_ = nullptr;                // its device address
+    uint32_t* d_timed_out_ = nullptr;           // word 1 of the mapped page: set by the wait kernel on time-out
+    volatile uint32_t* h_timed_out_ = nullptr;
+    int device_ = 0;
+    uint32_t seq_ = 0;
+    std::thread cpu_thread_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool job_ready_ = false, job_running_ = false, quit_ = false;
+    CpuJob job_;
+    std::exception_ptr job_error_;
+    double job_wait_s_ = 0;                     // written by the dispatcher under mu_
+    std::vector<JoinTiming> timings_, free_timings_;
 };
 
 }  // namespace strata::cuda

@@ -1,5 +1,7 @@
 // Kernels of the hybrid MoE path (expert cache on the GPU, misses on the CPU): the gather of the activation rows of
-// the cached (token, expert) pairs, and the combination of expert outputs that sit in any row order.
+// the cached (token, expert) pairs, the combination of expert outputs that sit in any row order, and the wait for
+// the CPU pool's results (a flag in mapped host memory).
+#include "backend/cuda/hybrid_moe.h"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
 
@@ -35,7 +37,27 @@ __global__ void moe_combine_rows_kernel(const float* out, const int32_t* row_of_
     }
 }
 
+// One thread polls the mapped word; the bound keeps a CPU job that never finishes from hanging the device.
+__global__ void wait_host_flag_kernel(const volatile uint32_t* flag, uint32_t seq, uint32_t* timed_out) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    while ((int32_t)(*flag - seq) < 0) {
+        __nanosleep(500);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        if (now - start > 60ull * 1000000000ull) {
+            *(volatile uint32_t*)timed_out = 1;
+            break;
+        }
+    }
+    __threadfence_system();
+}
+
 }  // namespace
+
+void wait_host_flag(cudaStream_t s, const volatile uint32_t* flag, uint32_t seq, uint32_t* timed_out) {
+    wait_host_flag_kernel<<<1, 1, 0, s>>>(flag, seq, timed_out);
+    CUDA_CHECK_LAUNCH();
+}
 
 void gather_rows(cudaStream_t s, const float* x, const int32_t* rows, int n, int width, float* y) {
     if (!n || !width) return;
