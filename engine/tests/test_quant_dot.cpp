@@ -207,11 +207,13 @@ int main() {
         if (act_format(c.type) == ActFormat::Q8_0 && unit < 32) unit = 32;
         std::vector<int64_t> lengths;
         if (info.block_elems == 1) lengths = {1, 7, 15, 33, 100, 257, 2560};
-        else lengths = {unit, 3 * unit, 5 * unit, (2560 / unit) * unit, 11 * unit};
+        else lengths = {unit, 2 * unit, 3 * unit, 4 * unit, 5 * unit, (2560 / unit) * unit, 11 * unit};
         for (int64_t n : lengths)
             for (Scales s : {Scales::normal, Scales::huge, Scales::tiny}) check_case(c, n, s, 3);
-        check_multi(c, lengths[2]);
+        check_multi(c, lengths[1]);
         check_multi(c, lengths[3]);
+        check_multi(c, lengths[4]);
+        check_multi(c, lengths[5]);
     }
     CHECK(!quant_supported(GgmlType::Q8_1));
     CHECK(!quant_supported(GgmlType::IQ1_S));
