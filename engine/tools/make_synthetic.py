@@ -1,8 +1,10 @@
 """A synthetic full-size qwen4exp GGUF for benchmarks: the real shapes of GGUF.md (48 layers, H 2560, 512 experts of
 640 x 2560, the IQ2_XS or Q2_0 per-tensor mix of llama-quantize), random valid blocks, a small stand-in PLE table,
 and routers whose rows have per-expert scales so that routing is skewed like the measured curve of the real model
-(PERFORMANCE.md §1: top 32/64/128/256 experts of a layer carry ~37/53/73/93% of the routing mass; this power law
-gives ~42/56/72/88 on random activations). Not a language model: a stand-in with the real bytes per token.
+(PERFORMANCE.md §1: the top 32/64/128/171/256 experts of a layer carry ~37/53/73/82/93% of the expert calls). The
+scales are fitted at generation time on Gaussian activations (router_scales; `--check-router` prints the curve they
+give); bench/decode.py measures the curve the engine actually routed. Not a language model: a stand-in with the real
+bytes per token.
 
     python engine/tools/make_synthetic.py OUT.gguf [--experts iq2_xs|q2_0] [--layers 48] [--workers N] [--seed 0]
 
@@ -25,7 +27,34 @@ import gguf_quant  # noqa: E402
 from convert import model_metadata  # noqa: E402
 
 ALIGN = 32
-ROUTER_BETA, ROUTER_LOGIT_STD = 0.2, 2.0   # rank-r expert's logit std = 2·(r+1)^-0.2 (fitted in numpy)
+ROUTER_LOGIT_STD = 2.0   # logit std of the most popular expert of a layer
+# PERFORMANCE.md §1: share of a layer's expert calls carried by its top n of 512 experts.
+ROUTING_CURVE = [(0, 0.0), (32, 0.37), (64, 0.53), (128, 0.73), (171, 0.82), (256, 0.93), (512, 1.0)]
+
+
+def routing_curve_of(counts: np.ndarray, ns=(32, 64, 128, 171, 256)) -> dict:
+    """{n: share of the calls that the n most chosen experts carry} (n scaled to the expert count)."""
+    c = np.sort(np.asarray(counts, dtype=np.float64))[::-1].cumsum()
+    c /= max(c[-1], 1e-30)
+    E = len(counts)
+    return {n: float(c[max(1, round(n * E / 512)) - 1]) for n in ns}
+
+
+def router_scales(E: int, k: int, samples: int = 4096, iters: int = 60) -> np.ndarray:
+    """Per-rank logit scales (rank 0 most popular) whose top-k choices on Gaussian activations follow ROUTING_CURVE:
+    multiplicative updates of each rank's scale toward its target share of the calls."""
+    xs = np.array([n * E / 512 for n, _ in ROUTING_CURVE])
+    ys = np.array([y for _, y in ROUTING_CURVE])
+    target = np.diff(np.interp(np.arange(E + 1), xs, ys))          # share of calls per rank
+    rng = np.random.default_rng(12345)
+    z = rng.standard_normal((samples, E)).astype(np.float32)
+    scale = (np.arange(E) + 1.0) ** -0.25
+    for _ in range(iters):
+        top = np.argpartition(-(z * scale), k, axis=1)[:, :k]
+        got = np.bincount(top.ravel(), minlength=E) / top.size
+        scale *= (target / np.maximum(got, 0.5 / top.size)) ** 0.15
+        scale /= scale.max()
+    return (ROUTER_LOGIT_STD * np.sort(scale)[::-1]).astype(np.float64)
 
 
 def splitmix64(v: int) -> int:
@@ -77,8 +106,9 @@ def tensor_plan(outtype: str, layers: int):
     return hp, plan
 
 
-def fill_values(name: str, ne: tuple, rng: np.random.Generator, hp) -> np.ndarray:
-    """f32 contents of the small tensors that need sensible values (norms, decay, conv, router)."""
+def fill_values(name: str, ne: tuple, rng: np.random.Generator, router_scale) -> np.ndarray:
+    """f32 contents of the small tensors that need sensible values (norms, decay, conv, router: router_scale[rank] is
+    the logit std of the rank-th most popular expert)."""
     n = math.prod(ne)
     if name.endswith("_norm.weight") or "hc_head_norm" in name:
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)       # +1 folded norms near 1
@@ -90,8 +120,7 @@ def fill_values(name: str, ne: tuple, rng: np.random.Generator, hp) -> np.ndarra
         return (0.3 * rng.standard_normal(n)).astype(np.float32)
     if "ffn_gate_inp.weight" in name:
         E, H = ne[1], ne[0]
-        scale = ROUTER_LOGIT_STD * (np.arange(E) + 1.0) ** -ROUTER_BETA
-        scale = scale[rng.permutation(E)]              # popular experts differ per layer
+        scale = router_scale[rng.permutation(E)]       # popular experts differ per layer
         w = rng.standard_normal((E, H)) * (scale[:, None] / math.sqrt(H))
         return w.astype(np.float32).ravel()
     return (rng.standard_normal(n) / math.sqrt(ne[0])).astype(np.float32)
@@ -131,14 +160,14 @@ def block_scale(t: str, target_std: float) -> float:
 
 
 def fill_one(args) -> int:
-    path, offset, name, ne, t, nbytes, seed, hp_args = args
+    path, offset, name, ne, t, nbytes, seed, router_scale = args
     rng = np.random.default_rng(seed)
     small = (len(ne) == 1 or "ffn_gate_inp" in name or "ssm_conv1d" in name or "ple_conv1d" in name
              or t in ("F32", "F16", "BF16"))
     with open(path, "r+b") as f:
         f.seek(offset)
         if small:
-            data = encode_small(fill_values(name, ne, rng, None), t, ne)
+            data = encode_small(fill_values(name, ne, rng, router_scale), t, ne)
             assert len(data) == nbytes, (name, len(data), nbytes)
             f.write(data)
         else:
@@ -168,9 +197,10 @@ def write(out: str, outtype: str, layers: int, workers: int, seed: int) -> None:
     w.fout[0].flush()
     data_start = (w.fout[0].tell() + ALIGN - 1) // ALIGN * ALIGN
     w.fout[0].close()
+    scales = router_scales(hp.n_expert, hp.n_expert_used)
     jobs, off = [], data_start
     for i, (name, ne, t, nbytes) in enumerate(plan):
-        jobs.append((out, off, name, ne, t, nbytes, seed * 100003 + i, None))
+        jobs.append((out, off, name, ne, t, nbytes, seed * 100003 + i, scales if "ffn_gate_inp" in name else None))
         off += (nbytes + ALIGN - 1) // ALIGN * ALIGN
     with open(out, "r+b") as f:
         f.truncate(off)
@@ -189,7 +219,19 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=48)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--check-router", action="store_true",
+                    help="print the routing curve the fitted router scales give on Gaussian activations, write nothing")
     a = ap.parse_args(argv)
+    if a.check_router:
+        E, k = 512, 10
+        scales = router_scales(E, k)
+        z = np.random.default_rng(7).standard_normal((20000, E)) * scales
+        top = np.argpartition(-z, k, axis=1)[:, :k]
+        got = routing_curve_of(np.bincount(top.ravel(), minlength=E))
+        print("top n experts: share of calls (target)")
+        for n, y in got.items():
+            print(f"  {n:4d}: {100 * y:5.1f}%  ({100 * dict(ROUTING_CURVE)[n]:.0f}%)")
+        return 0
     if a.layers < 4 or a.layers % 4:
         ap.error("--layers must be a positive multiple of 4 (every 4th layer is attention)")
     write(a.out, a.experts, a.layers, a.workers, a.seed)

@@ -1,0 +1,294 @@
+"""Decode benchmark of issue #7 over the serve protocol (protocol.md): decode and prompt tok/s of `strata --serve` on
+the synthetic full-size model (engine/tools/make_synthetic.py) at several contexts, for
+  gpu   every expert on the GPU (no --expert-cache), which also records a routing profile of what it routed;
+  pc12  a 12 GB PC stand-in: --expert-cache 4100-slots --cpu-workers 6, the cache filled from that profile (recorded
+        on other prompts than the ones measured here), adaptation as the engine's default.
+Beside each figure the bound of PERFORMANCE.md §4 from the measured bandwidths (formula and inputs in the JSON).
+
+    python3 bench/decode.py --strata BUILD/engine/strata --model SYN.gguf --out DIR [--contexts 1024,4096,32768]
+
+Each context is reached by extending the session (prefix reuse), then a separate request decodes: its DONE is the
+decode pass alone (one prompt token). A context whose prompt would not fit the time budget at the prompt speed
+measured so far is skipped and says so."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import random
+import subprocess
+import sys
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "engine", "tools"))
+
+# Measured bandwidths and latencies, PERFORMANCE.md §4.4 (H200 host, 2026-11-29).
+W_HBM = 4453e9          # GPU kernel read of HBM, bytes/s
+W_CPU_6 = 66.3e9        # host DRAM read with 6 threads: between 51.6 (4 threads) and 81.0 (8), interpolated
+T_HANDSHAKE = 7.4e-6    # one D2H or H2D handshake (6.6-8.2 µs measured); a layer's join costs two
+TARGETS = {"gpu": 400.0, "pc12": 100.0}
+PC12_FLAGS = ["--expert-cache", "4100-slots", "--cpu-workers", "6"]
+
+
+class Engine:
+    """One `strata --serve` process; lines from its stdout arrive through a reader thread."""
+
+    def __init__(self, cmd: list[str], log_path: str):
+        self.log = open(log_path, "w")
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                  bufsize=1)
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.info: dict[str, str] = {}
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def next_line(self, deadline: float) -> str:
+        try:
+            line = self.lines.get(timeout=max(0.1, deadline - time.time()))
+        except queue.Empty:
+            raise TimeoutError("the engine said nothing before the deadline")
+        if line is None:
+            raise RuntimeError(f"the engine exited (rc {self.p.wait()}); see {self.log.name}")
+        return line
+
+    def ready(self, timeout: float) -> float:
+        t0 = time.time()
+        while True:
+            line = self.next_line(t0 + timeout)
+            if line.startswith("INFO "):
+                k, _, v = line[5:].partition("=")
+                self.info[k] = v
+            elif line.startswith("READY"):
+                if int(line.split()[1]) <= 0:
+                    raise RuntimeError(f"the engine failed to start; see {self.log.name}")
+                return time.time() - t0
+
+    def gen(self, max_new: int, ids: list[int], timeout: float) -> dict:
+        self.p.stdin.write(f"GEN {max_new} {','.join(map(str, ids))}\n")
+        self.p.stdin.flush()
+        deadline = time.time() + timeout
+        r = {"tokens": []}
+        while True:
+            line = self.next_line(deadline)
+            w, _, rest = line.partition(" ")
+            if w == "RESUME":
+                r["resume"] = int(rest)
+            elif w == "T":
+                r["tokens"].append(int(rest))
+            elif w == "ERR":
+                raise RuntimeError("engine: " + rest)
+            elif w == "DONE":
+                f = rest.split()
+                r.update(generated=int(f[0]), prompt=int(f[1]), prompt_ms=float(f[2]), decode_ms=float(f[3]),
+                         finish=f[4], reused=int(f[7]), cache_hits=int(f[8]), cache_lookups=int(f[9]))
+                for kv in f[10:]:
+                    k, _, v = kv.partition("=")
+                    r[k] = float(v)
+                return r
+
+    def quit(self, timeout: float = 60) -> int:
+        try:
+            self.p.stdin.write("QUIT\n")
+            self.p.stdin.flush()
+            self.p.stdin.close()
+            return self.p.wait(timeout=timeout)
+        except (subprocess.TimeoutExpired, BrokenPipeError):
+            self.p.kill()
+            return self.p.wait()
+        finally:
+            self.log.close()
+
+
+def model_bytes(path: str) -> dict:
+    """Bytes a decode token reads: dense (every tensor but the routed experts, the token embedding and the PLE table,
+    of which a token reads a row or a few) and routed (k experts per layer)."""
+    import gguf
+    r = gguf.GGUFReader(path)
+    expert, dense, layers = 0, 0, set()
+    for t in r.tensors:
+        if "_exps." in t.name:
+            expert += int(t.n_bytes)
+            layers.add(t.name.split(".")[1])
+        elif t.name not in ("token_embd.weight", "per_layer_token_embd.weight"):
+            dense += int(t.n_bytes)
+    k = int(r.fields["qwen4exp.expert_used_count"].parts[-1][0])
+    E = int(r.fields["qwen4exp.expert_count"].parts[-1][0])
+    n_layers = len(layers)
+    per_expert = expert / (n_layers * E)
+    return {"dense_bytes": dense, "expert_bytes": per_expert, "experts_per_token": k, "moe_layers": n_layers,
+            "experts_per_layer": E, "routed_bytes": k * n_layers * per_expert}
+
+
+def prompt_ids(n: int, seed: int, vocab: int = 248320) -> list[int]:
+    rnd = random.Random(seed)
+    return [rnd.randrange(vocab // 8, min(200000, vocab * 3 // 4)) for _ in range(n)]
+
+
+def bound(setting: str, mb: dict, hit_rate: float | None) -> dict:
+    """PERFORMANCE.md §4.3 for this machine: T = B_d/W_gpu + h·B_e/W_gpu (+ or max) (1−h)·B_e/W_cpu + T_sync."""
+    Bd, Be = mb["dense_bytes"], mb["routed_bytes"]
+    if setting == "gpu":
+        t = (Bd + Be) / W_HBM
+        return {"formula": "(B_d + B_e) / W_gpu", "B_d": Bd, "B_e": Be, "W_gpu": W_HBM, "ms": round(t * 1e3, 3),
+                "tok_s": round(1 / t, 1)}
+    h = hit_rate if hit_rate is not None else 0.0
+    gpu = Bd / W_HBM + h * Be / W_HBM
+    miss = (1 - h) * Be / W_CPU_6
+    sync = mb["moe_layers"] * 2 * T_HANDSHAKE
+    serial, overlap = gpu + miss + sync, max(gpu, miss) + sync
+    return {"formula": "B_d/W_gpu + h*B_e/W_gpu (+ | max) (1-h)*B_e/W_cpu + layers*2*t_handshake",
+            "B_d": Bd, "B_e": Be, "h": round(h, 4), "W_gpu": W_HBM, "W_cpu": W_CPU_6, "t_handshake": T_HANDSHAKE,
+            "gpu_ms": round(gpu * 1e3, 3), "miss_ms": round(miss * 1e3, 3), "sync_ms": round(sync * 1e3, 3),
+            "serial_tok_s": round(1 / serial, 1), "overlapped_tok_s": round(1 / overlap, 1)}
+
+
+def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, deadline: float) -> dict:
+    ctx_max = max(a.contexts) + a.decode + 64
+    cmd = [a.strata, "--serve", "--backend", a.backend, "--model", a.model, "--ctx", str(ctx_max), "--chunk",
+           str(a.chunk)] + flags
+    out = {"command": " ".join(cmd), "contexts": {}}
+    eng = Engine(cmd, os.path.join(a.out, f"{setting}.log"))
+    try:
+        out["start_s"] = round(eng.ready(max(30, deadline - time.time())), 1)
+        out["info"] = eng.info
+        V = int(eng.info.get("vocab", 248320))
+        warm = eng.gen(8, prompt_ids(64, seed + 1, V), 120)   # kernels, first-touch allocations
+        session = prompt_ids(64, seed + 1, V) + warm["tokens"]
+        pp_speed = None
+        for ctx in sorted(a.contexts):
+            row: dict = {}
+            out["contexts"][str(ctx)] = row
+            add = ctx - len(session) - 1
+            if add > 0 and pp_speed and add / pp_speed > deadline - time.time() - 20:
+                row["skipped"] = (f"the prompt of {add} more tokens at the {pp_speed:.0f} tok/s measured so far "
+                                  f"would not fit the {deadline - time.time():.0f} s left")
+                continue
+            prompt = session + prompt_ids(max(add, 0), seed * 1000 + ctx, V)
+            r = eng.gen(1, prompt, max(30, deadline - time.time()))
+            read = r["prompt"] - r["reused"]
+            pp_speed = read / max(r["prompt_ms"], 1e-3) * 1e3
+            row.update(prompt_tokens_read=read, reused=r["reused"], prompt_ms=r["prompt_ms"],
+                       prompt_tok_s=round(pp_speed, 1))
+            for key in ("pcie_bytes", "cpu_ms"):
+                if key in r:
+                    row["prompt_" + key] = r[key]
+            session = prompt + r["tokens"]
+            d = eng.gen(a.decode, session, max(30, deadline - time.time()))
+            assert d["reused"] == len(session) - 1, (d["reused"], len(session))
+            session = session + d["tokens"]
+            n = d["generated"]
+            passes = n   # one prompt token pass plus n − 1 decode passes
+            pass_ms = (d["prompt_ms"] + d["decode_ms"]) / passes
+            row.update(context=len(session) - n, decode_tokens=n,
+                       decode_tok_s=round((n - 1) / max(d["decode_ms"], 1e-3) * 1e3, 2), pass_ms=round(pass_ms, 3))
+            if d["cache_lookups"]:
+                h = d["cache_hits"] / d["cache_lookups"]
+                split = {"pass_ms": round(pass_ms, 3)}
+                if "cpu_ms" in d:
+                    cpu_ms, wait_ms = d["cpu_ms"] / passes, d["gpu_wait_ms"] / passes
+                    split.update(cpu_misses_ms=round(cpu_ms, 3), gpu_wait_for_cpu_ms=round(wait_ms, 3),
+                                 gpu_and_host_ms=round(pass_ms - wait_ms, 3))
+                    row["cpu_gb_s"] = round(d["cpu_bytes"] / max(d["cpu_ms"], 1e-3) / 1e6, 2)
+                    row["cpu_mb_per_pass"] = round(d["cpu_bytes"] / passes / 1e6, 2)
+                row.update(hit_rate=round(h, 4), time_split=split)
+                row["bound"] = bound(setting, mb, h)
+                b = row["bound"]["overlapped_tok_s"]
+                row["share_of_overlapped_bound"] = round(row["decode_tok_s"] / b, 3)
+            else:
+                row["bound"] = bound(setting, mb, None)
+                row["share_of_bound"] = round(row["decode_tok_s"] / row["bound"]["tok_s"], 3)
+            row["target_tok_s"] = TARGETS[setting]
+            print(f"{setting} ctx {row['context']}: decode {row['decode_tok_s']} tok/s, prompt {row['prompt_tok_s']} "
+                  f"tok/s" + (f", hit {row['hit_rate']}, split {row['time_split']}" if "hit_rate" in row else ""),
+                  flush=True)
+    except (TimeoutError, RuntimeError, AssertionError) as e:
+        out["error"] = str(e)
+        print(f"{setting}: {e}", flush=True)
+    out["exit_code"] = eng.quit()
+    return out
+
+
+def derive_missing(res: dict) -> None:
+    """A pc12 context skipped for time: its decode is derived from the gpu setting's measured cost of that context
+    (attention/indexer run on the GPU in both settings) added to pc12's pass time at the longest measured context."""
+    g, p = res["settings"].get("gpu", {}).get("contexts", {}), res["settings"].get("pc12", {}).get("contexts", {})
+    done = [c for c in p if "pass_ms" in p[c] and "pass_ms" in g.get(c, {})]
+    if not done:
+        return
+    base = max(done, key=int)
+    for c, row in p.items():
+        if "skipped" in row and "pass_ms" in g.get(c, {}):
+            extra = g[c]["pass_ms"] - g[base]["pass_ms"]
+            ms = p[base]["pass_ms"] + extra
+            row["derived"] = {"decode_tok_s": round(1e3 / ms, 2), "pass_ms": round(ms, 3),
+                              "how": f"pc12 pass at {base} + (gpu pass at {c} - gpu pass at {base})"}
+
+
+def routing_curve(profile: str) -> dict | None:
+    """The curve the engine routed (mean over layers), from the profile the gpu setting wrote."""
+    if not os.path.exists(profile):
+        return None
+    import numpy as np
+    from make_synthetic import ROUTING_CURVE, routing_curve_of
+    with open(profile) as f:
+        lines = f.read().split("\n")
+    rows = [np.array([float(x) for x in ln.split()]) for ln in lines[2:] if ln.strip()]
+    curves = [routing_curve_of(r) for r in rows if r.sum() > 0]
+    mean = {n: round(float(np.mean([c[n] for c in curves])), 4) for n in curves[0]} if curves else {}
+    return {"measured_mean_over_layers": mean, "target": {n: y for n, y in ROUTING_CURVE if n in mean},
+            "layers": len(curves), "calls_per_layer": float(rows[0].sum()) if rows else 0}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--strata", default=os.path.join(REPO, "build-gpu", "engine", "strata"))
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--contexts", default="1024,4096,32768")
+    ap.add_argument("--decode", type=int, default=64, help="tokens per decode measurement")
+    ap.add_argument("--chunk", type=int, default=1024, help="prompt chunk (--chunk of the engine)")
+    ap.add_argument("--settings", default="gpu,pc12")
+    ap.add_argument("--budget-s", type=float, default=170, help="wall time for all settings together")
+    ap.add_argument("--backend", default="cuda", help="cpu: a smoke test of this script (gpu setting, no profile)")
+    ap.add_argument("--pc12-extra", default="", help="more engine flags for pc12, space-separated")
+    a = ap.parse_args()
+    a.contexts = [int(c) for c in a.contexts.split(",")]
+    os.makedirs(a.out, exist_ok=True)
+    t0 = time.time()
+    mb = model_bytes(a.model)
+    profile = os.path.join(a.out, "routing.profile")
+    res = {"model": os.path.basename(a.model), "model_bytes": mb, "decode_tokens": a.decode, "chunk": a.chunk,
+           "inputs": {"W_gpu_hbm": W_HBM, "W_cpu_6_threads": W_CPU_6, "t_handshake_s": T_HANDSHAKE,
+                      "source": "PERFORMANCE.md §4.4 (H200 host, measured 2026-11-29); W_cpu interpolated 4->8 threads"},
+           "settings": {}}
+    settings = a.settings.split(",")
+    for i, s in enumerate(settings):
+        left = a.budget_s - (time.time() - t0)
+        deadline = time.time() + left / (len(settings) - i)
+        if s == "gpu":
+            flags = ["--routing-profile-out", profile] if a.backend == "cuda" else []
+            res["settings"][s] = measure_setting(a, s, flags, 11, mb, deadline)
+        else:
+            flags = PC12_FLAGS + (["--routing-profile", profile] if os.path.exists(profile) else [])
+            res["settings"][s] = measure_setting(a, s, flags + a.pc12_extra.split(), 23, mb, deadline)
+            res["settings"][s]["cache_fill"] = "routing profile of the gpu setting" if os.path.exists(profile) \
+                else "by expert id (no profile)"
+    res["routing_curve"] = routing_curve(profile)
+    derive_missing(res)
+    res["wall_s"] = round(time.time() - t0, 1)
+    with open(os.path.join(a.out, "decode.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    print(json.dumps({s: {c: {k: r.get(k) for k in ("decode_tok_s", "prompt_tok_s", "hit_rate", "skipped")}
+                          for c, r in v.get("contexts", {}).items()} for s, v in res["settings"].items()}))
+    return 0 if all("error" not in v for v in res["settings"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
