@@ -214,6 +214,14 @@ private:
         finish_request(done);
     }
 
+    // The request's expert-cache share for the log: hits of look-ups and the DONE counters.
+    static std::string counters_text(const serve::DoneStats& done) {
+        if (!done.cache_lookups && done.extra.empty()) return "";
+        std::string s = fmt("; expert cache hits ", done.cache_hits, " of ", done.cache_lookups);
+        for (const auto& [key, value] : done.extra) s += fmt(", ", key, " ", static_cast<int64_t>(value));
+        return s;
+    }
+
     void finish_request(serve::DoneStats done) {
         if (hooks_.expert_cache_counts) {   // the request's share: the counters now minus at its start
             const auto [hits, lookups] = hooks_.expert_cache_counts();
@@ -228,7 +236,8 @@ private:
         emit(serve::format_done(done));
         log_info("serve", fmt("request: prompt ", done.prompt, " (reused ", done.reused, ") in ",
                               static_cast<int>(done.prompt_ms), " ms, ", done.generated, " tokens in ",
-                              static_cast<int>(done.decode_ms), " ms, ", serve::finish_name(done.finish)));
+                              static_cast<int>(done.decode_ms), " ms, ", serve::finish_name(done.finish),
+                              counters_text(done)));
     }
 
     TextGenerator& gen_;
