@@ -60,10 +60,10 @@ int check_format(GgmlType t, std::mt19937& rng) {
                 return d[(size_t)p * (n / F::ABLK) + 32 * u / F::ABLK];
             };
             const uint8_t* blk = row + (size_t)(u / (F::QK / 32)) * F::BYTES;
-            cuda::QDot<F>::template dot<NT>(blk, u % (F::QK / 32), act, NT, acc);
+            cuda::QDot<F>::template dot<NT>(blk, u % (F::QK / 32), cuda::QDot<F>::global_grid(), act, NT, acc);
             // The single-row instantiation must give the same as row 0 of the multi-row one.
             float one[1] = {acc1};
-            cuda::QDot<F>::template dot<1>(blk, u % (F::QK / 32), act, 1, one);
+            cuda::QDot<F>::template dot<1>(blk, u % (F::QK / 32), cuda::QDot<F>::global_grid(), act, 1, one);
             acc1 = one[0];
         }
         for (int p = 0; p < NT; ++p) {

@@ -4,6 +4,8 @@
 // the row's blocks in order (lane l takes 32-weight chunks l, l+32, …), decodes each chunk once and dots it with
 // up to 8 activation rows (integer dp4a sums for Q8 activations, quant_dots.cuh). The expert-indexed path groups
 // the (token, expert) pairs that share an expert, so each expert row is read once per group of up to 4 pairs.
+#include <algorithm>
+
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
 #include "backend/cuda/kernels/quant_dots.cuh"
@@ -88,9 +90,9 @@ matmul_block_f32act_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int6
 // acc[t] += row · activation row arow[t] for t < cnt: lane l takes chunks l, l+32, …; each chunk's weights are
 // decoded once for all cnt rows.
 template <class F, int NT>
-__device__ __forceinline__ void row_dot_q8(const uint8_t* __restrict__ wr, int n, const int8_t* __restrict__ aq,
-                                           const float* __restrict__ ad, const int (&arow)[NT], int cnt,
-                                           float (&acc)[NT]) {
+__device__ __forceinline__ void row_dot_q8(const uint8_t* __restrict__ wr, int n, const void* grid,
+                                           const int8_t* __restrict__ aq, const float* __restrict__ ad,
+                                           const int (&arow)[NT], int cnt, float (&acc)[NT]) {
     constexpr int kSub = F::QK / 32;
     const int units = n / 32, nd = n / F::ABLK;
 #pragma unroll 2
@@ -102,31 +104,49 @@ __device__ __forceinline__ void row_dot_q8(const uint8_t* __restrict__ wr, int n
             a[4] = hi.x; a[5] = hi.y; a[6] = hi.z; a[7] = hi.w;
             return __ldg(ad + (size_t)arow[t] * nd + (32 * u) / F::ABLK);
         };
-        QDot<F>::template dot<NT>(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, act, cnt, acc);
+        QDot<F>::template dot<NT>(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, act, cnt, acc);
     }
 }
 
-// One matrix: y[p, row] for p in [p0, p0 + NT), activation row p / act_div.
+// The format's grid table (i-quants) in shared memory; every thread of the block must call this.
+template <class F>
+__device__ __forceinline__ const void* stage_grid(uint4* smem) {
+    constexpr int kWords = QDot<F>::kGridBytes / 4;   // the tables are 4-byte aligned
+    if (kWords == 0) return nullptr;
+    const uint32_t* src = (const uint32_t*)QDot<F>::global_grid();
+    for (int i = threadIdx.x; i < kWords; i += blockDim.x) ((uint32_t*)smem)[i] = src[i];
+    __syncthreads();
+    return smem;
+}
+
+template <class F>
+struct GridSmem {   // uint4 words of shared memory for the table (1 when there is none)
+    static constexpr int kWords = QDot<F>::kGridBytes ? QDot<F>::kGridBytes / 16 : 1;
+};
+
+// One matrix: y[p, row] for p in [p0, p0 + NT), activation row p / act_div. Each warp takes rows warp, warp +
+// (all warps of the grid), … so a block stages the grid table once for many rows.
 template <class F, int NT>
 __global__ void __launch_bounds__(kWarps * 32)
 matmul_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, int act_div,
                  const int8_t* __restrict__ aq, const float* __restrict__ ad, int P, float* __restrict__ y) {
-    const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
-    if (row >= rows) return;
+    __shared__ uint4 smem[GridSmem<F>::kWords];
+    const void* grid = stage_grid<F>(smem);
     const int p0 = blockIdx.y * NT;
     const int cnt = min(NT, P - p0);
     int arow[NT];
-    float acc[NT];
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        arow[t] = t < cnt ? (p0 + t) / act_div : 0;
-        acc[t] = 0.0f;
-    }
-    row_dot_q8<F, NT>(W + (size_t)row * row_bytes, n, aq, ad, arow, cnt, acc);
+    for (int t = 0; t < NT; ++t) arow[t] = t < cnt ? (p0 + t) / act_div : 0;
+    for (int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * kWarps) {
+        float acc[NT];
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        const float v = warp_sum(acc[t]);
-        if ((threadIdx.x & 31) == 0 && t < cnt) y[(size_t)(p0 + t) * rows + row] = v;
+        for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+        row_dot_q8<F, NT>(W + (size_t)row * row_bytes, n, grid, aq, ad, arow, cnt, acc);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const float v = warp_sum(acc[t]);
+            if ((threadIdx.x & 31) == 0 && t < cnt) y[(size_t)(p0 + t) * rows + row] = v;
+        }
     }
 }
 
@@ -137,39 +157,41 @@ __global__ void __launch_bounds__(kWarps * 32)
 matmul_q8_ids_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, size_t mat_stride,
                      const int32_t* __restrict__ ids, int act_div, const int8_t* __restrict__ aq,
                      const float* __restrict__ ad, int P, float* __restrict__ y) {
-    const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
-    if (row >= rows) return;
+    __shared__ uint4 smem[GridSmem<F>::kWords];
     const int p = blockIdx.y;
     const int32_t e = __ldg(ids + p);
     if (NT > 1)
         for (int q = 0; q < p; ++q)
-            if (__ldg(ids + q) == e) return;
-    const uint8_t* wr = W + (size_t)e * mat_stride + (size_t)row * row_bytes;
-    int q = p;
-    while (q < P) {
-        int pair[NT], arow[NT], cnt = 0;
-        float acc[NT];
+            if (__ldg(ids + q) == e) return;   // the whole block: p is the same for all its threads
+    const void* grid = stage_grid<F>(smem);
+    for (int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * kWarps) {
+        const uint8_t* wr = W + (size_t)e * mat_stride + (size_t)row * row_bytes;
+        int q = p;
+        while (q < P) {
+            int pair[NT], arow[NT], cnt = 0;
+            float acc[NT];
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            pair[t] = 0;
-            acc[t] = 0.0f;
-        }
-        for (; q < P && cnt < NT; ++q)
-            if (q == p || (NT > 1 && __ldg(ids + q) == e)) {
-#pragma unroll
-                for (int t = 0; t < NT; ++t)
-                    if (t == cnt) pair[t] = q;   // a register array needs constant indices
-                ++cnt;
+            for (int t = 0; t < NT; ++t) {
+                pair[t] = 0;
+                acc[t] = 0.0f;
             }
-        if (NT == 1) q = P;
-        if (cnt == 0) break;
+            for (; q < P && cnt < NT; ++q)
+                if (q == p || (NT > 1 && __ldg(ids + q) == e)) {
 #pragma unroll
-        for (int t = 0; t < NT; ++t) arow[t] = pair[t] / act_div;
-        row_dot_q8<F, NT>(wr, n, aq, ad, arow, cnt, acc);
+                    for (int t = 0; t < NT; ++t)
+                        if (t == cnt) pair[t] = q;   // a register array needs constant indices
+                    ++cnt;
+                }
+            if (NT == 1) q = P;
+            if (cnt == 0) break;
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            const float v = warp_sum(acc[t]);
-            if ((threadIdx.x & 31) == 0 && t < cnt) y[(size_t)pair[t] * rows + row] = v;
+            for (int t = 0; t < NT; ++t) arow[t] = pair[t] / act_div;
+            row_dot_q8<F, NT>(wr, n, grid, aq, ad, arow, cnt, acc);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                const float v = warp_sum(acc[t]);
+                if ((threadIdx.x & 31) == 0 && t < cnt) y[(size_t)pair[t] * rows + row] = v;
+            }
         }
     }
 }
@@ -277,10 +299,35 @@ void launch_block_f32act(cudaStream_t s, const MatmulArgs& m, const float* x, in
     }
 }
 
+// Blocks of kWarps warps of `kernel` that the whole GPU holds at once (its SMs × blocks per SM).
+template <class Kernel>
+unsigned resident_blocks(Kernel kernel) {
+    int dev = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, 0));
+    return (unsigned)std::max(1, sms * per_sm);
+}
+
+// Grid of gy columns whose rows are spread over at most one wave of resident blocks (the kernels loop over rows).
+inline dim3 row_grid(int64_t rows, unsigned gy, unsigned resident) {
+    const unsigned per_column = std::max(1u, resident / gy);
+    return dim3(std::min(grid_for((size_t)rows, kWarps), per_column), gy);
+}
+
 template <class F, int NT>
 void launch_q8_dense(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, float* y) {
-    dim3 grid(grid_for((size_t)m.rows, kWarps), (unsigned)((P + NT - 1) / NT));
+    static const unsigned resident = resident_blocks(matmul_q8_kernel<F, NT>);
+    const dim3 grid = row_grid(m.rows, (unsigned)((P + NT - 1) / NT), resident);
     matmul_q8_kernel<F, NT><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.act_div, act.q, act.d, P, y);
+}
+
+template <class F, int NT>
+void launch_q8_ids(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, float* y) {
+    static const unsigned resident = resident_blocks(matmul_q8_ids_kernel<F, NT>);
+    const dim3 grid = row_grid(m.rows, (unsigned)P, resident);
+    matmul_q8_ids_kernel<F, NT><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.ids,
+                                                             m.act_div, act.q, act.d, P, y);
 }
 
 // Expert pairs are grouped by id only when there are more pairs than one token's top-k can have (decode: no
@@ -295,13 +342,8 @@ void launch_block(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act
     if (!act.q) {
         launch_block_f32act<F>(s, m, x, P, y);
     } else if (m.ids) {
-        dim3 grid(grid_for((size_t)m.rows, kWarps), (unsigned)P);
-        if (P > kGroupAbove)
-            matmul_q8_ids_kernel<F, kGroupTile><<<grid, kWarps * 32, 0, s>>>(
-                m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.ids, m.act_div, act.q, act.d, P, y);
-        else
-            matmul_q8_ids_kernel<F, 1><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.ids,
-                                                                    m.act_div, act.q, act.d, P, y);
+        if (P > kGroupAbove) launch_q8_ids<F, kGroupTile>(s, m, act, P, y);
+        else launch_q8_ids<F, 1>(s, m, act, P, y);
     } else if (P == 1) {
         launch_q8_dense<F, 1>(s, m, act, P, y);
     } else if (P == 2) {
@@ -375,9 +417,6 @@ void upload_iq_tables() {
     CUDA_CHECK(cudaMemcpyToSymbol(d_iq3s_grid, iq::iq3s_grid, sizeof(iq::iq3s_grid)));
     CUDA_CHECK(cudaMemcpyToSymbol(d_ksigns_iq2xs, iq::ksigns_iq2xs, sizeof(iq::ksigns_iq2xs)));
     CUDA_CHECK(cudaMemcpyToSymbol(d_kvalues_iq4nl, iq::kvalues_iq4nl, sizeof(iq::kvalues_iq4nl)));
-    uint64_t signs64[128];
-    for (int i = 0; i < 128; ++i) signs64[i] = ksigns64(i);
-    CUDA_CHECK(cudaMemcpyToSymbol(d_ksigns64, signs64, sizeof(signs64)));
 }
 
 bool format_supported(GgmlType t) {

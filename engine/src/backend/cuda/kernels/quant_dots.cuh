@@ -8,19 +8,18 @@
 
 namespace strata::cuda {
 
-// Sign masks of the i-quants: 8 bytes of 0x00 / 0xFF from the 8 sign bits ksigns_iq2xs[i]; filled by
-// upload_iq_tables() on the device, computed on the host.
-static __device__ uint64_t d_ksigns64[128];
+// Sign masks of the i-quants, computed instead of looked up (a table gather costs more than these few operations):
+// ksigns_iq2xs[s7] is s7 with an even-parity bit 7; each sign bit becomes a 0x00 / 0xFF byte, weights 0-3 in lo.
+SD uint32_t spread4(uint32_t bits) { return ((bits * 0x00204081u) & 0x01010101u) * 0xFFu; }
 
-SD uint64_t ksigns64(int i) {
+SD void sign_masks(uint32_t s7, uint32_t& lo, uint32_t& hi) {
 #ifdef __CUDA_ARCH__
-    return d_ksigns64[i];
+    const uint32_t parity = __popc(s7) & 1;
 #else
-    uint64_t m = 0;
-    for (int k = 0; k < 8; ++k)
-        if ((iq::ksigns_iq2xs[i] >> k) & 1) m |= (uint64_t)0xFF << (8 * k);
-    return m;
+    const uint32_t parity = __builtin_popcount(s7) & 1;
 #endif
+    lo = spread4(s7 & 0xF);
+    hi = spread4((s7 >> 4) | (parity << 3));
 }
 
 SD int dp4a(int a, int b, int c) {
@@ -93,11 +92,16 @@ SD void iq4nl_table(uint32_t* t) {
 }
 
 // a[0..7]: the chunk's 32 int8 activations of token t as words; da: their block scale; tokens t < cnt.
-// Fallback: decode to floats, multiply in float (the arithmetic of the earlier kernel).
+// Fallback: decode to floats, multiply in float (the arithmetic of the earlier kernel). kGridBytes: see the i-quants.
+struct NoGrid {
+    static constexpr int kGridBytes = 0;
+    SD static const void* global_grid() { return nullptr; }
+};
+
 template <class F>
-struct QDot {
+struct QDot : NoGrid {
     template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int sub, const Act& act, int cnt, float (&acc)[NT]) {
+    SD static void dot(const uint8_t* b, int sub, const void*, const Act& act, int cnt, float (&acc)[NT]) {
         float w[32];
         F::deq32(b, sub, w);
 #pragma unroll
@@ -126,9 +130,9 @@ SD void add_scaled(const int* w, float dw, const Act& act, int cnt, float (&acc)
 }
 
 template <>
-struct QDot<FmtQ8_0> {
+struct QDot<FmtQ8_0> : NoGrid {
     template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int, const Act& act, int cnt, float (&acc)[NT]) {
+    SD static void dot(const uint8_t* b, int, const void*, const Act& act, int cnt, float (&acc)[NT]) {
         int w[8];
 #pragma unroll
         for (int i = 0; i < 8; ++i) w[i] = (int)ld32(b + 2 + 4 * i);
@@ -137,9 +141,9 @@ struct QDot<FmtQ8_0> {
 };
 
 template <>
-struct QDot<FmtQ4_0> {
+struct QDot<FmtQ4_0> : NoGrid {
     template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int, const Act& act, int cnt, float (&acc)[NT]) {
+    SD static void dot(const uint8_t* b, int, const void*, const Act& act, int cnt, float (&acc)[NT]) {
         int w[8];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -152,9 +156,9 @@ struct QDot<FmtQ4_0> {
 };
 
 template <>
-struct QDot<FmtIQ4_NL> {
+struct QDot<FmtIQ4_NL> : NoGrid {
     template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int, const Act& act, int cnt, float (&acc)[NT]) {
+    SD static void dot(const uint8_t* b, int, const void*, const Act& act, int cnt, float (&acc)[NT]) {
         uint32_t table[4];
         iq4nl_table(table);
         int w[8];
@@ -167,9 +171,9 @@ struct QDot<FmtIQ4_NL> {
 // Q2_0: byte j of the chunk holds weights 4j … 4j+3 (2 bits each, value code − 1). The four shifted masks give
 // weights {4j + s}; a 4×4 byte transpose puts them back in order.
 template <>
-struct QDot<FmtQ2_0> {
+struct QDot<FmtQ2_0> : NoGrid {
     template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int sub, const Act& act, int cnt, float (&acc)[NT]) {
+    SD static void dot(const uint8_t* b, int sub, const void*, const Act& act, int cnt, float (&acc)[NT]) {
         int w[8];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -203,9 +207,9 @@ SD void add_kquant(const int* w, float d, float dmin, int sc, int m, const Act& 
 }
 
 template <>
-struct QDot<FmtQ4_K> {
+struct QDot<FmtQ4_K> : NoGrid {
     template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int j, const Act& act, int cnt, float (&acc)[NT]) {
+    SD static void dot(const uint8_t* b, int j, const void*, const Act& act, int cnt, float (&acc)[NT]) {
         int sc, m;
         k4_scale_min(j, b + 4, sc, m);
         const uint8_t* q = b + 16 + 32 * (j / 2);
@@ -217,9 +221,9 @@ struct QDot<FmtQ4_K> {
 };
 
 template <>
-struct QDot<FmtQ5_K> {
+struct QDot<FmtQ5_K> : NoGrid {
     template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int j, const Act& act, int cnt, float (&acc)[NT]) {
+    SD static void dot(const uint8_t* b, int j, const void*, const Act& act, int cnt, float (&acc)[NT]) {
         int sc, m;
         k4_scale_min(j, b + 4, sc, m);
         const uint8_t* qh = b + 16;
@@ -234,9 +238,9 @@ struct QDot<FmtQ5_K> {
 
 // Q6_K: two 16-weight halves with their own int8 scale; acc += da·d·Σ scale·Σ q·a (dot_q6_k).
 template <>
-struct QDot<FmtQ6_K> {
+struct QDot<FmtQ6_K> : NoGrid {
     template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int sub, const Act& act, int cnt, float (&acc)[NT]) {
+    SD static void dot(const uint8_t* b, int sub, const void*, const Act& act, int cnt, float (&acc)[NT]) {
         const int h = sub / 4, r = sub % 4;
         const uint8_t* ql = b + h * 64 + (r & 1) * 32;
         const uint8_t* qh = b + 128 + h * 32;
@@ -261,19 +265,25 @@ struct QDot<FmtQ6_K> {
     }
 };
 
-// The i-quants: acc += 0.125 (IQ2) or 0.25 (IQ3_XXS) · da·d·Σ (2·scale + 1)·Σ ±grid·a.
+// The i-quants: acc += 0.125 (IQ2) or 0.25 (IQ3_XXS) · da·d·Σ (2·scale + 1)·Σ ±grid·a. kGridBytes / global_grid():
+// the grid table, which the kernels copy to shared memory (lanes look up different entries; a gather from global
+// memory touches many cache lines); dot() reads it from `grid`.
 template <>
 struct QDot<FmtIQ2_XXS> {
+    static constexpr int kGridBytes = sizeof(iq::iq2xxs_grid);
+    SD static const void* global_grid() { return STRATA_IQ(iq2xxs_grid); }
     template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int ib, const Act& act, int cnt, float (&acc)[NT]) {
+    SD static void dot(const uint8_t* b, int ib, const void* grid, const Act& act, int cnt, float (&acc)[NT]) {
+        const uint64_t* table = (const uint64_t*)grid;
         const uint32_t idx = ld32(b + 2 + 8 * ib), aux = ld32(b + 2 + 8 * ib + 4);
         int w[8];
 #pragma unroll
         for (int g = 0; g < 4; ++g) {
-            const uint64_t grid = STRATA_IQ(iq2xxs_grid)[(idx >> (8 * g)) & 0xFF];
-            const uint64_t sm = ksigns64((aux >> (7 * g)) & 127);
-            w[2 * g] = apply_signs((uint32_t)grid, (uint32_t)sm);
-            w[2 * g + 1] = apply_signs((uint32_t)(grid >> 32), (uint32_t)(sm >> 32));
+            const uint64_t gv = table[(idx >> (8 * g)) & 0xFF];
+            uint32_t lo, hi;
+            sign_masks((aux >> (7 * g)) & 127, lo, hi);
+            w[2 * g] = apply_signs((uint32_t)gv, lo);
+            w[2 * g + 1] = apply_signs((uint32_t)(gv >> 32), hi);
         }
         const int ls = (int)(2 * (aux >> 28) + 1);
         const float d = half_to_float(ld16(b));
@@ -289,16 +299,20 @@ struct QDot<FmtIQ2_XXS> {
 
 template <>
 struct QDot<FmtIQ2_XS> {
+    static constexpr int kGridBytes = sizeof(iq::iq2xs_grid);
+    SD static const void* global_grid() { return STRATA_IQ(iq2xs_grid); }
     template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int sub, const Act& act, int cnt, float (&acc)[NT]) {
+    SD static void dot(const uint8_t* b, int sub, const void* grid, const Act& act, int cnt, float (&acc)[NT]) {
+        const uint64_t* table = (const uint64_t*)grid;
         int w[8];
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             const uint32_t v = ld16(b + 2 + 2 * (4 * sub + k));
-            const uint64_t grid = STRATA_IQ(iq2xs_grid)[v & 511];
-            const uint64_t sm = ksigns64((int)(v >> 9));
-            w[2 * k] = apply_signs((uint32_t)grid, (uint32_t)sm);
-            w[2 * k + 1] = apply_signs((uint32_t)(grid >> 32), (uint32_t)(sm >> 32));
+            const uint64_t gv = table[v & 511];
+            uint32_t lo, hi;
+            sign_masks(v >> 9, lo, hi);
+            w[2 * k] = apply_signs((uint32_t)gv, lo);
+            w[2 * k + 1] = apply_signs((uint32_t)(gv >> 32), hi);
         }
         const int sc = b[66 + sub];
         const int ls0 = 2 * (sc & 0xF) + 1, ls1 = 2 * (sc >> 4) + 1;
@@ -316,16 +330,20 @@ struct QDot<FmtIQ2_XS> {
 
 template <>
 struct QDot<FmtIQ3_XXS> {
+    static constexpr int kGridBytes = sizeof(iq::iq3xxs_grid);
+    SD static const void* global_grid() { return STRATA_IQ(iq3xxs_grid); }
     template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int ib, const Act& act, int cnt, float (&acc)[NT]) {
+    SD static void dot(const uint8_t* b, int ib, const void* grid, const Act& act, int cnt, float (&acc)[NT]) {
+        const uint32_t* table = (const uint32_t*)grid;
         const uint32_t aux = ld32(b + 66 + 4 * ib);
         const uint8_t* qs = b + 2 + 8 * ib;
         int w[8];
 #pragma unroll
         for (int g = 0; g < 4; ++g) {
-            const uint64_t sm = ksigns64((aux >> (7 * g)) & 127);
-            w[2 * g] = apply_signs(STRATA_IQ(iq3xxs_grid)[qs[2 * g]], (uint32_t)sm);
-            w[2 * g + 1] = apply_signs(STRATA_IQ(iq3xxs_grid)[qs[2 * g + 1]], (uint32_t)(sm >> 32));
+            uint32_t lo, hi;
+            sign_masks((aux >> (7 * g)) & 127, lo, hi);
+            w[2 * g] = apply_signs(table[qs[2 * g]], lo);
+            w[2 * g + 1] = apply_signs(table[qs[2 * g + 1]], hi);
         }
         const int ls = (int)(2 * (aux >> 28) + 1);
         const float d = half_to_float(ld16(b));
