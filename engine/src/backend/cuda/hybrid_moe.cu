@@ -110,6 +110,7 @@ HybridMoe::~HybridMoe() {
     cudaFree(d_stage_up_);
     cudaFree(d_stage_down_);
     if (flag_) cudaFreeHost(flag_);
+    if (registered_) cudaHostUnregister(registered_);
     cudaEventDestroy(x_ready_);
     cudaEventDestroy(staging_free_);
     cudaStreamDestroy(copy_stream_);
@@ -163,11 +164,14 @@ void HybridMoe::prepare() {
     cpu_ = std::make_unique<CpuExpertPool>(opt_.cpu_workers, opt_.f32_activations);
     stage_slots_ = std::min(n_experts_, 128);
 
-    // Every expert into pinned host memory, one piece per layer; a layer whose piece cannot be pinned keeps
-    // reading the mapped file (moves from it may then block the host briefly).
+    // Every expert in page-locked host memory: the mapped file's expert span locked in place where the driver can
+    // (no copy, no second 34 GB in RAM), else copied into pinned pieces, one per layer; a layer whose piece cannot
+    // be pinned keeps reading the mapped file (moves from it may then block the host briefly).
     const auto t0 = std::chrono::steady_clock::now();
     pinned_all_ = true;
+    const bool in_place = register_mapped();
     for (Layer& L : layers_) {
+        if (in_place) break;
         const size_t g = L.gate_bytes * n_experts_, u = L.up_bytes * n_experts_, d = L.down_bytes * n_experts_;
         void* p = nullptr;
         if (cudaHostAlloc(&p, g + u + d, cudaHostAllocDefault) != cudaSuccess) {
@@ -201,7 +205,39 @@ void HybridMoe::prepare() {
                             " experts in VRAM (", (cache_->total_slots() * expert_bytes_) >> 20, " MiB, ",
                             expert_bytes_, " bytes each), ", free_b >> 20, " MiB were free; ", cpu_->workers(),
                             " CPU workers; experts pinned in ", (int)(pin_s * 1000), " ms",
+                            in_place ? " (the mapped file, in place)" : " (copied)",
                             profile ? ", filled from " + opt_.routing_profile : std::string(", filled by expert id")));
+}
+
+bool HybridMoe::register_mapped() {
+    const char* env = std::getenv("STRATA_PIN");
+    if (env && std::strcmp(env, "copy") == 0) return false;
+    int device = 0, read_only = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    if (cudaDeviceGetAttribute(&read_only, cudaDevAttrHostRegisterReadOnlySupported, device) != cudaSuccess ||
+        !read_only) {
+        cudaGetLastError();
+        return false;
+    }
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (const Layer& L : layers_)
+        for (const Weight* w : {&L.gate, &L.up, &L.down}) {
+            lo = std::min(lo, (uintptr_t)w->data);
+            hi = std::max(hi, (uintptr_t)w->data + matrix_bytes(*w) * (size_t)n_experts_);
+        }
+    constexpr uintptr_t kPage = 4096;
+    lo &= ~(kPage - 1);
+    hi = (hi + kPage - 1) & ~(kPage - 1);
+    const cudaError_t st = cudaHostRegister(reinterpret_cast<void*>(lo), hi - lo,
+                                            cudaHostRegisterReadOnly | cudaHostRegisterPortable);
+    if (st != cudaSuccess) {
+        cudaGetLastError();
+        log_info("experts", fmt("locking the mapped experts in place failed (", cudaGetErrorString(st),
+                                "); copying them into pinned memory"));
+        return false;
+    }
+    registered_ = reinterpret_cast<void*>(lo);
+    return true;
 }
 
 void HybridMoe::copy_expert(const Layer& L, int slot, int expert, cudaStream_t s) {

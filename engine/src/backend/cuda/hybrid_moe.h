@@ -115,6 +115,7 @@ private:
         cudaEvent_t hits_done = nullptr, misses_in = nullptr;   // GPU idle for the CPU = the time between them
     };
     int layer_of(const MoeWeights& w) const;
+    bool register_mapped();   // page-locks the mapped file's expert span in place; false: copy instead
     void copy_expert(const Layer& L, int slot, int expert, cudaStream_t s);
     void copy_expert_to(const Layer& L, int expert, uint8_t* d_gate, uint8_t* d_up, uint8_t* d_down, int slot,
                         cudaStream_t s);
@@ -141,6 +142,7 @@ private:
     int n_experts_ = 0;
     size_t expert_bytes_ = 0;                 // mean bytes of one expert (gate + up + down)
     bool pinned_all_ = false;
+    void* registered_ = nullptr;              // the mapped span locked in place by register_mapped, or null
     std::unique_ptr<ExpertCache> cache_;
     std::unique_ptr<RoutingProfile> profile_out_;
     std::unique_ptr<CpuExpertPool> cpu_;
