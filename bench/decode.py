@@ -2,7 +2,9 @@
 the synthetic full-size model (engine/tools/make_synthetic.py) at several contexts, for
   gpu   every expert on the GPU (no --expert-cache), which also records a routing profile of what it routed;
   pc12  a 12 GB PC stand-in: --expert-cache 4100-slots --cpu-workers 6, the cache filled from that profile (recorded
-        on other prompts than the ones measured here), adaptation as the engine's default.
+        on other prompts than the ones measured here), adaptation as the engine's default;
+  pc12host  (optional) pc12 with STRATA_HYBRID_JOIN=host, the CPU misses computed on the calling thread (the join
+        before the mapped-flag wait), at the smallest context only: the A/B of the join.
 Beside each figure the bound of PERFORMANCE.md §4 from the measured bandwidths (formula and inputs in the JSON).
 
     python3 bench/decode.py --strata BUILD/engine/strata --model SYN.gguf --out DIR [--contexts 1024,4096,32768]
@@ -31,15 +33,17 @@ W_CPU_6 = 66.3e9        # host DRAM read with 6 threads: between 51.6 (4 threads
 T_HANDSHAKE = 7.4e-6    # one D2H or H2D handshake (6.6-8.2 µs measured); a layer's join costs two
 TARGETS = {"gpu": 400.0, "pc12": 100.0}
 PC12_FLAGS = ["--expert-cache", "4100-slots", "--cpu-workers", "6"]
+BUDGET_WEIGHT = {"gpu": 1.0, "pc12": 1.4, "pc12host": 0.6}   # shares of the time budget (pc12 pins and prefills
+                                                             # over PCIe; pc12host measures one context)
 
 
 class Engine:
     """One `strata --serve` process; lines from its stdout arrive through a reader thread."""
 
-    def __init__(self, cmd: list[str], log_path: str):
+    def __init__(self, cmd: list[str], log_path: str, env: dict | None = None):
         self.log = open(log_path, "w")
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                  bufsize=1)
+                                  bufsize=1, env={**os.environ, **(env or {})})
         self.lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self.info: dict[str, str] = {}
@@ -149,12 +153,13 @@ def bound(setting: str, mb: dict, hit_rate: float | None) -> dict:
             "serial_tok_s": round(1 / serial, 1), "overlapped_tok_s": round(1 / overlap, 1)}
 
 
-def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, deadline: float) -> dict:
-    ctx_max = max(a.contexts) + a.decode + 64
+def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, deadline: float,
+                    contexts: list[int], env: dict | None = None) -> dict:
+    ctx_max = max(contexts) + a.decode + 64
     cmd = [a.strata, "--serve", "--backend", a.backend, "--model", a.model, "--ctx", str(ctx_max), "--chunk",
            str(a.chunk)] + flags
-    out = {"command": " ".join(cmd), "contexts": {}}
-    eng = Engine(cmd, os.path.join(a.out, f"{setting}.log"))
+    out = {"command": " ".join(cmd), "env": env or {}, "contexts": {}}
+    eng = Engine(cmd, os.path.join(a.out, f"{setting}.log"), env)
     try:
         out["start_s"] = round(eng.ready(max(30, deadline - time.time())), 1)
         out["info"] = eng.info
@@ -162,7 +167,7 @@ def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, dead
         warm = eng.gen(8, prompt_ids(64, seed + 1, V), 120)   # kernels, first-touch allocations
         session = prompt_ids(64, seed + 1, V) + warm["tokens"]
         pp_speed = None
-        for ctx in sorted(a.contexts):
+        for ctx in sorted(contexts):
             row: dict = {}
             out["contexts"][str(ctx)] = row
             add = ctx - len(session) - 1
@@ -198,13 +203,13 @@ def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, dead
                     row["cpu_gb_s"] = round(d["cpu_bytes"] / max(d["cpu_ms"], 1e-3) / 1e6, 2)
                     row["cpu_mb_per_pass"] = round(d["cpu_bytes"] / passes / 1e6, 2)
                 row.update(hit_rate=round(h, 4), time_split=split)
-                row["bound"] = bound(setting, mb, h)
+                row["bound"] = bound("pc12", mb, h)
                 b = row["bound"]["overlapped_tok_s"]
                 row["share_of_overlapped_bound"] = round(row["decode_tok_s"] / b, 3)
             else:
                 row["bound"] = bound(setting, mb, None)
                 row["share_of_bound"] = round(row["decode_tok_s"] / row["bound"]["tok_s"], 3)
-            row["target_tok_s"] = TARGETS[setting]
+            row["target_tok_s"] = TARGETS["gpu" if setting == "gpu" else "pc12"]
             print(f"{setting} ctx {row['context']}: decode {row['decode_tok_s']} tok/s, prompt {row['prompt_tok_s']} "
                   f"tok/s" + (f", hit {row['hit_rate']}, split {row['time_split']}" if "hit_rate" in row else ""),
                   flush=True)
@@ -271,13 +276,19 @@ def main() -> int:
     settings = a.settings.split(",")
     for i, s in enumerate(settings):
         left = a.budget_s - (time.time() - t0)
-        deadline = time.time() + left / (len(settings) - i)
+        deadline = time.time() + left * BUDGET_WEIGHT.get(s, 1) / sum(BUDGET_WEIGHT.get(x, 1) for x in settings[i:])
         if s == "gpu":
             flags = ["--routing-profile-out", profile] if a.backend == "cuda" else []
-            res["settings"][s] = measure_setting(a, s, flags, 11, mb, deadline)
-        else:
+            res["settings"][s] = measure_setting(a, s, flags, 11, mb, deadline, a.contexts)
+        elif s in ("pc12", "pc12host"):
             flags = PC12_FLAGS + (["--routing-profile", profile] if os.path.exists(profile) else [])
-            res["settings"][s] = measure_setting(a, s, flags + a.pc12_extra.split(), 23, mb, deadline)
+            host = s == "pc12host"
+            res["settings"][s] = measure_setting(a, s, flags + a.pc12_extra.split(), 23, mb, deadline,
+                                                 [min(a.contexts)] if host else a.contexts,
+                                                 {"STRATA_HYBRID_JOIN": "host"} if host else None)
+        else:
+            ap.error(f"unknown setting {s!r} (gpu, pc12, pc12host)")
+        if s != "gpu":
             res["settings"][s]["cache_fill"] = "routing profile of the gpu setting" if os.path.exists(profile) \
                 else "by expert id (no profile)"
     res["routing_curve"] = routing_curve(profile)
