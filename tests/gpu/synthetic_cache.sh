@@ -25,7 +25,7 @@ run() {  # name, then extra flags
   timeout 120 "$BIN" generate --backend cuda --model "$MODEL" --prompt-ids "$PROMPT" -n 48 --ignore-eos --ctx 128 \
       --cpu-workers 6 "$@" > "$OUT/syn_$name.tokens" 2> "$OUT/syn_$name.log"
   echo "rc $?" >> "$OUT/syn_$name.log"
-  grep -E "expert cache|prompt:|rc " "$OUT/syn_$name.log"
+  grep -E "expert cache|prompt:|decode split|rc " "$OUT/syn_$name.log"
 }
 run A --expert-cache 4100-slots --expert-adapt 0 --routing-profile-out "$PROFILE"
 run B --expert-cache 8200-slots --expert-adapt 0 --routing-profile "$PROFILE"
@@ -46,6 +46,11 @@ for name in "AB":
     if d:
         r.update(prompt_s=float(d.group(2)), decode_tokens=int(d.group(3)), decode_s=float(d.group(4)),
                  decode_tok_s=float(d.group(5)))
+    sp = re.search(r"decode split: hits (\d+) of (\d+); CPU ([\d.]+) ms for (\d+) pairs, ([\d.]+) MB of experts read "
+                   r"\(([\d.]+) GB/s\); GPU waited ([\d.]+) ms for the CPU", log)
+    if sp:
+        r["decode_split"] = dict(zip(["hits", "lookups", "cpu_ms", "cpu_pairs", "cpu_mb", "cpu_gb_s", "gpu_wait_ms"],
+                                     map(float, sp.groups())))
     p = re.search(r"pinned in (\d+) ms", log)
     r["pin_ms"] = int(p.group(1)) if p else None
     runs[name] = r
