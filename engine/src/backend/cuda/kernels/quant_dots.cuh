@@ -81,18 +81,17 @@ SD void lookup16(uint32_t q4, const uint32_t* table, int& lo, int& hi) {
     hi = (int)prmt(tmp[0], tmp[1], 0x7531);
 }
 
-SD void iq4nl_table(uint32_t* t) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        uint32_t w = 0;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) w |= (uint32_t)(uint8_t)STRATA_IQ(kvalues_iq4nl)[4 * i + k] << (8 * k);
-        t[i] = w;
-    }
+// kvalues_iq4nl as 4 little-endian words, written as literals in QDot<FmtIQ4_NL> (no load per chunk); checked here.
+constexpr uint32_t kIq4nlWords[4] = {0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u};
+constexpr bool iq4nl_words_match() {
+    for (int i = 0; i < 16; ++i)
+        if ((uint8_t)(kIq4nlWords[i / 4] >> (8 * (i % 4))) != (uint8_t)iq::kvalues_iq4nl[i]) return false;
+    return true;
 }
+static_assert(iq4nl_words_match(), "kIq4nlWords must equal iq::kvalues_iq4nl");
 
-// a[0..7]: the chunk's 32 int8 activations of token t as words; da: their block scale; tokens t < cnt.
-// Fallback: decode to floats, multiply in float (the arithmetic of the earlier kernel). kGridBytes: see the i-quants.
+// act(t, a) loads the chunk's 32 int8 activations of token t into a[0..7] (words) and returns their block scale;
+// tokens t < cnt (one token's activations in registers at a time). Fallback: decode to floats, multiply in float (the arithmetic of the earlier kernel). kGridBytes: see the i-quants.
 struct NoGrid {
     static constexpr int kGridBytes = 0;
     SD static const void* global_grid() { return nullptr; }
@@ -159,8 +158,7 @@ template <>
 struct QDot<FmtIQ4_NL> : NoGrid {
     template <int NT, class Act>
     SD static void dot(const uint8_t* b, int, const void*, const Act& act, int cnt, float (&acc)[NT]) {
-        uint32_t table[4];
-        iq4nl_table(table);
+        const uint32_t table[4] = {0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u};   // kIq4nlWords
         int w[8];
 #pragma unroll
         for (int i = 0; i < 4; ++i) lookup16(ld32(b + 2 + 4 * i), table, w[i], w[i + 4]);
@@ -192,6 +190,21 @@ struct QDot<FmtQ2_0> : NoGrid {
     }
 };
 
+// 32 bytes at p (2-byte aligned) as 8 words: two 16-byte loads when p is 16-byte aligned. For Q4_K / Q5_K the
+// blocks (144 / 176 bytes) are all aligned or all not in a matrix, so the branch is the same for every lane.
+SD void load32(const uint8_t* p, uint32_t (&w)[8]) {
+#ifdef __CUDA_ARCH__
+    if (((uintptr_t)p & 15) == 0) {
+        const uint4 lo = ((const uint4*)p)[0], hi = ((const uint4*)p)[1];
+        w[0] = lo.x; w[1] = lo.y; w[2] = lo.z; w[3] = lo.w;
+        w[4] = hi.x; w[5] = hi.y; w[6] = hi.z; w[7] = hi.w;
+        return;
+    }
+#endif
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w[i] = ld32(p + 4 * i);
+}
+
 // Q4_K / Q5_K: acc += da·d·(sc·Σ q·a) − da·dmin·(m·Σ a)  (dot_q4_k / dot_q5_k per 32-weight sub-block).
 template <int NT, class Act>
 SD void add_kquant(const int* w, float d, float dmin, int sc, int m, const Act& act,
@@ -212,10 +225,11 @@ struct QDot<FmtQ4_K> : NoGrid {
     SD static void dot(const uint8_t* b, int j, const void*, const Act& act, int cnt, float (&acc)[NT]) {
         int sc, m;
         k4_scale_min(j, b + 4, sc, m);
-        const uint8_t* q = b + 16 + 32 * (j / 2);
+        uint32_t q[8];
+        load32(b + 16 + 32 * (j / 2), q);
         int w[8];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = (int)((ld32(q + 4 * i) >> (4 * (j % 2))) & 0x0F0F0F0Fu);
+        for (int i = 0; i < 8; ++i) w[i] = (int)((q[i] >> (4 * (j % 2))) & 0x0F0F0F0Fu);
         add_kquant<NT>(w, half_to_float(ld16(b)), half_to_float(ld16(b + 2)), sc, m, act, cnt, acc);
     }
 };
@@ -226,12 +240,12 @@ struct QDot<FmtQ5_K> : NoGrid {
     SD static void dot(const uint8_t* b, int j, const void*, const Act& act, int cnt, float (&acc)[NT]) {
         int sc, m;
         k4_scale_min(j, b + 4, sc, m);
-        const uint8_t* qh = b + 16;
-        const uint8_t* q = b + 48 + 32 * (j / 2);
+        uint32_t qh[8], q[8];
+        load32(b + 16, qh);
+        load32(b + 48 + 32 * (j / 2), q);
         int w[8];
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-            w[i] = (int)(((ld32(q + 4 * i) >> (4 * (j % 2))) & 0x0F0F0F0Fu) | (((ld32(qh + 4 * i) >> j) & 0x01010101u) << 4));
+        for (int i = 0; i < 8; ++i) w[i] = (int)(((q[i] >> (4 * (j % 2))) & 0x0F0F0F0Fu) | (((qh[i] >> j) & 0x01010101u) << 4));
         add_kquant<NT>(w, half_to_float(ld16(b)), half_to_float(ld16(b + 2)), sc, m, act, cnt, acc);
     }
 };
@@ -336,14 +350,14 @@ struct QDot<FmtIQ3_XXS> {
     SD static void dot(const uint8_t* b, int ib, const void* grid, const Act& act, int cnt, float (&acc)[NT]) {
         const uint32_t* table = (const uint32_t*)grid;
         const uint32_t aux = ld32(b + 66 + 4 * ib);
-        const uint8_t* qs = b + 2 + 8 * ib;
+        const uint32_t qs[2] = {ld32(b + 2 + 8 * ib), ld32(b + 2 + 8 * ib + 4)};   // 8 grid indices
         int w[8];
 #pragma unroll
         for (int g = 0; g < 4; ++g) {
             uint32_t lo, hi;
             sign_masks((aux >> (7 * g)) & 127, lo, hi);
-            w[2 * g] = apply_signs(table[qs[2 * g]], lo);
-            w[2 * g + 1] = apply_signs(table[qs[2 * g + 1]], hi);
+            w[2 * g] = apply_signs(table[(qs[g / 2] >> (16 * (g % 2))) & 0xFF], lo);
+            w[2 * g + 1] = apply_signs(table[(qs[g / 2] >> (16 * (g % 2) + 8)) & 0xFF], hi);
         }
         const int ls = (int)(2 * (aux >> 28) + 1);
         const float d = half_to_float(ld16(b));
