@@ -246,11 +246,16 @@ void HybridMoe::copy_expert(const Layer& L, int slot, int expert, cudaStream_t s
 
 void HybridMoe::copy_expert_to(const Layer& L, int expert, uint8_t* d_gate, uint8_t* d_up, uint8_t* d_down, int slot,
                                cudaStream_t s) {
-    CUDA_CHECK(cudaMemcpyAsync(d_gate + (size_t)slot * L.gate_bytes, L.gate.matrix(expert), L.gate_bytes,
+    copy_experts_to(L, expert, 1, d_gate, d_up, d_down, slot, s);
+}
+
+void HybridMoe::copy_experts_to(const Layer& L, int expert, int count, uint8_t* d_gate, uint8_t* d_up,
+                                uint8_t* d_down, int slot, cudaStream_t s) {
+    CUDA_CHECK(cudaMemcpyAsync(d_gate + (size_t)slot * L.gate_bytes, L.gate.matrix(expert), count * L.gate_bytes,
                                cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaMemcpyAsync(d_up + (size_t)slot * L.up_bytes, L.up.matrix(expert), L.up_bytes,
+    CUDA_CHECK(cudaMemcpyAsync(d_up + (size_t)slot * L.up_bytes, L.up.matrix(expert), count * L.up_bytes,
                                cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaMemcpyAsync(d_down + (size_t)slot * L.down_bytes, L.down.matrix(expert), L.down_bytes,
+    CUDA_CHECK(cudaMemcpyAsync(d_down + (size_t)slot * L.down_bytes, L.down.matrix(expert), count * L.down_bytes,
                                cudaMemcpyHostToDevice, s));
 }
 
@@ -379,13 +384,23 @@ void HybridMoe::misses_on_gpu(const Layer& L, const float* x, const std::vector<
     const size_t n = misses.size();
     for (size_t i = 0; i < n;) {
         size_t j = i;
-        int slots = 0;
+        int slots = 0, run_expert = -1, run_slot = 0, run_len = 0;
         for (int prev = -1; j < n; ++j) {
             if (misses[j].expert == prev) continue;
             if (slots == stage_slots_) break;
-            copy_expert_to(L, misses[j].expert, d_stage_gate_, d_stage_up_, d_stage_down_, slots++, stream_);
+            // Consecutive expert ids sit next to each other in every matrix: one copy per run of them.
+            if (run_len && misses[j].expert == run_expert + run_len) {
+                ++run_len;
+            } else {
+                if (run_len) copy_experts_to(L, run_expert, run_len, d_stage_gate_, d_stage_up_, d_stage_down_, run_slot, stream_);
+                run_expert = misses[j].expert;
+                run_slot = slots;
+                run_len = 1;
+            }
+            ++slots;
             prev = misses[j].expert;
         }
+        if (run_len) copy_experts_to(L, run_expert, run_len, d_stage_gate_, d_stage_up_, d_stage_down_, run_slot, stream_);
         counters_.pcie_bytes += (int64_t)slots * (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes);
         const int cnt = (int)(j - i);
         Scratch xg(pool_, (size_t)cnt * H * 4), gate(pool_, (size_t)cnt * I * 4), up(pool_, (size_t)cnt * I * 4);

@@ -119,6 +119,9 @@ private:
     void copy_expert(const Layer& L, int slot, int expert, cudaStream_t s);
     void copy_expert_to(const Layer& L, int expert, uint8_t* d_gate, uint8_t* d_up, uint8_t* d_down, int slot,
                         cudaStream_t s);
+    // Experts expert … expert+count−1 into slots slot … slot+count−1 (one copy per matrix).
+    void copy_experts_to(const Layer& L, int expert, int count, uint8_t* d_gate, uint8_t* d_up, uint8_t* d_down,
+                         int slot, cudaStream_t s);
     void start_moves(int layer);
     void land_moves();   // moves whose copies finished become hits
     // Prompt chunks: the missed experts are copied into a staging arena and computed on the GPU (batches of
