@@ -1,5 +1,5 @@
 // Every Backend op on the CUDA backend against the CPU backend on random inputs: matmul and embed in all 21 weight
-// formats (T = 1, 2, 3, 4, 5, 8, 19; Q8 activations and the f32-activation mode), moe_experts (both modes), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
+// formats (T = 1, 2, 3, 4, 5, 8, 19; Q8 activations and the f32-activation mode), moe_experts (both modes), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
 // keep-lists), indexer scores. Prints one line per check and writes JSON when given a path. Needs a GPU.
 // usage: cuda_ops_test [results.json]
 #include <algorithm>
@@ -160,10 +160,54 @@ void test_moe() {
             }
             std::vector<float> want((size_t)T * H);
             cpu->moe_experts(m, x.data(), T, k, ids.data(), wts.data(), want.data());
-            Dev dx(x), dy((size_t)T * H);
-            gpu->moe_experts(m, dx, T, k, ids.data(), wts.data(), dy);
+            std::vector<float> ids_bits(ids.size());     // int32 ids in float-sized device slots
+            std::memcpy(ids_bits.data(), ids.data(), ids.size() * 4);
+            Dev dx(x), dy((size_t)T * H), d_ids(ids_bits), d_wts(wts);
+            gpu->moe_experts(m, dx, T, k, reinterpret_cast<const int32_t*>(d_ids.p), d_wts, dy);
             // 2e-4: h differs from the CPU's by float rounding, so its Q8 quantization can differ by one step.
             report(std::string("moe_experts ") + ggml_type_name(t) + " T=" + std::to_string(T) + mode, dy.get(), want, 2e-4);
+        }
+    }
+}
+
+// route_topk: the same experts as the CPU (torch.topk's choice, exact ties included) and the same weights. The
+// (id, weight) pairs of a token are compared sorted by id (the GPU lists them by weight unless a tie decided).
+void test_route_topk() {
+    const int shapes[][2] = {{512, 10}, {512, 8}, {16, 2}, {64, 1}, {128, 2}, {40, 40}};
+    for (const auto& shape : shapes) {
+        const int E = shape[0], k = shape[1];
+        for (int kind = 0; kind < 3; ++kind) {   // continuous logits; logits on a 0.5 grid (exact ties); all equal
+            const int T = 8;
+            std::vector<float> logits = randn((size_t)T * E, 2.0f);
+            for (float& l : logits) l = kind == 0 ? l : kind == 1 ? std::round(l * 2.0f) / 2.0f : 0.25f;
+            std::vector<int32_t> ids((size_t)T * k);
+            std::vector<float> wts((size_t)T * k);
+            cpu->route_topk(logits.data(), T, E, k, ids.data(), wts.data());
+            Dev dl(logits), d_ids((size_t)T * k), d_wts((size_t)T * k);
+            gpu->route_topk(dl, T, E, k, reinterpret_cast<int32_t*>(d_ids.p), d_wts);
+            const std::vector<float> got_bits = d_ids.get(), got_w = d_wts.get();
+            std::vector<float> got_ids, want_ids, got_sorted_w, want_sorted_w;
+            for (int t = 0; t < T; ++t) {
+                std::vector<std::pair<int32_t, float>> g(k), w(k);
+                for (int j = 0; j < k; ++j) {
+                    int32_t id;
+                    std::memcpy(&id, &got_bits[(size_t)t * k + j], 4);
+                    g[j] = {id, got_w[(size_t)t * k + j]};
+                    w[j] = {ids[(size_t)t * k + j], wts[(size_t)t * k + j]};
+                }
+                std::sort(g.begin(), g.end());
+                std::sort(w.begin(), w.end());
+                for (int j = 0; j < k; ++j) {
+                    got_ids.push_back((float)g[j].first);
+                    want_ids.push_back((float)w[j].first);
+                    got_sorted_w.push_back(g[j].second);
+                    want_sorted_w.push_back(w[j].second);
+                }
+            }
+            const std::string name = "route_topk E=" + std::to_string(E) + " k=" + std::to_string(k) +
+                                     (kind == 0 ? "" : kind == 1 ? " ties" : " all equal");
+            report(name + " ids", got_ids, want_ids, 0.0);
+            report(name + " weights", got_sorted_w, want_sorted_w, 1e-5);
         }
     }
 }
@@ -312,6 +356,7 @@ int main(int argc, char** argv) {
         std::printf("device: %s\n", gpu->device_name().c_str());
         test_matmul_and_embed();
         test_moe();
+        test_route_topk();
         test_small_ops();
         test_conv_gdn_rope_attention();
         weights.clear();

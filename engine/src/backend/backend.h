@@ -34,6 +34,12 @@ public:
     // (key, value) lines for the serve protocol's INFO describing the backend's memory tiers (may be empty).
     virtual std::vector<std::pair<std::string, std::string>> info() const { return {}; }
 
+    // A backend may record the ops issued between begin_graph() and end_graph() and run them as one graph (a GPU
+    // backend's decode step); begin_graph returns whether it records. The caller must not need results on the host
+    // in between (to_host still works: the backend then runs what it recorded and issues the rest directly).
+    virtual bool begin_graph() { return false; }
+    virtual void end_graph() {}
+
     // Memory of the backend's device, in floats.
     virtual float* alloc(size_t n) = 0;
     virtual void release(float* p) = 0;
@@ -94,7 +100,12 @@ public:
                            const std::vector<std::vector<int32_t>>& keep, float* o) = 0;
     // Dot products for the indexer: s[b] = scale · Σ_h relu(q_h · kb[b]) for b < nb. q [ni·di], kb [nb, di].
     virtual void indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) = 0;
-    // y[t] = Σ_j w[t, j] · experts_j(x[t]) for the routed experts ids[t, j] (host), SwiGLU experts from 3-D tensors.
+    // Router: p = softmax(logits[t]) over all E experts; ids[t, :] = the k experts torch.topk picks from p (its
+    // choice among exact ties: model/topk.h), weights[t, j] = p_ids[t,j] / Σ_j p_ids[t,j]. logits [T, E];
+    // ids, weights [T, k] in the backend's memory (ids are int32 values in memory from alloc()).
+    virtual void route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) = 0;
+    // y[t] = Σ_j w[t, j] · experts_j(x[t]) for the routed experts ids[t, j]; ids and weights in the backend's
+    // memory (as route_topk writes them). SwiGLU experts from 3-D tensors.
     virtual void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
                              const float* weights, float* y) = 0;
 };

@@ -1,37 +1,16 @@
 // MoE (MODEL.md §10): softmax router over all experts, top-k, renormalised; SwiGLU experts; shared expert with a
-// sigmoid gate. Routing is decided on the host.
-#include <algorithm>
-#include <cmath>
-#include <numeric>
-
+// sigmoid gate. Routing runs on the backend's device (route_topk), so the pass needs no host round trip.
 #include "model/blocks.h"
-#include "model/topk.h"
 
 namespace strata {
 
 void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float* u, int T, float* y) {
     const int H = hp.n_embd, E = hp.n_expert, k = hp.n_expert_used, Is = hp.n_ff_shexp;
-    Scratch logits(be, (size_t)T * E);
+    Scratch logits(be, (size_t)T * E), ids(be, (size_t)T * k), weights(be, (size_t)T * k);
     be.matmul(w.router, u, T, logits);
-    std::vector<float> p((size_t)T * E);
-    be.to_host(p.data(), logits, p.size());
-    std::vector<int32_t> ids((size_t)T * k);
-    std::vector<float> weights((size_t)T * k);
-    for (int t = 0; t < T; ++t) {
-        float* pt = p.data() + (size_t)t * E;
-        const float mx = *std::max_element(pt, pt + E);
-        float sum = 0;
-        for (int e = 0; e < E; ++e) { pt[e] = std::exp(pt[e] - mx); sum += pt[e]; }
-        for (int e = 0; e < E; ++e) pt[e] /= sum;
-        const std::vector<int32_t> top_ids = torch_topk_indices(pt, E, k);
-        float top = 0;
-        for (int j = 0; j < k; ++j) top += pt[top_ids[j]];
-        for (int j = 0; j < k; ++j) {
-            ids[(size_t)t * k + j] = top_ids[j];
-            weights[(size_t)t * k + j] = pt[top_ids[j]] / top;
-        }
-    }
-    be.moe_experts(w, u, T, k, ids.data(), weights.data(), y);
+    int32_t* ids_dev = reinterpret_cast<int32_t*>(ids.get());     // int32 values in float-sized slots
+    be.route_topk(logits, T, E, k, ids_dev, weights);
+    be.moe_experts(w, u, T, k, ids_dev, weights, y);
 
     Scratch g(be, (size_t)T * Is), up(be, (size_t)T * Is), sh(be, (size_t)T * H), sg(be, (size_t)T);
     be.matmul(w.gate_shexp, u, T, g);

@@ -1,9 +1,41 @@
+// Qwen4Exp::forward: the layer loop over Backend ops; a short pass runs as one backend graph where it can.
 #include "model/qwen4exp.h"
+
+#include <algorithm>
 
 #include "common/error.h"
 #include "model/blocks.h"
 
 namespace strata {
+
+namespace {
+// Passes of at most this many tokens (decode steps, speculation's verify passes) may run as one backend graph.
+constexpr int kGraphMaxTokens = 8;
+
+// Ends the backend's graph when a pass leaves early by an exception (what was captured still runs, as the ops
+// issued directly would have).
+struct GraphScope {
+    Backend& be;
+    bool active;
+    ~GraphScope() {
+        if (!active) return;
+        try {
+            be.end_graph();
+        } catch (...) {
+        }
+    }
+};
+}  // namespace
+
+bool Qwen4Exp::selection_on_host(int P, int T) const {
+    const int last = P + T - 1;
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        const int cr = hp_.compress_ratios[il];
+        if (hp_.is_recurrent[il] || cr <= 0) continue;
+        if ((last + 1) / cr > hp_.indexer_top_k / cr) return true;   // more complete blocks than the budget keeps
+    }
+    return false;
+}
 
 Qwen4Exp::Qwen4Exp(const std::string& path, Backend& be) : be_(be), file_(GgufFile::open(path)) {
     hp_ = Hparams::from_gguf(*file_);
@@ -19,8 +51,11 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
     for (int t = 0; t < T; ++t)
         STRATA_CHECK(ids[t] >= 0 && ids[t] < hp_.n_vocab, "token id ", ids[t], " is outside the vocabulary of ", hp_.n_vocab);
 
+    const int logit_rows = out.logits ? (out.all_logits ? T : 1) : 0;
     Scratch e(be_, (size_t)T * H), X(be_, (size_t)T * nH), u(be_, (size_t)T * H), y(be_, (size_t)T * H),
-        inj(be_, (size_t)T * n);
+        inj(be_, (size_t)T * n), logits(be_, std::max<size_t>(1, (size_t)logit_rows * hp_.n_vocab));
+    // One graph from the embedding to the logits when no value is needed on the host in between.
+    GraphScope graph{be_, T <= kGraphMaxTokens && !selection_on_host(P, T) && be_.begin_graph()};
     be_.embed(w_.token_embd, ids, T, e);
     be_.repeat_streams(e, T, n, H, X);
 
@@ -38,17 +73,18 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
         moe_block(be_, hp_, L.moe, u, T, y);
         be_.hyper_inject(X, inj, y, T, n, H);
     }
-    s.tokens.insert(s.tokens.end(), ids, ids + T);
-
-    if (out.wide) be_.to_host(out.wide, X, (size_t)T * nH);
-    if (out.logits) {
-        const int rows = out.all_logits ? T : 1;
-        const float* X_first = X + (size_t)(T - rows) * nH;
-        Scratch logits(be_, (size_t)rows * hp_.n_vocab);
-        hyper_read(be_, hp_, w_.output_hc, X_first, rows, u, nullptr);
-        be_.matmul(w_.output, u, rows, logits);
-        be_.to_host(out.logits, logits, (size_t)rows * hp_.n_vocab);
+    if (logit_rows) {
+        const float* X_first = X + (size_t)(T - logit_rows) * nH;
+        hyper_read(be_, hp_, w_.output_hc, X_first, logit_rows, u, nullptr);
+        be_.matmul(w_.output, u, logit_rows, logits);
     }
+    if (graph.active) {
+        graph.active = false;
+        be_.end_graph();
+    }
+    s.tokens.insert(s.tokens.end(), ids, ids + T);
+    if (out.wide) be_.to_host(out.wide, X, (size_t)T * nH);
+    if (logit_rows) be_.to_host(out.logits, logits, (size_t)logit_rows * hp_.n_vocab);
 }
 
 }  // namespace strata

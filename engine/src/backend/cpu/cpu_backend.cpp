@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/platform.h"
+#include "model/topk.h"
 #include "quant/quant.h"
 
 namespace strata {
@@ -351,6 +352,25 @@ void CpuBackend::indexer_scores(const float* q, const float* kb, int nb, int ni,
             acc += std::max(d, 0.0f);
         }
         s[b] = scale * acc;
+    }
+}
+
+void CpuBackend::route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) {
+    STRATA_CHECK(k >= 1 && k <= E, "route_topk: k = ", k, " for ", E, " experts");
+    std::vector<float> p(E);
+    for (int t = 0; t < T; ++t) {
+        const float* lt = logits + (size_t)t * E;
+        const float mx = *std::max_element(lt, lt + E);
+        float sum = 0;
+        for (int e = 0; e < E; ++e) { p[e] = std::exp(lt[e] - mx); sum += p[e]; }
+        for (int e = 0; e < E; ++e) p[e] /= sum;
+        const std::vector<int32_t> top_ids = torch_topk_indices(p.data(), E, k);
+        float top = 0;
+        for (int j = 0; j < k; ++j) top += p[top_ids[j]];
+        for (int j = 0; j < k; ++j) {
+            ids[(size_t)t * k + j] = top_ids[j];
+            weights[(size_t)t * k + j] = p[top_ids[j]] / top;
+        }
     }
 }
 

@@ -1,6 +1,8 @@
 // CudaBackend: device memory, weight uploads and the Backend ops, each a thin host wrapper over kernels/.
-// Host-side arguments (token ids, positions, keep-lists, expert ids and weights) are uploaded per call.
-// STRATA_CUDA_SYNC=1 in the environment synchronises after every op, so an asynchronous fault names its op.
+// Host-side arguments (token ids, positions, keep-lists, PLE rows) go through pinned staging without a wait;
+// routing stays on the device. Between begin_graph and end_graph the ops are captured and run as one CUDA graph
+// (re-captured every pass, the previous executable graph updated in place). STRATA_CUDA_GRAPHS=0 turns graphs off;
+// STRATA_CUDA_SYNC=1 synchronises after every op (and turns graphs off), so an asynchronous fault names its op.
 #include "backend/cuda/cuda_backend.h"
 
 #include <cstdlib>
@@ -13,7 +15,9 @@
 #include "backend/cuda/device_pool.h"
 #include "backend/cuda/hybrid_moe.h"
 #include "backend/cuda/kernels/kernels.h"
+#include "backend/cuda/pinned_staging.h"
 #include "common/error.h"
+#include "common/log.h"
 
 namespace strata {
 
@@ -31,6 +35,15 @@ struct CudaBackend::Impl {
     bool sync_each_op = false;
     bool f32_act = false;
     std::unique_ptr<cuda::HybridMoe> hybrid;     // expert cache + CPU misses; null when every expert is uploaded
+    cuda::PinnedStaging staging{4 << 20};        // uploads of directly issued ops
+    cuda::PinnedStaging graph_staging{4 << 20};  // uploads captured into a graph: one half per pass, in turn
+    cuda::PinnedBuffer route_host;               // routing copied back for the hybrid path
+
+    // CUDA graphs: executable graphs by node count (a pass's shape), updated with each new capture of that shape.
+    bool graphs_on = false;
+    bool capturing = false;
+    std::map<size_t, cudaGraphExec_t> execs;
+    int64_t graph_launches = 0, graph_updates = 0, graph_instantiations = 0;
 
     // The device address of a weight's data (also for views inside an uploaded tensor).
     const uint8_t* dev(const Weight& w) const {
@@ -46,6 +59,7 @@ struct CudaBackend::Impl {
     const float* dev_f32(const Weight& w) {
         auto it = f32.find(w.data);
         if (it != f32.end()) return it->second;
+        if (capturing) end_graph();       // the synchronous upload below cannot be captured (prepare_weights does most)
         const std::vector<float> host = weight_to_f32(w);
         float* d = nullptr;
         CUDA_CHECK(cudaMalloc(&d, host.size() * sizeof(float)));
@@ -66,10 +80,72 @@ struct CudaBackend::Impl {
         template <class T> T* as() const { return static_cast<T*>(p); }
     };
 
+    // Host → device without waiting: through pinned staging (the host array may be pageable and short-lived).
     void upload(void* dst, const void* host, size_t bytes) {
         if (!bytes) return;
-        CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream));
-        CUDA_CHECK(cudaStreamSynchronize(stream));       // the host array may be pageable and short-lived
+        cuda::PinnedStaging& st = capturing ? graph_staging : staging;
+        void* staged = st.take(bytes);
+        if (!staged && !capturing && bytes <= st.half_bytes()) {
+            st.record(stream);
+            st.flip_and_wait();
+            staged = st.take(bytes);
+        }
+        if (!staged) {
+            // Too large for staging (a state restore): a plain copy and a wait.
+            if (capturing) end_graph();
+            CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream));
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            return;
+        }
+        std::memcpy(staged, host, bytes);
+        CUDA_CHECK(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, stream));
+    }
+
+    bool begin_graph() {
+        if (!graphs_on || capturing) return false;
+        graph_staging.flip_and_wait();     // the pass before last has read this half
+        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+        capturing = true;
+        return true;
+    }
+
+    // Ends the capture and runs it: updates the executable graph of the same node count, or instantiates one.
+    void end_graph() {
+        if (!capturing) return;
+        capturing = false;
+        cudaGraph_t graph = nullptr;
+        CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        size_t nodes = 0;
+        CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
+        auto it = execs.find(nodes);
+        if (it != execs.end()) {
+            cudaGraphExecUpdateResultInfo info;
+            if (cudaGraphExecUpdate(it->second, graph, &info) == cudaSuccess) {
+                ++graph_updates;
+            } else {
+                cudaGetLastError();      // clear the update's error; instantiate afresh
+                CUDA_CHECK(cudaGraphExecDestroy(it->second));
+                execs.erase(it);
+                it = execs.end();
+            }
+        }
+        if (it == execs.end()) {
+            if (execs.size() >= 8) clear_graphs();
+            cudaGraphExec_t exec = nullptr;
+            CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            it = execs.emplace(nodes, exec).first;
+            ++graph_instantiations;
+        }
+        CUDA_CHECK(cudaGraphDestroy(graph));
+        CUDA_CHECK(cudaGraphLaunch(it->second, stream));
+        graph_staging.record(stream);
+        ++graph_launches;
+        done("graph");
+    }
+
+    void clear_graphs() {
+        for (auto& [n, exec] : execs) cudaGraphExecDestroy(exec);
+        execs.clear();
     }
 
     void done(const char* op) {
@@ -111,6 +187,8 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
     cuda::upload_iq_tables();
     const char* env = std::getenv("STRATA_CUDA_SYNC");
     impl_->sync_each_op = env && std::strcmp(env, "1") == 0;
+    const char* graphs_env = std::getenv("STRATA_CUDA_GRAPHS");
+    const bool graphs_wanted = !(graphs_env && std::strcmp(graphs_env, "0") == 0);
     if (!opt.expert_cache.empty() || !opt.routing_profile_out.empty()) {
         Impl* im = impl_.get();
         impl_->hybrid = std::make_unique<cuda::HybridMoe>(
@@ -119,10 +197,21 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
                 im->matmul_rows(m, x, act_rows, P, y);
             });
     }
+    // The hybrid path waits for routing on the host mid-pass, which a graph cannot hold.
+    impl_->graphs_on = graphs_wanted && !impl_->sync_each_op && !impl_->hybrid;
 }
 
 CudaBackend::~CudaBackend() {
+    if (impl_->capturing) {
+        cudaGraph_t g = nullptr;
+        if (cudaStreamEndCapture(impl_->stream, &g) == cudaSuccess && g) cudaGraphDestroy(g);
+    }
     cudaStreamSynchronize(impl_->stream);
+    if (impl_->graph_launches)
+        log_info("cuda", "graphs: " + std::to_string(impl_->graph_launches) + " passes, " +
+                             std::to_string(impl_->graph_updates) + " updates, " +
+                             std::to_string(impl_->graph_instantiations) + " instantiations");
+    impl_->clear_graphs();
     impl_->hybrid.reset();
     for (auto& [host, up] : impl_->weights) cudaFree(up.dev);
     for (auto& [host, d] : impl_->f32) cudaFree(d);
@@ -137,7 +226,13 @@ std::string CudaBackend::device_name() const {
 
 size_t CudaBackend::weight_bytes() const { return impl_->weight_bytes; }
 
-void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+void CudaBackend::synchronize() {
+    impl_->end_graph();
+    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+}
+
+bool CudaBackend::begin_graph() { return impl_->begin_graph(); }
+void CudaBackend::end_graph() { impl_->end_graph(); }
 
 Backend::ExpertCacheCounts CudaBackend::expert_cache_counts() const {
     if (!impl_->hybrid) return {};
@@ -197,6 +292,16 @@ void visit_layer(const LayerWeights& L, Fn&& fn) {
     }
 }
 
+// The small weights the ops read as f32 (norms, biases, conv taps): converted at load, not inside a captured pass.
+template <class Fn>
+void visit_f32(const LayerWeights& L, Fn&& fn) {
+    for (const Weight* w : {&L.hc_attn.norm, &L.hc_ffn.norm, &L.gdn.conv1d, &L.gdn.dt_bias, &L.gdn.a, &L.gdn.norm,
+                            &L.qsa.q_norm, &L.qsa.k_norm, &L.qsa.idx_q_norm, &L.qsa.idx_k_norm})
+        fn(*w);
+    if (L.has_ple)
+        for (const Weight* w : {&L.ple.norm_key, &L.ple.norm_query, &L.ple.norm_conv, &L.ple.conv1d}) fn(*w);
+}
+
 template <class Fn>
 void visit_nextn(const NextnWeights& n, Fn&& fn) {
     for (const Weight* w : {&n.eh_proj, &n.enorm, &n.hnorm}) fn(*w);
@@ -215,6 +320,11 @@ void CudaBackend::prepare_weights(const ModelWeights& mw) {
     visit_hyper(mw.output_hc, up);
     for (const LayerWeights& L : mw.layers) visit_layer(L, up);
     if (mw.has_nextn) visit_nextn(mw.nextn, up);
+    auto f32 = [&](const Weight& w) {
+        if (w.present() && w.data) impl_->dev_f32(w);
+    };
+    f32(mw.output_hc.norm);
+    for (const LayerWeights& L : mw.layers) visit_f32(L, f32);
     if (hy) hy->prepare();     // the cache takes what VRAM the weights above left
 }
 
@@ -222,6 +332,11 @@ void CudaBackend::prepare_weights_extra(const LayerWeights& block, const NextnWe
     auto up = [&](const Weight& w) { upload_weight(w); };
     visit_layer(block, up);
     visit_nextn(nextn, up);
+    auto f32 = [&](const Weight& w) {
+        if (w.present() && w.data) impl_->dev_f32(w);
+    };
+    visit_f32(block, f32);
+    for (const Weight* w : {&nextn.enorm, &nextn.hnorm, &nextn.head.norm}) f32(*w);
 }
 
 float* CudaBackend::alloc(size_t n) { return static_cast<float*>(impl_->pool.get(std::max<size_t>(n, 1) * sizeof(float))); }
@@ -231,6 +346,7 @@ void CudaBackend::to_device(float* dst, const float* host, size_t n) { impl_->up
 
 void CudaBackend::to_host(float* host, const float* src, size_t n) {
     if (!n) return;
+    impl_->end_graph();     // a value needed mid-pass: run what was captured, issue the rest directly
     CUDA_CHECK(cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDeviceToHost, impl_->stream));
     CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
 }
@@ -416,13 +532,27 @@ void CudaBackend::indexer_scores(const float* q, const float* kb, int nb, int ni
     impl_->done("indexer_scores");
 }
 
-void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
-                              const float* weights, float* y) {
+void CudaBackend::route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) {
+    cuda::route_topk(impl_->stream, logits, T, E, k, ids, weights);
+    impl_->done("route_topk");
+}
+
+void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* d_ids,
+                              const float* d_w, float* y) {
     const int H = (int)w.gate_exps.ne[0], I = (int)w.gate_exps.ne[1], E = (int)w.gate_exps.ne[2];
     const int P = T * k;   // (token, expert) pairs
     if (!P) return;
-    for (int p = 0; p < P; ++p) STRATA_CHECK(ids[p] >= 0 && ids[p] < E, "cuda moe: expert id ", ids[p], " is outside 0..", E - 1);
     if (impl_->hybrid) {
+        // The expert cache and the routing profile read the routing on the host: one copy back and a wait.
+        impl_->end_graph();
+        auto* host = static_cast<uint32_t*>(impl_->route_host.get((size_t)2 * P * 4));
+        CUDA_CHECK(cudaMemcpyAsync(host, d_ids, (size_t)P * 4, cudaMemcpyDeviceToHost, impl_->stream));
+        CUDA_CHECK(cudaMemcpyAsync(host + P, d_w, (size_t)P * 4, cudaMemcpyDeviceToHost, impl_->stream));
+        CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+        const int32_t* ids = reinterpret_cast<const int32_t*>(host);
+        const float* weights = reinterpret_cast<const float*>(host + P);
+        for (int p = 0; p < P; ++p)
+            STRATA_CHECK(ids[p] >= 0 && ids[p] < E, "cuda moe: expert id ", ids[p], " is outside 0..", E - 1);
         if (impl_->hybrid->handles(w)) {
             impl_->hybrid->moe_experts(w, x, T, k, ids, weights, y);
             impl_->done("moe_experts (expert cache)");
@@ -430,14 +560,6 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
         }
         impl_->hybrid->note_routing(w, ids, P);
     }
-    // ids and weights travel in one upload (both 4-byte values).
-    Impl::Buf route(*impl_, (size_t)2 * P * 4);
-    std::vector<uint32_t> host(2 * (size_t)P);
-    std::memcpy(host.data(), ids, (size_t)P * 4);
-    std::memcpy(host.data() + P, weights, (size_t)P * 4);
-    impl_->upload(route.p, host.data(), host.size() * 4);
-    const int32_t* d_ids = route.as<int32_t>();
-    const float* d_w = route.as<float>() + P;
 
     Impl::Buf gate(*impl_, (size_t)P * I * 4), up(*impl_, (size_t)P * I * 4), down(*impl_, (size_t)P * H * 4);
     auto expert_args = [&](const Weight& e, int rows, int n, int act_div) {

@@ -34,6 +34,8 @@ public:
     size_t weight_bytes() const;        // device bytes held by uploaded weights
     std::string device_name() const;
     void synchronize();                 // waits for all queued work (for timing)
+    bool begin_graph() override;
+    void end_graph() override;
     ExpertCacheCounts expert_cache_counts() const override;
     std::vector<std::pair<std::string, std::string>> info() const override;
 
@@ -69,6 +71,7 @@ public:
     void attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                    const std::vector<std::vector<int32_t>>& keep, float* o) override;
     void indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) override;
+    void route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) override;
     void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids, const float* weights,
                      float* y) override;
 

@@ -59,6 +59,9 @@ void moe_combine(cudaStream_t s, const float* down, const float* w, int T, int k
 // h[p, i] = silu(gate[p, i]) · up[p, i].
 void swiglu(cudaStream_t s, const float* gate, const float* up, size_t n, float* h);
 
+// ---- routing.cu ---- Backend::route_topk on the device: ids, weights [T, k] from logits [T, E] (E ≤ 3000).
+void route_topk(cudaStream_t s, const float* logits, int T, int E, int k, int32_t* ids, float* weights);
+
 // ---- moe_hybrid.cu: the expert-cache path ----
 // y[i] = x[rows[i]] for i < n; x, y rows of `width` floats; rows on the device.
 void gather_rows(cudaStream_t s, const float* x, const int32_t* rows, int n, int width, float* y);
