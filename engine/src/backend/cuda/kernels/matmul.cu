@@ -150,6 +150,59 @@ matmul_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, 
     }
 }
 
+// Several activation rows (T ≥ 2) and an integer format: each warp takes kRows consecutive rows at once, so every
+// activation chunk it loads serves kRows rows (with one row per warp, re-reading the activations of 8 tokens for
+// each chunk would cost more than the weights).
+constexpr int kRows = 4;
+
+template <class F, int NT>
+__global__ void __launch_bounds__(kWarps * 32)
+matmul_q8_rows_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, int act_div,
+                      const int8_t* __restrict__ aq, const float* __restrict__ ad, int P, float* __restrict__ y) {
+    using Q = QInt<F>;
+    __shared__ uint4 smem[GridSmem<F>::kWords];
+    const void* grid = stage_grid<F>(smem);
+    constexpr int kSub = F::QK / 32;
+    const int lane = threadIdx.x & 31;
+    const int units = n / 32, nd = n / F::ABLK;
+    const int p0 = blockIdx.y * NT;
+    const int cnt = min(NT, P - p0);
+    const int64_t stride = (int64_t)gridDim.x * kWarps * kRows;
+    for (int64_t r0 = ((int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5)) * kRows; r0 < rows; r0 += stride) {
+        const int nr = (int)min((int64_t)kRows, rows - r0);
+        float acc[kRows][NT];
+#pragma unroll
+        for (int i = 0; i < kRows; ++i)
+#pragma unroll
+            for (int t = 0; t < NT; ++t) acc[i][t] = 0.0f;
+        for (int u = lane; u < units; u += 32) {
+            IChunk c[kRows];
+#pragma unroll
+            for (int i = 0; i < kRows; ++i)
+                if (i < nr) Q::decode(W + (size_t)(r0 + i) * row_bytes + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, c[i]);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (t >= cnt) break;
+                const size_t ar = (size_t)((p0 + t) / act_div);
+                const int4* q4 = (const int4*)(aq + ar * n + 32 * u);
+                const int4 lo = __ldg(q4), hi = __ldg(q4 + 1);
+                const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+                const float da = __ldg(ad + ar * nd + (32 * u) / F::ABLK);
+#pragma unroll
+                for (int i = 0; i < kRows; ++i)
+                    if (i < nr) acc[i][t] += chunk_term<Q::kSplit, Q::kMin>(c[i], a, da);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < kRows; ++i)
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                const float v = warp_sum(acc[i][t]);
+                if (lane == 0 && i < nr && t < cnt) y[(size_t)(p0 + t) * rows + r0 + i] = v;
+            }
+    }
+}
+
 // Matrices by id: block column p computes pair p, or with NT > 1 (grouping) every pair with the id of p when p is
 // the first pair with that id (the others' columns return at once), NT pairs per pass over the row.
 template <class F, int NT>
@@ -323,6 +376,15 @@ void launch_q8_dense(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, floa
 }
 
 template <class F, int NT>
+void launch_q8_rows(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, float* y) {
+    static const unsigned resident = resident_blocks(matmul_q8_rows_kernel<F, NT>);
+    const unsigned gy = (unsigned)((P + NT - 1) / NT);
+    const dim3 grid(std::min(grid_for((size_t)m.rows, kWarps * kRows), std::max(1u, resident / gy)), gy);
+    matmul_q8_rows_kernel<F, NT><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.act_div, act.q, act.d,
+                                                              P, y);
+}
+
+template <class F, int NT>
 void launch_q8_ids(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, float* y) {
     static const unsigned resident = resident_blocks(matmul_q8_ids_kernel<F, NT>);
     const dim3 grid = row_grid(m.rows, (unsigned)P, resident);
@@ -346,12 +408,14 @@ void launch_block(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act
         else launch_q8_ids<F, 1>(s, m, act, P, y);
     } else if (P == 1) {
         launch_q8_dense<F, 1>(s, m, act, P, y);
-    } else if (P == 2) {
-        launch_q8_dense<F, 2>(s, m, act, P, y);
-    } else if (P <= 4) {
-        launch_q8_dense<F, 4>(s, m, act, P, y);
+    } else if constexpr (QInt<F>::kHas) {
+        if (P == 2) launch_q8_rows<F, 2>(s, m, act, P, y);
+        else if (P <= 4) launch_q8_rows<F, 4>(s, m, act, P, y);
+        else launch_q8_rows<F, kTile>(s, m, act, P, y);
     } else {
-        launch_q8_dense<F, kTile>(s, m, act, P, y);
+        if (P == 2) launch_q8_dense<F, 2>(s, m, act, P, y);
+        else if (P <= 4) launch_q8_dense<F, 4>(s, m, act, P, y);
+        else launch_q8_dense<F, kTile>(s, m, act, P, y);
     }
     CUDA_CHECK_LAUNCH();
 }

@@ -90,103 +90,95 @@ constexpr bool iq4nl_words_match() {
 }
 static_assert(iq4nl_words_match(), "kIq4nlWords must equal iq::kvalues_iq4nl");
 
-// act(t, a) loads the chunk's 32 int8 activations of token t into a[0..7] (words) and returns their block scale;
-// tokens t < cnt (one token's activations in registers at a time). Fallback: decode to floats, multiply in float (the arithmetic of the earlier kernel). kGridBytes: see the i-quants.
+// A chunk decoded for integer dots: 8 words of int8 weights; its term for one token (activations a, scale da) is
+//   da·(d·(s0·Σ_{words 0-3} w·a + s1·Σ_{words 4-7} w·a)) − da·(dm·(m·Σ a))
+// (s1 used only with kSplit, the min term only with kMin): the sub-block arithmetic of quant/dot_scalar.cpp.
+struct IChunk {
+    int w[8];
+    float d, dm;
+    int s0, s1, m;
+};
+
+template <bool kSplit, bool kMin>
+SD float chunk_term(const IChunk& c, const int* a, float da) {
+    const int sq = kSplit ? c.s0 * dot_words(c.w, a, 0, 4) + c.s1 * dot_words(c.w, a, 4, 4) : c.s0 * dot_words(c.w, a, 0, 8);
+    float r = da * (c.d * (float)sq);
+    if (kMin) r -= da * (c.dm * (float)(c.m * act_sum(a)));
+    return r;
+}
+
 struct NoGrid {
     static constexpr int kGridBytes = 0;
     SD static const void* global_grid() { return nullptr; }
 };
 
+// QInt<F>: formats with an integer decoder: kSplit, kMin, decode(block, sub, grid, chunk). kGridBytes / global_grid():
+// the i-quants' grid table, which the kernels copy to shared memory (lanes look up different entries; a gather from
+// global memory touches many cache lines); decode() reads it from `grid`.
 template <class F>
-struct QDot : NoGrid {
-    template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int sub, const void*, const Act& act, int cnt, float (&acc)[NT]) {
-        float w[32];
-        F::deq32(b, sub, w);
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t >= cnt) break;
-            int a[8];
-            const float da = act(t, a);
-            float s = 0.0f;
-#pragma unroll
-            for (int e = 0; e < 32; ++e) s = fmaf(w[e], (float)(int8_t)(a[e / 4] >> (8 * (e % 4))), s);
-            acc[t] = fmaf(s, da, acc[t]);
-        }
-    }
+struct QInt {
+    static constexpr bool kHas = false;
 };
 
-// One scale per chunk: acc += (dw·da)·Σ w·a (dot_q8_0, q4_0, q5_0, iq4_nl, q2_0 of dot_scalar.cpp).
-template <int NT, class Act>
-SD void add_scaled(const int* w, float dw, const Act& act, int cnt, float (&acc)[NT]) {
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        if (t >= cnt) break;
-            int a[8];
-            const float da = act(t, a);
-        acc[t] += dw * da * (float)dot_words(w, a, 0, 8);
-    }
-}
+struct QIntBase : NoGrid {
+    static constexpr bool kHas = true, kSplit = false, kMin = false;
+};
 
 template <>
-struct QDot<FmtQ8_0> : NoGrid {
-    template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int, const void*, const Act& act, int cnt, float (&acc)[NT]) {
-        int w[8];
+struct QInt<FmtQ8_0> : QIntBase {
+    SD static void decode(const uint8_t* b, int, const void*, IChunk& c) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = (int)ld32(b + 2 + 4 * i);
-        add_scaled<NT>(w, half_to_float(ld16(b)), act, cnt, acc);
+        for (int i = 0; i < 8; ++i) c.w[i] = (int)ld32(b + 2 + 4 * i);
+        c.d = half_to_float(ld16(b));
+        c.s0 = 1;
     }
 };
 
 template <>
-struct QDot<FmtQ4_0> : NoGrid {
-    template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int, const void*, const Act& act, int cnt, float (&acc)[NT]) {
-        int w[8];
+struct QInt<FmtQ4_0> : QIntBase {
+    SD static void decode(const uint8_t* b, int, const void*, IChunk& c) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const uint32_t q = ld32(b + 2 + 4 * i);
-            w[i] = sub_bytes(q & 0x0F0F0F0Fu, 0x08080808u);
-            w[i + 4] = sub_bytes((q >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+            c.w[i] = sub_bytes(q & 0x0F0F0F0Fu, 0x08080808u);
+            c.w[i + 4] = sub_bytes((q >> 4) & 0x0F0F0F0Fu, 0x08080808u);
         }
-        add_scaled<NT>(w, half_to_float(ld16(b)), act, cnt, acc);
+        c.d = half_to_float(ld16(b));
+        c.s0 = 1;
     }
 };
 
 template <>
-struct QDot<FmtIQ4_NL> : NoGrid {
-    template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int, const void*, const Act& act, int cnt, float (&acc)[NT]) {
+struct QInt<FmtIQ4_NL> : QIntBase {
+    SD static void decode(const uint8_t* b, int, const void*, IChunk& c) {
         const uint32_t table[4] = {0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u};   // kIq4nlWords
-        int w[8];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) lookup16(ld32(b + 2 + 4 * i), table, w[i], w[i + 4]);
-        add_scaled<NT>(w, half_to_float(ld16(b)), act, cnt, acc);
+        for (int i = 0; i < 4; ++i) lookup16(ld32(b + 2 + 4 * i), table, c.w[i], c.w[i + 4]);
+        c.d = half_to_float(ld16(b));
+        c.s0 = 1;
     }
 };
 
 // Q2_0: byte j of the chunk holds weights 4j … 4j+3 (2 bits each, value code − 1). The four shifted masks give
 // weights {4j + s}; a 4×4 byte transpose puts them back in order.
 template <>
-struct QDot<FmtQ2_0> : NoGrid {
-    template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int sub, const void*, const Act& act, int cnt, float (&acc)[NT]) {
-        int w[8];
+struct QInt<FmtQ2_0> : QIntBase {
+    SD static void decode(const uint8_t* b, int sub, const void*, IChunk& c) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const uint32_t q = ld32(b + 2 + 8 * sub + 4 * h);
-            uint32_t c[4];
+            uint32_t v[4];
 #pragma unroll
-            for (int s = 0; s < 4; ++s) c[s] = (uint32_t)sub_bytes((q >> (2 * s)) & 0x03030303u, 0x01010101u);
-            const uint32_t t0 = prmt(c[0], c[1], 0x5140), t1 = prmt(c[0], c[1], 0x7362);
-            const uint32_t t2 = prmt(c[2], c[3], 0x5140), t3 = prmt(c[2], c[3], 0x7362);
-            w[4 * h + 0] = (int)prmt(t0, t2, 0x5410);
-            w[4 * h + 1] = (int)prmt(t0, t2, 0x7632);
-            w[4 * h + 2] = (int)prmt(t1, t3, 0x5410);
-            w[4 * h + 3] = (int)prmt(t1, t3, 0x7632);
+            for (int s = 0; s < 4; ++s) v[s] = (uint32_t)sub_bytes((q >> (2 * s)) & 0x03030303u, 0x01010101u);
+            const uint32_t t0 = prmt(v[0], v[1], 0x5140), t1 = prmt(v[0], v[1], 0x7362);
+            const uint32_t t2 = prmt(v[2], v[3], 0x5140), t3 = prmt(v[2], v[3], 0x7362);
+            c.w[4 * h + 0] = (int)prmt(t0, t2, 0x5410);
+            c.w[4 * h + 1] = (int)prmt(t0, t2, 0x7632);
+            c.w[4 * h + 2] = (int)prmt(t1, t3, 0x5410);
+            c.w[4 * h + 3] = (int)prmt(t1, t3, 0x7632);
         }
-        add_scaled<NT>(w, half_to_float(ld16(b)), act, cnt, acc);
+        c.d = half_to_float(ld16(b));
+        c.s0 = 1;
     }
 };
 
@@ -205,168 +197,156 @@ SD void load32(const uint8_t* p, uint32_t (&w)[8]) {
     for (int i = 0; i < 8; ++i) w[i] = ld32(p + 4 * i);
 }
 
-// Q4_K / Q5_K: acc += da·d·(sc·Σ q·a) − da·dmin·(m·Σ a)  (dot_q4_k / dot_q5_k per 32-weight sub-block).
-template <int NT, class Act>
-SD void add_kquant(const int* w, float d, float dmin, int sc, int m, const Act& act,
-                   int cnt, float (&acc)[NT]) {
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        if (t >= cnt) break;
-            int a[8];
-            const float da = act(t, a);
-        const int sq = sc * dot_words(w, a, 0, 8), sm = m * act_sum(a);
-        acc[t] += da * d * (float)sq - da * dmin * (float)sm;
-    }
-}
-
+// Q4_K / Q5_K: sub-block scale sc and min m (dot_q4_k / dot_q5_k).
 template <>
-struct QDot<FmtQ4_K> : NoGrid {
-    template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int j, const void*, const Act& act, int cnt, float (&acc)[NT]) {
-        int sc, m;
-        k4_scale_min(j, b + 4, sc, m);
+struct QInt<FmtQ4_K> : QIntBase {
+    static constexpr bool kMin = true;
+    SD static void decode(const uint8_t* b, int j, const void*, IChunk& c) {
+        k4_scale_min(j, b + 4, c.s0, c.m);
         uint32_t q[8];
         load32(b + 16 + 32 * (j / 2), q);
-        int w[8];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = (int)((q[i] >> (4 * (j % 2))) & 0x0F0F0F0Fu);
-        add_kquant<NT>(w, half_to_float(ld16(b)), half_to_float(ld16(b + 2)), sc, m, act, cnt, acc);
+        for (int i = 0; i < 8; ++i) c.w[i] = (int)((q[i] >> (4 * (j % 2))) & 0x0F0F0F0Fu);
+        c.d = half_to_float(ld16(b));
+        c.dm = half_to_float(ld16(b + 2));
     }
 };
 
 template <>
-struct QDot<FmtQ5_K> : NoGrid {
-    template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int j, const void*, const Act& act, int cnt, float (&acc)[NT]) {
-        int sc, m;
-        k4_scale_min(j, b + 4, sc, m);
+struct QInt<FmtQ5_K> : QIntBase {
+    static constexpr bool kMin = true;
+    SD static void decode(const uint8_t* b, int j, const void*, IChunk& c) {
+        k4_scale_min(j, b + 4, c.s0, c.m);
         uint32_t qh[8], q[8];
         load32(b + 16, qh);
         load32(b + 48 + 32 * (j / 2), q);
-        int w[8];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = (int)(((q[i] >> (4 * (j % 2))) & 0x0F0F0F0Fu) | (((qh[i] >> j) & 0x01010101u) << 4));
-        add_kquant<NT>(w, half_to_float(ld16(b)), half_to_float(ld16(b + 2)), sc, m, act, cnt, acc);
+        for (int i = 0; i < 8; ++i) c.w[i] = (int)(((q[i] >> (4 * (j % 2))) & 0x0F0F0F0Fu) | (((qh[i] >> j) & 0x01010101u) << 4));
+        c.d = half_to_float(ld16(b));
+        c.dm = half_to_float(ld16(b + 2));
     }
 };
 
-// Q6_K: two 16-weight halves with their own int8 scale; acc += da·d·Σ scale·Σ q·a (dot_q6_k).
+// Q6_K: two 16-weight halves with their own int8 scale (dot_q6_k).
 template <>
-struct QDot<FmtQ6_K> : NoGrid {
-    template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int sub, const void*, const Act& act, int cnt, float (&acc)[NT]) {
+struct QInt<FmtQ6_K> : QIntBase {
+    static constexpr bool kSplit = true;
+    SD static void decode(const uint8_t* b, int sub, const void*, IChunk& c) {
         const int h = sub / 4, r = sub % 4;
         const uint8_t* ql = b + h * 64 + (r & 1) * 32;
         const uint8_t* qh = b + 128 + h * 32;
-        const int8_t* scales = (const int8_t*)(b + 192);
-        const int s0 = scales[2 * sub], s1 = scales[2 * sub + 1];
-        const float d = half_to_float(ld16(b + 208));
-        int w[8];
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const uint32_t lo = (ld32(ql + 4 * i) >> (r < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
             const uint32_t hi = ((ld32(qh + 4 * i) >> (2 * r)) & 0x03030303u) << 4;
-            w[i] = sub_bytes(lo | hi, 0x20202020u);
+            c.w[i] = sub_bytes(lo | hi, 0x20202020u);
         }
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t >= cnt) break;
-            int a[8];
-            const float da = act(t, a);
-            const int sq = s0 * dot_words(w, a, 0, 4) + s1 * dot_words(w, a, 4, 4);
-            acc[t] += da * d * (float)sq;
-        }
+        const uint16_t sc = ld16(b + 192 + 2 * sub);
+        c.s0 = (int8_t)(sc & 0xFF);
+        c.s1 = (int8_t)(sc >> 8);
+        c.d = half_to_float(ld16(b + 208));
     }
 };
 
-// The i-quants: acc += 0.125 (IQ2) or 0.25 (IQ3_XXS) · da·d·Σ (2·scale + 1)·Σ ±grid·a. kGridBytes / global_grid():
-// the grid table, which the kernels copy to shared memory (lanes look up different entries; a gather from global
-// memory touches many cache lines); dot() reads it from `grid`.
+// The i-quants: d·(2·scale + 1)·Σ ±grid·a, times 0.125 (IQ2) or 0.25 (IQ3_XXS), which is exact, folded into d.
 template <>
-struct QDot<FmtIQ2_XXS> {
+struct QInt<FmtIQ2_XXS> : QIntBase {
     static constexpr int kGridBytes = sizeof(iq::iq2xxs_grid);
     SD static const void* global_grid() { return STRATA_IQ(iq2xxs_grid); }
-    template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int ib, const void* grid, const Act& act, int cnt, float (&acc)[NT]) {
+    SD static void decode(const uint8_t* b, int ib, const void* grid, IChunk& c) {
         const uint64_t* table = (const uint64_t*)grid;
         const uint32_t idx = ld32(b + 2 + 8 * ib), aux = ld32(b + 2 + 8 * ib + 4);
-        int w[8];
 #pragma unroll
         for (int g = 0; g < 4; ++g) {
             const uint64_t gv = table[(idx >> (8 * g)) & 0xFF];
             uint32_t lo, hi;
             sign_masks((aux >> (7 * g)) & 127, lo, hi);
-            w[2 * g] = apply_signs((uint32_t)gv, lo);
-            w[2 * g + 1] = apply_signs((uint32_t)(gv >> 32), hi);
+            c.w[2 * g] = apply_signs((uint32_t)gv, lo);
+            c.w[2 * g + 1] = apply_signs((uint32_t)(gv >> 32), hi);
         }
-        const int ls = (int)(2 * (aux >> 28) + 1);
-        const float d = half_to_float(ld16(b));
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t >= cnt) break;
-            int a[8];
-            const float da = act(t, a);
-            acc[t] += 0.125f * (da * d * (float)(ls * dot_words(w, a, 0, 8)));
-        }
+        c.s0 = (int)(2 * (aux >> 28) + 1);
+        c.d = 0.125f * half_to_float(ld16(b));
     }
 };
 
 template <>
-struct QDot<FmtIQ2_XS> {
+struct QInt<FmtIQ2_XS> : QIntBase {
+    static constexpr bool kSplit = true;
     static constexpr int kGridBytes = sizeof(iq::iq2xs_grid);
     SD static const void* global_grid() { return STRATA_IQ(iq2xs_grid); }
-    template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int sub, const void* grid, const Act& act, int cnt, float (&acc)[NT]) {
+    SD static void decode(const uint8_t* b, int sub, const void* grid, IChunk& c) {
         const uint64_t* table = (const uint64_t*)grid;
-        int w[8];
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             const uint32_t v = ld16(b + 2 + 2 * (4 * sub + k));
             const uint64_t gv = table[v & 511];
             uint32_t lo, hi;
             sign_masks(v >> 9, lo, hi);
-            w[2 * k] = apply_signs((uint32_t)gv, lo);
-            w[2 * k + 1] = apply_signs((uint32_t)(gv >> 32), hi);
+            c.w[2 * k] = apply_signs((uint32_t)gv, lo);
+            c.w[2 * k + 1] = apply_signs((uint32_t)(gv >> 32), hi);
         }
         const int sc = b[66 + sub];
-        const int ls0 = 2 * (sc & 0xF) + 1, ls1 = 2 * (sc >> 4) + 1;
-        const float d = half_to_float(ld16(b));
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t >= cnt) break;
-            int a[8];
-            const float da = act(t, a);
-            const int sq = ls0 * dot_words(w, a, 0, 4) + ls1 * dot_words(w, a, 4, 4);
-            acc[t] += 0.125f * (da * d * (float)sq);
-        }
+        c.s0 = 2 * (sc & 0xF) + 1;
+        c.s1 = 2 * (sc >> 4) + 1;
+        c.d = 0.125f * half_to_float(ld16(b));
     }
 };
 
 template <>
-struct QDot<FmtIQ3_XXS> {
+struct QInt<FmtIQ3_XXS> : QIntBase {
     static constexpr int kGridBytes = sizeof(iq::iq3xxs_grid);
     SD static const void* global_grid() { return STRATA_IQ(iq3xxs_grid); }
-    template <int NT, class Act>
-    SD static void dot(const uint8_t* b, int ib, const void* grid, const Act& act, int cnt, float (&acc)[NT]) {
+    SD static void decode(const uint8_t* b, int ib, const void* grid, IChunk& c) {
         const uint32_t* table = (const uint32_t*)grid;
         const uint32_t aux = ld32(b + 66 + 4 * ib);
         const uint32_t qs[2] = {ld32(b + 2 + 8 * ib), ld32(b + 2 + 8 * ib + 4)};   // 8 grid indices
-        int w[8];
 #pragma unroll
         for (int g = 0; g < 4; ++g) {
             uint32_t lo, hi;
             sign_masks((aux >> (7 * g)) & 127, lo, hi);
-            w[2 * g] = apply_signs(table[(qs[g / 2] >> (16 * (g % 2))) & 0xFF], lo);
-            w[2 * g + 1] = apply_signs(table[(qs[g / 2] >> (16 * (g % 2) + 8)) & 0xFF], hi);
+            c.w[2 * g] = apply_signs(table[(qs[g / 2] >> (16 * (g % 2))) & 0xFF], lo);
+            c.w[2 * g + 1] = apply_signs(table[(qs[g / 2] >> (16 * (g % 2) + 8)) & 0xFF], hi);
         }
-        const int ls = (int)(2 * (aux >> 28) + 1);
-        const float d = half_to_float(ld16(b));
+        c.s0 = (int)(2 * (aux >> 28) + 1);
+        c.d = 0.25f * half_to_float(ld16(b));
+    }
+};
+
+// QDot<F>::dot(block, sub, grid, act, cnt, acc): acc[t] += the chunk's dot with token t for t < cnt, where
+// act(t, a) loads token t's 32 int8 activations into a[0..7] (words) and returns their block scale (one token's
+// activations in registers at a time). Integer formats decode once (QInt); the others decode to floats and
+// multiply in float (the arithmetic of the earlier kernel).
+template <class F, bool kInt = QInt<F>::kHas>
+struct QDot : NoGrid {
+    template <int NT, class Act>
+    SD static void dot(const uint8_t* b, int sub, const void*, const Act& act, int cnt, float (&acc)[NT]) {
+        float w[32];
+        F::deq32(b, sub, w);
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
             if (t >= cnt) break;
             int a[8];
             const float da = act(t, a);
-            acc[t] += 0.25f * (da * d * (float)(ls * dot_words(w, a, 0, 8)));
+            float s = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 32; ++e) s = fmaf(w[e], (float)(int8_t)(a[e / 4] >> (8 * (e % 4))), s);
+            acc[t] = fmaf(s, da, acc[t]);
+        }
+    }
+};
+
+template <class F>
+struct QDot<F, true> : QInt<F> {
+    template <int NT, class Act>
+    SD static void dot(const uint8_t* b, int sub, const void* grid, const Act& act, int cnt, float (&acc)[NT]) {
+        IChunk c;
+        QInt<F>::decode(b, sub, grid, c);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= cnt) break;
+            int a[8];
+            const float da = act(t, a);
+            acc[t] += chunk_term<QInt<F>::kSplit, QInt<F>::kMin>(c, a, da);
         }
     }
 };
