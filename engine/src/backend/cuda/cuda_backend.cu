@@ -233,6 +233,9 @@ void CudaBackend::synchronize() {
 
 bool CudaBackend::begin_graph() { return impl_->begin_graph(); }
 void CudaBackend::end_graph() { impl_->end_graph(); }
+CudaBackend::GraphCounts CudaBackend::graph_counts() const {
+    return {impl_->graph_launches, impl_->graph_updates, impl_->graph_instantiations};
+}
 
 Backend::ExpertCacheCounts CudaBackend::expert_cache_counts() const {
     if (!impl_->hybrid) return {};

@@ -36,6 +36,10 @@ public:
     void synchronize();                 // waits for all queued work (for timing)
     bool begin_graph() override;
     void end_graph() override;
+    struct GraphCounts {
+        int64_t launches = 0, updates = 0, instantiations = 0;
+    };
+    GraphCounts graph_counts() const;   // passes run as graphs; of those, updated in place or instantiated
     ExpertCacheCounts expert_cache_counts() const override;
     std::vector<std::pair<std::string, std::string>> info() const override;
 
