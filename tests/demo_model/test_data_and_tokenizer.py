@@ -1,15 +1,11 @@
 # The demo model's data generator is deterministic, its held-out split is disjoint and its worked answers are right;
-# the committed tokenizers keep the special tokens as single ids, split numbers into digits, and (v2) encode a copied
-# code the same in the prompt and in the answer; a conversation encodes piecewise exactly as a whole.
+# the committed tokenizer (the shipped GGUF's) keeps the special tokens as single ids, splits numbers into digits and
+# encodes a copied code the same in the prompt and in the answer; a conversation encodes piecewise exactly as a whole.
 import random
 import re
 
-import pytest
-
 from demo_model import completion, data, facts
 from demo_model import tokenizer as demo_tokenizer
-
-TOKENIZER_DIRS = [demo_tokenizer.SHIPPED_TOKENIZER_DIR, demo_tokenizer.TOKENIZER_DIR]
 
 
 def texts(seed, count):
@@ -70,17 +66,25 @@ def test_thinking_off_prompts_close_the_think_block():
     assert "Reasoning effort" not in prompt
 
 
-@pytest.mark.parametrize("directory", TOKENIZER_DIRS, ids=["shipped", "v2"])
-def test_special_tokens_are_single_ids(directory):
-    tokenizer = demo_tokenizer.load(directory)
+def test_shipped_gguf_carries_the_committed_tokenizer():
+    """The demo GGUF in installer/demo holds the same token list as tokenizer/ (tests encode prompts with it)."""
+    import gguf
+    reader = gguf.GGUFReader(str(demo_tokenizer.TOKENIZER_DIR.parents[3] / "installer" / "demo" / "strata-demo.gguf"))
+    field = reader.fields["tokenizer.ggml.tokens"]
+    in_gguf = [bytes(field.parts[i]).decode() for i in field.data]
+    vocab = demo_tokenizer.load(demo_tokenizer.SHIPPED_TOKENIZER_DIR).get_vocab()
+    assert in_gguf == sorted(vocab, key=vocab.get)
+
+
+def test_special_tokens_are_single_ids():
+    tokenizer = demo_tokenizer.load(demo_tokenizer.TOKENIZER_DIR)
     for index, (text, _) in enumerate(demo_tokenizer.ADDED_TOKENS):
         assert tokenizer.encode(f"a{text}b", add_special_tokens=False).ids[1] == index
         assert tokenizer.encode(text, add_special_tokens=False).ids == [index]
 
 
-@pytest.mark.parametrize("directory", TOKENIZER_DIRS, ids=["shipped", "v2"])
-def test_numbers_are_split_into_digits(directory):
-    tokenizer = demo_tokenizer.load(directory)
+def test_numbers_are_split_into_digits():
+    tokenizer = demo_tokenizer.load(demo_tokenizer.TOKENIZER_DIR)
     for text in ["12345 + 678 = 13023.", "Tens: 9 + 5 + 1 = 15.", "Count from 39 to 42.", "x907y"]:
         for token in tokenizer.encode(text, add_special_tokens=False).tokens:
             digits = re.sub(r"\D", "", token)

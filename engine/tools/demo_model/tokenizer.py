@@ -77,10 +77,9 @@ def encode_segments(tokenizer: Tokenizer, pieces):
     return ids, trained
 
 
-# tokenizer/ matches the shipped v1 GGUF (installer/demo; other tests encode prompts with it); tokenizer_v2/ is the
-# one v2 trains with. When a v2 model replaces the shipped files, tokenizer_v2/ replaces tokenizer/ (NEXT_RUN.md).
-SHIPPED_TOKENIZER_DIR = Path(__file__).resolve().parent / "tokenizer"
-TOKENIZER_DIR = Path(__file__).resolve().parent / "tokenizer_v2"
+# The tokenizer v2 trains with and the shipped GGUF (installer/demo) carries; tests encode demo prompts with it.
+TOKENIZER_DIR = Path(__file__).resolve().parent / "tokenizer"
+SHIPPED_TOKENIZER_DIR = TOKENIZER_DIR
 CORPUS_SEED, CORPUS_CONVERSATIONS = 0, 20000
 
 if __name__ == "__main__":
