@@ -70,18 +70,31 @@ void compute_experts_cpu(ThreadPool& pool, bool f32, const Weight& gate, const W
     const size_t ab_g = (act_bytes(gate.type, H) + 63) / 64 * 64;
     const size_t ab_u = (act_bytes(up.type, H) + 63) / 64 * 64;
     const size_t ab_d = (act_bytes(down.type, I) + 63) / 64 * 64;
+    // gate and up read the same quantized rows when they share a format; each token is quantized once per
+    // format and copied to its pairs' rows (a decode token's 10 pairs, a prompt token's k pairs).
+    const bool same_act = gate.type == up.type;
     std::vector<uint8_t> act_g, act_u, act_h;
     if (!f32) {
+        int n_tokens = 0;
+        for (const ExpertPair& pr : pairs) n_tokens = std::max(n_tokens, pr.token + 1);
+        std::vector<uint8_t> tok_g(ab_g * n_tokens), tok_u(same_act ? 0 : ab_u * n_tokens);
+        std::vector<char> quantized(n_tokens, 0);
         act_g.resize(ab_g * n_rows);
-        act_u.resize(ab_u * n_rows);
+        if (!same_act) act_u.resize(ab_u * n_rows);
         act_h.resize(ab_d * n_rows);
         for (const Group& g : groups)
             for (size_t i = 0; i < g.pair_index.size(); ++i) {
-                const float* xt = x + (size_t)pairs[g.pair_index[i]].token * H;
-                quantize_act(gate.type, xt, act_g.data() + ab_g * (g.first + i), H);
-                quantize_act(up.type, xt, act_u.data() + ab_u * (g.first + i), H);
+                const int t = pairs[g.pair_index[i]].token;
+                if (!quantized[t]) {
+                    quantize_act(gate.type, x + (size_t)t * H, tok_g.data() + ab_g * t, H);
+                    if (!same_act) quantize_act(up.type, x + (size_t)t * H, tok_u.data() + ab_u * t, H);
+                    quantized[t] = 1;
+                }
+                std::memcpy(act_g.data() + ab_g * (g.first + i), tok_g.data() + ab_g * t, ab_g);
+                if (!same_act) std::memcpy(act_u.data() + ab_u * (g.first + i), tok_u.data() + ab_u * t, ab_u);
             }
     }
+    const uint8_t* act_up = same_act ? act_g.data() : act_u.data();
     std::vector<float> gv(n_rows * I), uv(n_rows * I), hv(n_rows * I), ov(n_rows * H);
 
     for_group_rows(pool, groups, I, [&](const Group& g, int64_t r0, int64_t r1) {
@@ -98,7 +111,7 @@ void compute_experts_cpu(ThreadPool& pool, bool f32, const Weight& gate, const W
         }
         gemv_rows_multi(gate.type, H, wg, gate.row_bytes, r0, r1, act_g.data() + ab_g * g.first, n, ab_g,
                         gv.data() + g.first * I, I);
-        gemv_rows_multi(up.type, H, wu, up.row_bytes, r0, r1, act_u.data() + ab_u * g.first, n, ab_u,
+        gemv_rows_multi(up.type, H, wu, up.row_bytes, r0, r1, act_up + ab_u * g.first, n, ab_u,
                         uv.data() + g.first * I, I);
     });
     for (size_t i = 0; i < n_rows * I; ++i) hv[i] = gv[i] / (1.0f + std::exp(-gv[i])) * uv[i];   // silu(gate) ⊙ up
