@@ -293,13 +293,19 @@ void HybridMoe::start_moves(int layer) {
 
 void HybridMoe::cpu_thread_main() {
     CUDA_CHECK(cudaSetDevice(device_));
-    std::unique_lock<std::mutex> lk(mu_);
+    uint64_t taken = 0;
     for (;;) {
+        // Jobs come a few hundred µs apart (one per MoE layer): poll a while before sleeping, so a job does not
+        // pay a futex wake-up before the CPU starts on it.
+        for (int spin = 0; posted_.load(std::memory_order_acquire) == taken && spin < 20000; ++spin)
+            std::this_thread::yield();
+        std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [&] { return job_ready_ || quit_; });
         if (!job_ready_) return;   // quit with nothing queued
         CpuJob job = std::move(job_);
         job_ready_ = false;
         job_running_ = true;
+        taken = posted_.load(std::memory_order_relaxed);
         lk.unlock();
         std::exception_ptr err;
         double wait_s = 0;
@@ -326,6 +332,7 @@ void HybridMoe::submit_cpu_job(CpuJob job) {
         std::lock_guard<std::mutex> lk(mu_);
         job_ = std::move(job);
         job_ready_ = true;
+        posted_.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
 }

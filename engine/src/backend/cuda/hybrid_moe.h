@@ -172,6 +172,7 @@ private:
     std::mutex mu_;
     std::condition_variable cv_;
     bool job_ready_ = false, job_running_ = false, quit_ = false;
+    std::atomic<uint64_t> posted_{0};           // jobs submitted (the dispatcher polls it before it sleeps)
     CpuJob job_;
     std::exception_ptr job_error_;
     double job_wait_s_ = 0;                     // written by the dispatcher under mu_
