@@ -4,7 +4,7 @@
 # all-on-GPU and the 12 GB PC settings. Results: $OUT/decode.json, the engines' logs, make_synthetic.log.
 # usage: bench/decode/run_h200.sh [BUILD_DIR [decode.py flags]]   (BUILD_DIR with engine/strata built for CUDA; default build-gpu,
 #        as tests/gpu/run.sh leaves it). Needs the gguf package (carry .whl/gguf-*.whl where it is missing).
-set -u
+set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-bench/results/decode-latest}
 BUILD=${1:-build-gpu}
