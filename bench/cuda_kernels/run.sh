@@ -3,8 +3,9 @@
 #   1. dot_host_test      integer chunk dots == CPU scalar dots, every format (host only)      -> dot_host.log
 #   2. cuda_ops_test      every op CUDA vs CPU; matmul T = 1..8, 19 and grouped expert pairs    -> ops.json, ops.log
 #   3. cuda_matmul_speed  the current kernels                                                  -> speed_after.json
+#      and with STRATA_CUDA_T1_ROWS=1 (decode matmuls 4 rows per warp, the A/B switch)          -> speed_t1rows.json
 #   4. the same benchmark linked with baseline_matmul.cu (the kernels before the dp4a work)    -> speed_before.json
-#   5. compare.py         before / after side by side                                          -> compare.txt
+#   5. compare.py         before / after side by side (and default / T1_ROWS)                  -> compare*.txt
 # usage: OUT=dir bash bench/cuda_kernels/run.sh     (BUILD: build dir, default build-gpu, shared with tests/gpu/run.sh;
 #        BEFORE=0 skips steps 4-5)
 set -u
@@ -43,10 +44,16 @@ echo "== cuda_ops_test ($(date +%T))"
 timeout 180 "$BIN/cuda_ops_test" "$OUT/ops.json" > "$OUT/ops.log" 2>&1 || status=1
 grep -E "FAIL|error" "$OUT/ops.log" | head -20
 tail -1 "$OUT/ops.log"
+STRATA_CUDA_T1_ROWS=1 timeout 180 "$BIN/cuda_ops_test" "$OUT/ops_t1rows.json" > "$OUT/ops_t1rows.log" 2>&1 || status=1
+echo "with STRATA_CUDA_T1_ROWS=1: $(tail -1 "$OUT/ops_t1rows.log")"
 
 echo "== cuda_matmul_speed, current kernels ($(date +%T))"
 timeout 120 "$BIN/cuda_matmul_speed" "$OUT/speed_after.json" > "$OUT/speed_after.log" 2>&1 || status=1
 tail -3 "$OUT/speed_after.log"
+echo "== cuda_matmul_speed, STRATA_CUDA_T1_ROWS=1 ($(date +%T))"
+STRATA_CUDA_T1_ROWS=1 timeout 120 "$BIN/cuda_matmul_speed" "$OUT/speed_t1rows.json" > "$OUT/speed_t1rows.log" 2>&1 || status=1
+python3 bench/cuda_kernels/compare.py "$OUT/speed_after.json" "$OUT/speed_t1rows.json" > "$OUT/compare_t1rows.txt"
+grep -E "T=1" "$OUT/compare_t1rows.txt" | head -40
 
 if [ "${BEFORE:-1}" = 1 ]; then
   echo "== cuda_matmul_speed, baseline kernels ($(date +%T))"

@@ -5,6 +5,8 @@
 // up to 8 activation rows (integer dp4a sums for Q8 activations, quant_dots.cuh). The expert-indexed path groups
 // the (token, expert) pairs that share an expert, so each expert row is read once per group of up to 4 pairs.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
@@ -397,6 +399,16 @@ void launch_q8_ids(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, float*
 constexpr int kGroupAbove = 16;
 constexpr int kGroupTile = 4;
 
+// STRATA_CUDA_T1_ROWS=1: single-row matmuls (decode) of the integer formats also take 4 rows per warp. An A/B switch
+// for bench/cuda_kernels/run.sh until the H200 numbers pick one; read once.
+bool t1_rows() {
+    static const bool on = [] {
+        const char* v = std::getenv("STRATA_CUDA_T1_ROWS");
+        return v && std::strcmp(v, "1") == 0;
+    }();
+    return on;
+}
+
 template <class F>
 void launch_block(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y) {
     STRATA_CHECK(m.n % F::QK == 0, "cuda matmul: row length ", m.n, " is not a multiple of the ", ggml_type_name(m.type),
@@ -407,6 +419,12 @@ void launch_block(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act
         if (P > kGroupAbove) launch_q8_ids<F, kGroupTile>(s, m, act, P, y);
         else launch_q8_ids<F, 1>(s, m, act, P, y);
     } else if (P == 1) {
+        if constexpr (QInt<F>::kHas)
+            if (t1_rows()) {
+                launch_q8_rows<F, 1>(s, m, act, P, y);
+                CUDA_CHECK_LAUNCH();
+                return;
+            }
         launch_q8_dense<F, 1>(s, m, act, P, y);
     } else if constexpr (QInt<F>::kHas) {
         if (P == 2) launch_q8_rows<F, 2>(s, m, act, P, y);

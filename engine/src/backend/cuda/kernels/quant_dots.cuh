@@ -197,6 +197,24 @@ SD void load32(const uint8_t* p, uint32_t (&w)[8]) {
     for (int i = 0; i < 8; ++i) w[i] = ld32(p + 4 * i);
 }
 
+// The same for a 2-byte aligned p with at least 2 more bytes of the block after the 32: nine aligned 4-byte loads
+// and funnel shifts instead of sixteen 2-byte loads.
+SD void load32_tail(const uint8_t* p, uint32_t (&w)[8]) {
+    const uint32_t off = (uint32_t)((uintptr_t)p & 2);
+    const uint32_t* base = (const uint32_t*)(p - off);
+    uint32_t u[9];
+#pragma unroll
+    for (int i = 0; i < 9; ++i) u[i] = base[i];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#ifdef __CUDA_ARCH__
+        w[i] = __funnelshift_r(u[i], u[i + 1], 8 * off);
+#else
+        w[i] = (uint32_t)((((uint64_t)u[i + 1] << 32) | u[i]) >> (8 * off));
+#endif
+    }
+}
+
 // Q4_K / Q5_K: sub-block scale sc and min m (dot_q4_k / dot_q5_k).
 template <>
 struct QInt<FmtQ4_K> : QIntBase {
@@ -233,12 +251,13 @@ struct QInt<FmtQ6_K> : QIntBase {
     static constexpr bool kSplit = true;
     SD static void decode(const uint8_t* b, int sub, const void*, IChunk& c) {
         const int h = sub / 4, r = sub % 4;
-        const uint8_t* ql = b + h * 64 + (r & 1) * 32;
-        const uint8_t* qh = b + 128 + h * 32;
+        uint32_t ql[8], qh[8];
+        load32_tail(b + h * 64 + (r & 1) * 32, ql);   // both followed by more of the block (qh, scales)
+        load32_tail(b + 128 + h * 32, qh);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            const uint32_t lo = (ld32(ql + 4 * i) >> (r < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
-            const uint32_t hi = ((ld32(qh + 4 * i) >> (2 * r)) & 0x03030303u) << 4;
+            const uint32_t lo = (ql[i] >> (r < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
+            const uint32_t hi = ((qh[i] >> (2 * r)) & 0x03030303u) << 4;
             c.w[i] = sub_bytes(lo | hi, 0x20202020u);
         }
         const uint16_t sc = ld16(b + 192 + 2 * sub);
