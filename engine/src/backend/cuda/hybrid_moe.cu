@@ -291,88 +291,6 @@ void HybridMoe::start_moves(int layer) {
     pending_.push_back(PendingMoves{std::move(moves), done});
 }
 
-void HybridMoe::cpu_thread_main() {
-    CUDA_CHECK(cudaSetDevice(device_));
-    uint64_t taken = 0;
-    for (;;) {
-        // Jobs come a few hundred µs apart (one per MoE layer): poll a while before sleeping, so a job does not
-        // pay a futex wake-up before the CPU starts on it.
-        for (int spin = 0; posted_.load(std::memory_order_acquire) == taken && spin < 20000; ++spin)
-            std::this_thread::yield();
-        std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return job_ready_ || quit_; });
-        if (!job_ready_) return;   // quit with nothing queued
-        CpuJob job = std::move(job_);
-        job_ready_ = false;
-        job_running_ = true;
-        taken = posted_.load(std::memory_order_relaxed);
-        lk.unlock();
-        std::exception_ptr err;
-        double wait_s = 0;
-        try {
-            const auto t0 = std::chrono::steady_clock::now();
-            CUDA_CHECK(cudaEventSynchronize(x_ready_));
-            wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            cpu_->compute(job.layer->gate, job.layer->up, job.layer->down, job.h_x, job.misses, job.h_out);
-        } catch (...) {
-            err = std::current_exception();
-        }
-        // Always published: the GPU stream waits for it (on an error the results are not used, moe_experts throws).
-        flag_->store(job.seq, std::memory_order_release);
-        lk.lock();
-        job_running_ = false;
-        job_wait_s_ += wait_s;
-        if (err && !job_error_) job_error_ = err;
-        cv_.notify_all();
-    }
-}
-
-void HybridMoe::submit_cpu_job(CpuJob job) {
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        job_ = std::move(job);
-        job_ready_ = true;
-        posted_.fetch_add(1, std::memory_order_release);
-    }
-    cv_.notify_all();
-}
-
-void HybridMoe::wait_cpu_idle() {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait(lk, [&] { return !job_ready_ && !job_running_; });
-    if (job_error_) {
-        std::exception_ptr e = job_error_;
-        job_error_ = nullptr;
-        std::rethrow_exception(e);
-    }
-}
-
-void HybridMoe::harvest_join_timings(bool wait) {
-    for (size_t i = 0; i < timings_.size();) {
-        JoinTiming& t = timings_[i];
-        const cudaError_t st = wait ? cudaEventSynchronize(t.misses_in) : cudaEventQuery(t.misses_in);
-        if (st == cudaErrorNotReady) { ++i; continue; }
-        CUDA_CHECK(st);
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, t.hits_done, t.misses_in));
-        counters_.gpu_wait_ms += ms;
-        free_timings_.push_back(t);
-        timings_.erase(timings_.begin() + i);
-    }
-}
-
-HybridCounters HybridMoe::counters() {
-    if (cpu_thread_.joinable()) wait_cpu_idle();
-    harvest_join_timings(true);
-    HybridCounters c = counters_;
-    c.hits = hits();
-    c.lookups = lookups();
-    c.cpu_ms = cpu_ ? cpu_->seconds() * 1000 : 0;
-    std::lock_guard<std::mutex> lk(mu_);
-    c.host_wait_ms += job_wait_s_ * 1000;
-    return c;
-}
-
 void HybridMoe::misses_on_gpu(const Layer& L, const float* x, const std::vector<ExpertPair>& misses,
                               const int32_t* d_stage, const int32_t* d_token, float* out) {
     const int H = (int)L.gate.ne[0], I = (int)L.gate.ne[1];
@@ -449,20 +367,27 @@ void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, c
     ++passes_;
     ++counters_.passes;
 
-    // Pairs: hits in the order met, rows 0 … Ph−1 of the expert outputs; misses after them, grouped by expert.
+    // Pairs: hits grouped by slot, rows 0 … Ph−1 of the expert outputs; misses after them, grouped by expert (a
+    // prompt chunk's pairs of one expert then run next to each other and share its weights in L2).
     std::vector<int32_t> hit_slot, hit_token, row_of_pair(P);
+    std::vector<std::pair<int, int>> hit_pairs;   // (slot, pair)
     std::vector<ExpertPair> misses;
     std::vector<int> miss_pair;
     for (int p = 0; p < P; ++p) {
         const int s = cache_->slot_of(l, ids[p]);
         if (s >= 0) {
-            row_of_pair[p] = (int32_t)hit_slot.size();
-            hit_slot.push_back(s);
-            hit_token.push_back(p / k);
+            hit_pairs.push_back({s, p});
         } else {
             misses.push_back(ExpertPair{p / k, ids[p]});
             miss_pair.push_back(p);
         }
+    }
+    std::stable_sort(hit_pairs.begin(), hit_pairs.end(),
+                     [](const std::pair<int, int>& a, const std::pair<int, int>& b) { return a.first < b.first; });
+    for (const auto& [slot, p] : hit_pairs) {
+        row_of_pair[p] = (int32_t)hit_slot.size();
+        hit_slot.push_back(slot);
+        hit_token.push_back(p / k);
     }
     const int Ph = (int)hit_slot.size(), Pm = (int)misses.size();
     std::vector<int> order(Pm);

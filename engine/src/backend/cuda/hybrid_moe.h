@@ -1,6 +1,7 @@
 // The hybrid MoE path of the CUDA backend: routed experts stay in host memory (pinned copies, one piece per layer,
 // or the mapped file); an ExpertCache decides which sit in per-layer slot arenas on the GPU. moe_experts computes
-// the cached pairs on the GPU while the CPU pool computes the misses, then sums both in slot order on the GPU.
+// the cached pairs on the GPU while the CPU pool computes the misses, then sums both in slot order on the GPU
+// (hybrid_join.cu: the CPU dispatcher and the mapped-flag wait where the two meet without blocking the host).
 #pragma once
 #include <atomic>
 #include <condition_variable>
