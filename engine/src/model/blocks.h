@@ -25,6 +25,33 @@ private:
     float* p_;
 };
 
+// Passes of at most this many tokens (decode steps, speculation's verify passes) may run as one backend graph.
+constexpr int kGraphMaxTokens = 8;
+
+// A backend graph over a pass (Backend::begin_graph when `want`): end() runs it; leaving the scope by an exception
+// runs what was captured, as directly issued ops would have run.
+class GraphScope {
+public:
+    GraphScope(Backend& be, bool want) : be_(be), active_(want && be.begin_graph()) {}
+    ~GraphScope() {
+        try {
+            end();
+        } catch (...) {
+        }
+    }
+    GraphScope(const GraphScope&) = delete;
+    GraphScope& operator=(const GraphScope&) = delete;
+    void end() {
+        if (active_) {
+            active_ = false;
+            be_.end_graph();
+        }
+    }
+private:
+    Backend& be_;
+    bool active_;
+};
+
 // u [T, H] = stream mix of X; inj [T, n] = 2σ(X̂ W_inj / n) when inj is not null (modules with an inject weight).
 void hyper_read(Backend& be, const Hparams& hp, const HyperWeights& w, const float* X, int T, float* u, float* inj);
 

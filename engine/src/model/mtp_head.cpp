@@ -1,3 +1,4 @@
+// The MTP head's pass (a short one runs as one backend graph); the head's own weights and one-layer KV state.
 #include "model/mtp_head.h"
 
 #include "common/error.h"
@@ -38,6 +39,8 @@ void MtpHead::forward(const float* wide_in, const int32_t* next_ids, int T, int 
     STRATA_CHECK(P0 >= 0 && P0 + T <= n_ctx_, "MTP positions ", P0, "..", P0 + T, " exceed the context ", n_ctx_);
     Scratch e(be, (size_t)T * H), e4(be, (size_t)T * nH), X(be, (size_t)T * nH), hn(be, (size_t)T * nH),
         cat(be, (size_t)T * n * 2 * H), u(be, (size_t)T * H), y(be, (size_t)T * H), inj(be, (size_t)T * n);
+    Scratch lg(be, logits ? (size_t)T * V : 1);
+    GraphScope graph(be, T <= kGraphMaxTokens);
     be.embed(trunk_.weights().token_embd, next_ids, T, e);
     be.rms_norm(e, &nextn_.enorm, T, H, H, hp.rms_eps, e);
     be.repeat_streams(e, T, n, H, e4);
@@ -54,13 +57,13 @@ void MtpHead::forward(const float* wide_in, const int32_t* next_ids, int T, int 
     moe_block(be, hp, block_.moe, u, T, y);
     be.hyper_inject(X, inj, y, T, n, H);
 
-    if (wide_out) be.to_host(wide_out, X, (size_t)T * nH);
     if (logits) {
-        Scratch lg(be, (size_t)T * V);
         hyper_read(be, hp, nextn_.head, X, T, u, nullptr);
         be.matmul(trunk_.weights().output, u, T, lg);
-        be.to_host(logits, lg, (size_t)T * V);
     }
+    graph.end();
+    if (wide_out) be.to_host(wide_out, X, (size_t)T * nH);
+    if (logits) be.to_host(logits, lg, (size_t)T * V);
 }
 
 }  // namespace strata

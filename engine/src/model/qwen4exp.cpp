@@ -8,25 +8,6 @@
 
 namespace strata {
 
-namespace {
-// Passes of at most this many tokens (decode steps, speculation's verify passes) may run as one backend graph.
-constexpr int kGraphMaxTokens = 8;
-
-// Ends the backend's graph when a pass leaves early by an exception (what was captured still runs, as the ops
-// issued directly would have).
-struct GraphScope {
-    Backend& be;
-    bool active;
-    ~GraphScope() {
-        if (!active) return;
-        try {
-            be.end_graph();
-        } catch (...) {
-        }
-    }
-};
-}  // namespace
-
 bool Qwen4Exp::selection_on_host(int P, int T) const {
     const int last = P + T - 1;
     for (int il = 0; il < hp_.n_layer; ++il) {
@@ -55,7 +36,7 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
     Scratch e(be_, (size_t)T * H), X(be_, (size_t)T * nH), u(be_, (size_t)T * H), y(be_, (size_t)T * H),
         inj(be_, (size_t)T * n), logits(be_, std::max<size_t>(1, (size_t)logit_rows * hp_.n_vocab));
     // One graph from the embedding to the logits when no value is needed on the host in between.
-    GraphScope graph{be_, T <= kGraphMaxTokens && !selection_on_host(P, T) && be_.begin_graph()};
+    GraphScope graph(be_, T <= kGraphMaxTokens && !selection_on_host(P, T));
     be_.embed(w_.token_embd, ids, T, e);
     be_.repeat_streams(e, T, n, H, X);
 
@@ -78,10 +59,7 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
         hyper_read(be_, hp_, w_.output_hc, X_first, logit_rows, u, nullptr);
         be_.matmul(w_.output, u, logit_rows, logits);
     }
-    if (graph.active) {
-        graph.active = false;
-        be_.end_graph();
-    }
+    graph.end();
     s.tokens.insert(s.tokens.end(), ids, ids + T);
     if (out.wide) be_.to_host(out.wide, X, (size_t)T * nH);
     if (logit_rows) be_.to_host(out.logits, logits, (size_t)logit_rows * hp_.n_vocab);

@@ -130,7 +130,7 @@ struct CudaBackend::Impl {
             }
         }
         if (it == execs.end()) {
-            if (execs.size() >= 8) clear_graphs();
+            if (execs.size() >= 16) clear_graphs();     // shapes: trunk and MTP head at T = 1 … 8
             cudaGraphExec_t exec = nullptr;
             CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
             it = execs.emplace(nodes, exec).first;
