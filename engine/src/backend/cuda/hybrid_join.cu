@@ -10,7 +10,7 @@
 namespace strata::cuda {
 
 void HybridMoe::cpu_thread_main() {
-    CUDA_CHECK(cudaSetDevice(device_));
+    // No CUDA call on this thread: the activations and the results travel through mapped memory flags.
     uint64_t taken = 0;
     for (;;) {
         // Jobs come a few hundred µs apart (one per MoE layer): poll a while before sleeping, so a job does not
@@ -28,8 +28,13 @@ void HybridMoe::cpu_thread_main() {
         std::exception_ptr err;
         double wait_s = 0;
         try {
+            // The activations arrive through mapped memory (publish_to_host): poll, no CUDA call on this thread.
             const auto t0 = std::chrono::steady_clock::now();
-            CUDA_CHECK(cudaEventSynchronize(x_ready_));
+            for (uint64_t spin = 0; (int32_t)(x_flag_->load(std::memory_order_acquire) - job.seq) < 0; ++spin) {
+                if (spin > 64) std::this_thread::yield();
+                if ((spin & 1023) == 0 && std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60))
+                    fail("experts: the activations of CPU job ", job.seq, " never reached the host");
+            }
             wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             cpu_->compute(job.layer->gate, job.layer->up, job.layer->down, job.h_x, job.misses, job.h_out);
         } catch (...) {

@@ -27,7 +27,8 @@ void* PinnedBuffer::get(size_t bytes) {
     p_ = nullptr;
     cap_ = 0;
     const size_t want = std::max<size_t>(bytes + bytes / 2, 4096);
-    CUDA_CHECK(cudaHostAlloc(&p_, want, cudaHostAllocDefault));
+    CUDA_CHECK(cudaHostAlloc(&p_, want, mapped_ ? cudaHostAllocMapped : cudaHostAllocDefault));
+    if (mapped_) CUDA_CHECK(cudaHostGetDevicePointer(&d_, p_, 0));
     cap_ = want;
     return p_;
 }
@@ -67,7 +68,8 @@ HybridMoe::HybridMoe(const GpuOptions& opt, cudaStream_t stream, DevicePool& poo
         d_timed_out_ = d_flag_ + 1;
         h_timed_out_ = static_cast<volatile uint32_t*>(p) + 1;
         *h_timed_out_ = 0;
-        CUDA_CHECK(cudaGetDevice(&device_));
+        x_flag_ = new (static_cast<uint32_t*>(p) + 2) std::atomic<uint32_t>(0);
+        d_x_flag_ = d_flag_ + 2;
         cpu_thread_ = std::thread([this] { cpu_thread_main(); });
     }
 }
@@ -296,10 +298,10 @@ void HybridMoe::misses_on_gpu(const Layer& L, const float* x, const std::vector<
     const int H = (int)L.gate.ne[0], I = (int)L.gate.ne[1];
     if (!d_stage_gate_) {
         size_t g = 0, u = 0, d = 0;
-        for (const Layer& x : layers_) {
-            g = std::max(g, x.gate_bytes);
-            u = std::max(u, x.up_bytes);
-            d = std::max(d, x.down_bytes);
+        for (const Layer& other : layers_) {
+            g = std::max(g, other.gate_bytes);
+            u = std::max(u, other.up_bytes);
+            d = std::max(d, other.down_bytes);
         }
         CUDA_CHECK(cudaMalloc(&d_stage_gate_, g * stage_slots_));
         CUDA_CHECK(cudaMalloc(&d_stage_up_, u * stage_slots_));
@@ -317,7 +319,8 @@ void HybridMoe::misses_on_gpu(const Layer& L, const float* x, const std::vector<
             if (run_len && misses[j].expert == run_expert + run_len) {
                 ++run_len;
             } else {
-                if (run_len) copy_experts_to(L, run_expert, run_len, d_stage_gate_, d_stage_up_, d_stage_down_, run_slot, stream_);
+                if (run_len)
+                    copy_experts_to(L, run_expert, run_len, d_stage_gate_, d_stage_up_, d_stage_down_, run_slot, stream_);
                 run_expert = misses[j].expert;
                 run_slot = slots;
                 run_len = 1;
@@ -436,15 +439,17 @@ void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, c
     if (cpu_misses) {
         h_x = static_cast<float*>(h_x_.get((size_t)T * H * 4));
         h_out = static_cast<float*>(h_miss_.get((size_t)Pm * H * 4));
-        CUDA_CHECK(cudaMemcpyAsync(h_x, x, (size_t)T * H * 4, cudaMemcpyDeviceToHost, stream_));
-        CUDA_CHECK(cudaEventRecord(x_ready_, stream_));
         counters_.cpu_pairs += Pm;
         counters_.cpu_bytes += (int64_t)distinct * (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes);
     }
     uint32_t seq = 0;
     if (cpu_misses && cpu_thread_.joinable()) {
         seq = ++seq_;
+        publish_to_host(stream_, x, (size_t)T * H, static_cast<float*>(h_x_.device()), d_x_flag_, seq);
         submit_cpu_job(CpuJob{&L, h_x, misses, h_out, seq});
+    } else if (cpu_misses) {
+        CUDA_CHECK(cudaMemcpyAsync(h_x, x, (size_t)T * H * 4, cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(cudaEventRecord(x_ready_, stream_));
     }
     Scratch out(pool_, (size_t)P * H * 4);   // expert outputs: hits, then misses
     if (Ph) {

@@ -35,6 +35,9 @@ using MatmulFn = std::function<void(const MatmulArgs& m, const float* x, int act
 // kernels/moe_hybrid.cu: the stream waits until *flag (host memory mapped into the device) reaches seq (wrapping
 // compare); after ~60 s it gives up and sets *timed_out (device memory) so a lost CPU job cannot hang the GPU.
 void wait_host_flag(cudaStream_t s, const volatile uint32_t* flag, uint32_t seq, uint32_t* timed_out);
+// kernels/moe_hybrid.cu: y[0, n) = x[0, n) into mapped host memory (y its device address), then *flag = seq once all
+// of it is visible to the host (one block): the CPU job polls the flag instead of a CUDA call.
+void publish_to_host(cudaStream_t s, const float* x, size_t n, float* y, uint32_t* flag, uint32_t seq);
 
 // What the hybrid path did since start (DONE reports each request's share).
 struct HybridCounters {
@@ -48,17 +51,22 @@ struct HybridCounters {
     int64_t passes = 0;          // moe_experts calls (one per MoE layer per pass)
 };
 
-// A page-locked host buffer that grows on demand (contents are not kept when it grows).
+// A page-locked host buffer that grows on demand (contents are not kept when it grows); a mapped one can also be
+// written by kernels at device().
 class PinnedBuffer {
 public:
     PinnedBuffer() = default;
+    explicit PinnedBuffer(bool mapped) : mapped_(mapped) {}
     ~PinnedBuffer();
     PinnedBuffer(const PinnedBuffer&) = delete;
     PinnedBuffer& operator=(const PinnedBuffer&) = delete;
     void* get(size_t bytes);
+    void* device() const { return d_; }   // a mapped buffer's device address (after get)
 private:
     void* p_ = nullptr;
+    void* d_ = nullptr;
     size_t cap_ = 0;
+    bool mapped_ = false;
 };
 
 class HybridMoe {
@@ -153,7 +161,7 @@ private:
     std::vector<PendingMoves> pending_;
     cudaEvent_t x_ready_ = nullptr;           // activations copied to the host
     cudaEvent_t staging_free_ = nullptr;      // the pinned staging buffers may be rewritten
-    PinnedBuffer h_route_, h_x_, h_miss_;
+    PinnedBuffer h_route_, h_x_{true}, h_miss_;   // h_x_ mapped: publish_to_host writes it
     int64_t miss_pairs_ = 0, passes_ = 0;
     HybridCounters counters_;
 
@@ -165,9 +173,10 @@ private:
     bool async_join_ = true;                    // STRATA_HYBRID_JOIN=host: the calling thread computes the misses
     std::atomic<uint32_t>* flag_ = nullptr;     // in mapped pinned memory
     uint32_t* d_flag_ = nullptr;                // its device address
+    std::atomic<uint32_t>* x_flag_ = nullptr;   // word 2 of the mapped page: the activations of job seq arrived
+    uint32_t* d_x_flag_ = nullptr;
     uint32_t* d_timed_out_ = nullptr;           // word 1 of the mapped page: set by the wait kernel on time-out
     volatile uint32_t* h_timed_out_ = nullptr;
-    int device_ = 0;
     uint32_t seq_ = 0;
     std::thread cpu_thread_;
     std::mutex mu_;

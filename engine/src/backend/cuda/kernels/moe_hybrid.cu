@@ -52,7 +52,19 @@ __global__ void wait_host_flag_kernel(const volatile uint32_t* flag, uint32_t se
     __threadfence_system();
 }
 
+__global__ void publish_to_host_kernel(const float* x, size_t n, float* y, volatile uint32_t* flag, uint32_t seq) {
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i];
+    __threadfence_system();   // this thread's writes reach the host before the flag below
+    __syncthreads();
+    if (threadIdx.x == 0) *flag = seq;
+}
+
 }  // namespace
+
+void publish_to_host(cudaStream_t s, const float* x, size_t n, float* y, uint32_t* flag, uint32_t seq) {
+    publish_to_host_kernel<<<1, 1024, 0, s>>>(x, n, y, flag, seq);
+    CUDA_CHECK_LAUNCH();
+}
 
 void wait_host_flag(cudaStream_t s, const volatile uint32_t* flag, uint32_t seq, uint32_t* timed_out) {
     wait_host_flag_kernel<<<1, 1, 0, s>>>(flag, seq, timed_out);
