@@ -30,7 +30,7 @@ if [ "${BEFORE:-1}" = 1 ]; then
    cp engine/src/backend/cuda/kernels/quant_formats.cuh /tmp/strata-before/ &&
    nvcc -DSTRATA_HAVE_CUDA=1 -Iengine/src -O3 -DNDEBUG -arch=sm_90 -std=c++17 -x cu -c /tmp/strata-before/matmul.cu \
         -o /tmp/strata-before/matmul.o &&
-   nvcc -arch=sm_90 "$BUILD/engine/CMakeFiles/cuda_matmul_speed.dir/bench/cuda_matmul_speed.cpp.o" \
+   nvcc -arch=sm_90 "$(find "$BUILD/engine/CMakeFiles/cuda_matmul_speed.dir" -name 'cuda_matmul_speed.*.o' | head -1)" \
         /tmp/strata-before/matmul.o "$BUILD/engine/libstrata_core.a" -o /tmp/strata-before/cuda_matmul_speed -lpthread) \
     > "$OUT/build_before.log" 2>&1 &
   before_pid=$!

@@ -14,7 +14,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/kernels.h"
-#include "../../tests/gpu/random_blocks.h"
+#include "random_blocks.h"
 
 using namespace strata;
 

@@ -90,6 +90,41 @@ constexpr bool iq4nl_words_match() {
 }
 static_assert(iq4nl_words_match(), "kIq4nlWords must equal iq::kvalues_iq4nl");
 
+// N little-endian words from 2-byte aligned p (as ld32 at p, p + 4, …): N aligned 4-byte loads, a 2-byte load for
+// the tail when p is not 4-byte aligned, and funnel shifts, instead of 2N 2-byte loads. Reads only within
+// [p − 2, p + 4N), and p − 2 only when p is not 4-byte aligned (so p is not the start of a buffer).
+template <int N>
+SD void load_words(const uint8_t* p, uint32_t (&w)[N]) {
+    const uint32_t off = (uint32_t)((uintptr_t)p & 2);
+    const uint32_t* base = (const uint32_t*)(p - off);
+    uint32_t u[N + 1];
+#pragma unroll
+    for (int i = 0; i < N; ++i) u[i] = base[i];
+    u[N] = off ? (uint32_t)ld16((const uint8_t*)(base + N)) : 0u;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+#ifdef __CUDA_ARCH__
+        w[i] = __funnelshift_r(u[i], u[i + 1], 8 * off);
+#else
+        w[i] = (uint32_t)((((uint64_t)u[i + 1] << 32) | u[i]) >> (8 * off));
+#endif
+    }
+}
+
+// 32 bytes at p (2-byte aligned) as 8 words: two 16-byte loads when p is 16-byte aligned. For Q4_K / Q5_K the
+// blocks (144 / 176 bytes) are all aligned or all not in a matrix, so the branch is the same for every lane.
+SD void load32(const uint8_t* p, uint32_t (&w)[8]) {
+#ifdef __CUDA_ARCH__
+    if (((uintptr_t)p & 15) == 0) {
+        const uint4 lo = ((const uint4*)p)[0], hi = ((const uint4*)p)[1];
+        w[0] = lo.x; w[1] = lo.y; w[2] = lo.z; w[3] = lo.w;
+        w[4] = hi.x; w[5] = hi.y; w[6] = hi.z; w[7] = hi.w;
+        return;
+    }
+#endif
+    load_words<8>(p, w);
+}
+
 // A chunk decoded for integer dots: 8 words of int8 weights; its term for one token (activations a, scale da) is
 //   da·(d·(s0·Σ_{words 0-3} w·a + s1·Σ_{words 4-7} w·a)) − da·(dm·(m·Σ a))
 // (s1 used only with kSplit, the min term only with kMin): the sub-block arithmetic of quant/dot_scalar.cpp.
@@ -127,8 +162,10 @@ struct QIntBase : NoGrid {
 template <>
 struct QInt<FmtQ8_0> : QIntBase {
     SD static void decode(const uint8_t* b, int, const void*, IChunk& c) {
+        uint32_t q[8];
+        load_words<8>(b + 2, q);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) c.w[i] = (int)ld32(b + 2 + 4 * i);
+        for (int i = 0; i < 8; ++i) c.w[i] = (int)q[i];
         c.d = half_to_float(ld16(b));
         c.s0 = 1;
     }
@@ -137,11 +174,12 @@ struct QInt<FmtQ8_0> : QIntBase {
 template <>
 struct QInt<FmtQ4_0> : QIntBase {
     SD static void decode(const uint8_t* b, int, const void*, IChunk& c) {
+        uint32_t q[4];
+        load_words<4>(b + 2, q);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const uint32_t q = ld32(b + 2 + 4 * i);
-            c.w[i] = sub_bytes(q & 0x0F0F0F0Fu, 0x08080808u);
-            c.w[i + 4] = sub_bytes((q >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+            c.w[i] = sub_bytes(q[i] & 0x0F0F0F0Fu, 0x08080808u);
+            c.w[i + 4] = sub_bytes((q[i] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
         }
         c.d = half_to_float(ld16(b));
         c.s0 = 1;
@@ -152,8 +190,10 @@ template <>
 struct QInt<FmtIQ4_NL> : QIntBase {
     SD static void decode(const uint8_t* b, int, const void*, IChunk& c) {
         const uint32_t table[4] = {0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u};   // kIq4nlWords
+        uint32_t q[4];
+        load_words<4>(b + 2, q);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) lookup16(ld32(b + 2 + 4 * i), table, c.w[i], c.w[i + 4]);
+        for (int i = 0; i < 4; ++i) lookup16(q[i], table, c.w[i], c.w[i + 4]);
         c.d = half_to_float(ld16(b));
         c.s0 = 1;
     }
@@ -164,9 +204,11 @@ struct QInt<FmtIQ4_NL> : QIntBase {
 template <>
 struct QInt<FmtQ2_0> : QIntBase {
     SD static void decode(const uint8_t* b, int sub, const void*, IChunk& c) {
+        uint32_t qw[2];
+        load_words<2>(b + 2 + 8 * sub, qw);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const uint32_t q = ld32(b + 2 + 8 * sub + 4 * h);
+            const uint32_t q = qw[h];
             uint32_t v[4];
 #pragma unroll
             for (int s = 0; s < 4; ++s) v[s] = (uint32_t)sub_bytes((q >> (2 * s)) & 0x03030303u, 0x01010101u);
@@ -181,39 +223,6 @@ struct QInt<FmtQ2_0> : QIntBase {
         c.s0 = 1;
     }
 };
-
-// 32 bytes at p (2-byte aligned) as 8 words: two 16-byte loads when p is 16-byte aligned. For Q4_K / Q5_K the
-// blocks (144 / 176 bytes) are all aligned or all not in a matrix, so the branch is the same for every lane.
-SD void load32(const uint8_t* p, uint32_t (&w)[8]) {
-#ifdef __CUDA_ARCH__
-    if (((uintptr_t)p & 15) == 0) {
-        const uint4 lo = ((const uint4*)p)[0], hi = ((const uint4*)p)[1];
-        w[0] = lo.x; w[1] = lo.y; w[2] = lo.z; w[3] = lo.w;
-        w[4] = hi.x; w[5] = hi.y; w[6] = hi.z; w[7] = hi.w;
-        return;
-    }
-#endif
-#pragma unroll
-    for (int i = 0; i < 8; ++i) w[i] = ld32(p + 4 * i);
-}
-
-// The same for a 2-byte aligned p with at least 2 more bytes of the block after the 32: nine aligned 4-byte loads
-// and funnel shifts instead of sixteen 2-byte loads.
-SD void load32_tail(const uint8_t* p, uint32_t (&w)[8]) {
-    const uint32_t off = (uint32_t)((uintptr_t)p & 2);
-    const uint32_t* base = (const uint32_t*)(p - off);
-    uint32_t u[9];
-#pragma unroll
-    for (int i = 0; i < 9; ++i) u[i] = base[i];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-#ifdef __CUDA_ARCH__
-        w[i] = __funnelshift_r(u[i], u[i + 1], 8 * off);
-#else
-        w[i] = (uint32_t)((((uint64_t)u[i + 1] << 32) | u[i]) >> (8 * off));
-#endif
-    }
-}
 
 // Q4_K / Q5_K: sub-block scale sc and min m (dot_q4_k / dot_q5_k).
 template <>
@@ -252,8 +261,8 @@ struct QInt<FmtQ6_K> : QIntBase {
     SD static void decode(const uint8_t* b, int sub, const void*, IChunk& c) {
         const int h = sub / 4, r = sub % 4;
         uint32_t ql[8], qh[8];
-        load32_tail(b + h * 64 + (r & 1) * 32, ql);   // both followed by more of the block (qh, scales)
-        load32_tail(b + 128 + h * 32, qh);
+        load_words<8>(b + h * 64 + (r & 1) * 32, ql);
+        load_words<8>(b + 128 + h * 32, qh);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const uint32_t lo = (ql[i] >> (r < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
@@ -274,7 +283,9 @@ struct QInt<FmtIQ2_XXS> : QIntBase {
     SD static const void* global_grid() { return STRATA_IQ(iq2xxs_grid); }
     SD static void decode(const uint8_t* b, int ib, const void* grid, IChunk& c) {
         const uint64_t* table = (const uint64_t*)grid;
-        const uint32_t idx = ld32(b + 2 + 8 * ib), aux = ld32(b + 2 + 8 * ib + 4);
+        uint32_t ia[2];
+        load_words<2>(b + 2 + 8 * ib, ia);
+        const uint32_t idx = ia[0], aux = ia[1];
 #pragma unroll
         for (int g = 0; g < 4; ++g) {
             const uint64_t gv = table[(idx >> (8 * g)) & 0xFF];
@@ -318,7 +329,8 @@ struct QInt<FmtIQ3_XXS> : QIntBase {
     SD static void decode(const uint8_t* b, int ib, const void* grid, IChunk& c) {
         const uint32_t* table = (const uint32_t*)grid;
         const uint32_t aux = ld32(b + 66 + 4 * ib);
-        const uint32_t qs[2] = {ld32(b + 2 + 8 * ib), ld32(b + 2 + 8 * ib + 4)};   // 8 grid indices
+        uint32_t qs[2];   // 8 grid indices
+        load_words<2>(b + 2 + 8 * ib, qs);
 #pragma unroll
         for (int g = 0; g < 4; ++g) {
             uint32_t lo, hi;
