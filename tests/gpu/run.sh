@@ -6,7 +6,7 @@
 #   cache_parity.py    the same with an expert cache of 0/30/100% of the experts (CPU misses) -> cache_parity.json
 #   compute-sanitizer  memcheck (with leak check) on strata generate (also with a 30% expert cache that moves
 #                      experts) and on cuda_ops_test                                     -> sanitizer.log
-#   cuda_matmul_speed  matmul weight GB/s at T = 1 and 8 on ~512 MB matrices                -> speed.json
+#   cuda_matmul_speed  matmul GB/s: 512 MB matrices at T = 1..8, real dense and expert shapes -> speed.json
 # Results go to $OUT (default tests/gpu/results/latest); summary.json says which steps passed.
 # usage: tests/gpu/run.sh [MODELS_DIR]    (MODELS_DIR from tests/gpu/prepare_models.py, default .gpu-models)
 set -u
