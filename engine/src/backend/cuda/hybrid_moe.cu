@@ -111,6 +111,10 @@ HybridMoe::~HybridMoe() {
     cudaFree(d_stage_gate_);
     cudaFree(d_stage_up_);
     cudaFree(d_stage_down_);
+    for (int h = 0; h < 2; ++h) {
+        if (stage_ready_[h]) cudaEventDestroy(stage_ready_[h]);
+        if (stage_free_[h]) cudaEventDestroy(stage_free_[h]);
+    }
     if (flag_) cudaFreeHost(flag_);
     if (registered_) cudaHostUnregister(registered_);
     cudaEventDestroy(x_ready_);
@@ -164,7 +168,7 @@ void HybridMoe::prepare() {
     if (!opt_.routing_profile.empty()) profile = std::make_unique<RoutingProfile>(RoutingProfile::load(opt_.routing_profile));
     cache_ = std::make_unique<ExpertCache>(L_n, n_experts_, slots, profile.get(), opt_.adapt);
     cpu_ = std::make_unique<CpuExpertPool>(opt_.cpu_workers, opt_.f32_activations);
-    stage_slots_ = std::min(n_experts_, 128);
+    stage_slots_ = std::max(1, std::min(64, n_experts_ / 4));
 
     // Every expert in page-locked host memory: the mapped file's expert span locked in place where the driver can
     // (no copy, no second 34 GB in RAM), else copied into pinned pieces, one per layer; a layer whose piece cannot
@@ -303,13 +307,26 @@ void HybridMoe::misses_on_gpu(const Layer& L, const float* x, const std::vector<
             u = std::max(u, other.up_bytes);
             d = std::max(d, other.down_bytes);
         }
-        CUDA_CHECK(cudaMalloc(&d_stage_gate_, g * stage_slots_));
-        CUDA_CHECK(cudaMalloc(&d_stage_up_, u * stage_slots_));
-        CUDA_CHECK(cudaMalloc(&d_stage_down_, d * stage_slots_));
+        CUDA_CHECK(cudaMalloc(&d_stage_gate_, 2 * g * stage_slots_));
+        CUDA_CHECK(cudaMalloc(&d_stage_up_, 2 * u * stage_slots_));
+        CUDA_CHECK(cudaMalloc(&d_stage_down_, 2 * d * stage_slots_));
+        for (int h = 0; h < 2; ++h) {
+            CUDA_CHECK(cudaEventCreateWithFlags(&stage_ready_[h], cudaEventDisableTiming));
+            CUDA_CHECK(cudaEventCreateWithFlags(&stage_free_[h], cudaEventDisableTiming));
+            CUDA_CHECK(cudaEventRecord(stage_free_[h], stream_));
+        }
     }
-    // Batches of up to stage_slots_ distinct experts; their copies queue behind the previous batch's kernels.
+    // Batches of up to stage_slots_ distinct experts in two alternating halves of the arena: a batch's copies run
+    // on the copy stream once the kernels that read its half two batches ago are done, so copies overlap compute.
     const size_t n = misses.size();
     for (size_t i = 0; i < n;) {
+        const int h = stage_half_;
+        stage_half_ ^= 1;
+        const size_t first = (size_t)h * stage_slots_;
+        uint8_t* sg = d_stage_gate_ + first * L.gate_bytes;
+        uint8_t* su = d_stage_up_ + first * L.up_bytes;
+        uint8_t* sd = d_stage_down_ + first * L.down_bytes;
+        CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, stage_free_[h], 0));
         size_t j = i;
         int slots = 0, run_expert = -1, run_slot = 0, run_len = 0;
         for (int prev = -1; j < n; ++j) {
@@ -319,8 +336,7 @@ void HybridMoe::misses_on_gpu(const Layer& L, const float* x, const std::vector<
             if (run_len && misses[j].expert == run_expert + run_len) {
                 ++run_len;
             } else {
-                if (run_len)
-                    copy_experts_to(L, run_expert, run_len, d_stage_gate_, d_stage_up_, d_stage_down_, run_slot, stream_);
+                if (run_len) copy_experts_to(L, run_expert, run_len, sg, su, sd, run_slot, copy_stream_);
                 run_expert = misses[j].expert;
                 run_slot = slots;
                 run_len = 1;
@@ -328,7 +344,9 @@ void HybridMoe::misses_on_gpu(const Layer& L, const float* x, const std::vector<
             ++slots;
             prev = misses[j].expert;
         }
-        if (run_len) copy_experts_to(L, run_expert, run_len, d_stage_gate_, d_stage_up_, d_stage_down_, run_slot, stream_);
+        if (run_len) copy_experts_to(L, run_expert, run_len, sg, su, sd, run_slot, copy_stream_);
+        CUDA_CHECK(cudaEventRecord(stage_ready_[h], copy_stream_));
+        CUDA_CHECK(cudaStreamWaitEvent(stream_, stage_ready_[h], 0));
         counters_.pcie_bytes += (int64_t)slots * (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes);
         const int cnt = (int)(j - i);
         Scratch xg(pool_, (size_t)cnt * H * 4), gate(pool_, (size_t)cnt * I * 4), up(pool_, (size_t)cnt * I * 4);
@@ -345,10 +363,11 @@ void HybridMoe::misses_on_gpu(const Layer& L, const float* x, const std::vector<
             m.act_div = 1;
             return m;
         };
-        matmul_(args(L.gate, d_stage_gate_, I, H), xg.as<float>(), cnt, cnt, gate.as<float>());
-        matmul_(args(L.up, d_stage_up_, I, H), xg.as<float>(), cnt, cnt, up.as<float>());
+        matmul_(args(L.gate, sg, I, H), xg.as<float>(), cnt, cnt, gate.as<float>());
+        matmul_(args(L.up, su, I, H), xg.as<float>(), cnt, cnt, up.as<float>());
         swiglu(stream_, gate.as<float>(), up.as<float>(), (size_t)cnt * I, gate.as<float>());
-        matmul_(args(L.down, d_stage_down_, H, I), gate.as<float>(), cnt, cnt, out + i * H);
+        matmul_(args(L.down, sd, H, I), gate.as<float>(), cnt, cnt, out + i * H);
+        CUDA_CHECK(cudaEventRecord(stage_free_[h], stream_));
         i = j;
     }
 }

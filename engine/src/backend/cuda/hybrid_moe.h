@@ -134,7 +134,8 @@ private:
     void start_moves(int layer);
     void land_moves();   // moves whose copies finished become hits
     // Prompt chunks: the missed experts are copied into a staging arena and computed on the GPU (batches of
-    // stage_slots_ experts), rows out[first_row …) in the order of `misses` (grouped by expert).
+    // stage_slots_ experts, copies overlapping the previous batch's kernels), rows out[0 …) in the order of
+    // `misses` (grouped by expert).
     void misses_on_gpu(const Layer& L, const float* x, const std::vector<ExpertPair>& misses, const int32_t* d_stage,
                        const int32_t* d_token, float* out);
     void cpu_thread_main();
@@ -165,9 +166,12 @@ private:
     int64_t miss_pairs_ = 0, passes_ = 0;
     HybridCounters counters_;
 
-    // Staging arena for prompt chunks' misses (allocated at first use).
+    // Staging arena for prompt chunks' misses (allocated at first use): two halves of stage_slots_ experts.
     int stage_slots_ = 0;
+    int stage_half_ = 0;                        // the half the next batch uses
     uint8_t *d_stage_gate_ = nullptr, *d_stage_up_ = nullptr, *d_stage_down_ = nullptr;
+    cudaEvent_t stage_ready_[2] = {nullptr, nullptr};   // a half's copies are done (copy stream)
+    cudaEvent_t stage_free_[2] = {nullptr, nullptr};    // the kernels reading a half are done (compute stream)
 
     // The join: host → GPU flag (mapped pinned word), the dispatcher thread, timing event pairs.
     bool async_join_ = true;                    // STRATA_HYBRID_JOIN=host: the calling thread computes the misses
