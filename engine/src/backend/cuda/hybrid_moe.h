@@ -39,6 +39,17 @@ void wait_host_flag(cudaStream_t s, const volatile uint32_t* flag, uint32_t seq,
 // of it is visible to the host (one block): the CPU job polls the flag instead of a CUDA call.
 void publish_to_host(cudaStream_t s, const float* x, size_t n, float* y, uint32_t* flag, uint32_t seq);
 
+// Device scratch from the pool for the duration of one call (stream order makes the early return safe).
+struct PoolScratch {
+    DevicePool& pool;
+    void* p;
+    PoolScratch(DevicePool& pl, size_t bytes) : pool(pl), p(pl.get(bytes > 4 ? bytes : 4)) {}
+    ~PoolScratch() { pool.put(p); }
+    PoolScratch(const PoolScratch&) = delete;
+    PoolScratch& operator=(const PoolScratch&) = delete;
+    template <class T> T* as() const { return static_cast<T*>(p); }
+};
+
 // What the hybrid path did since start (DONE reports each request's share).
 struct HybridCounters {
     int64_t hits = 0, lookups = 0;
