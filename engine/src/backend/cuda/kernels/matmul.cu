@@ -5,6 +5,7 @@
 // up to 8 activation rows (integer dp4a sums for Q8 activations, quant_dots.cuh). The expert-indexed path groups
 // the (token, expert) pairs that share an expert, so each expert row is read once per group of up to 4 pairs.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -354,14 +355,23 @@ void launch_block_f32act(cudaStream_t s, const MatmulArgs& m, const float* x, in
     }
 }
 
-// Blocks of kWarps warps of `kernel` that the whole GPU holds at once (its SMs × blocks per SM).
+// Blocks of kWarps warps of `kernel` that the whole GPU holds at once (its SMs × blocks per SM), asked once per
+// kernel and kept in `known`. Not asked while s is being captured into a graph (the query may load the kernel's
+// module): then no limit, and the kernels simply get one block per kWarps rows.
 template <class Kernel>
-unsigned resident_blocks(Kernel kernel) {
+unsigned resident_blocks(cudaStream_t s, Kernel kernel, std::atomic<unsigned>& known) {
+    const unsigned k = known.load(std::memory_order_relaxed);
+    if (k) return k;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return 0x7fffffffu;
     int dev = 0, sms = 0, per_sm = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, 0));
-    return (unsigned)std::max(1, sms * per_sm);
+    const unsigned r = (unsigned)std::max(1, sms * per_sm);
+    known.store(r, std::memory_order_relaxed);
+    return r;
 }
 
 // Grid of gy columns whose rows are spread over at most one wave of resident blocks (the kernels loop over rows).
@@ -372,14 +382,16 @@ inline dim3 row_grid(int64_t rows, unsigned gy, unsigned resident) {
 
 template <class F, int NT>
 void launch_q8_dense(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, float* y) {
-    static const unsigned resident = resident_blocks(matmul_q8_kernel<F, NT>);
+    static std::atomic<unsigned> known{0};
+    const unsigned resident = resident_blocks(s, matmul_q8_kernel<F, NT>, known);
     const dim3 grid = row_grid(m.rows, (unsigned)((P + NT - 1) / NT), resident);
     matmul_q8_kernel<F, NT><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.act_div, act.q, act.d, P, y);
 }
 
 template <class F, int NT>
 void launch_q8_rows(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, float* y) {
-    static const unsigned resident = resident_blocks(matmul_q8_rows_kernel<F, NT>);
+    static std::atomic<unsigned> known{0};
+    const unsigned resident = resident_blocks(s, matmul_q8_rows_kernel<F, NT>, known);
     const unsigned gy = (unsigned)((P + NT - 1) / NT);
     const dim3 grid(std::min(grid_for((size_t)m.rows, kWarps * kRows), std::max(1u, resident / gy)), gy);
     matmul_q8_rows_kernel<F, NT><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.act_div, act.q, act.d,
@@ -388,7 +400,8 @@ void launch_q8_rows(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, float
 
 template <class F, int NT>
 void launch_q8_ids(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, float* y) {
-    static const unsigned resident = resident_blocks(matmul_q8_ids_kernel<F, NT>);
+    static std::atomic<unsigned> known{0};
+    const unsigned resident = resident_blocks(s, matmul_q8_ids_kernel<F, NT>, known);
     const dim3 grid = row_grid(m.rows, (unsigned)P, resident);
     matmul_q8_ids_kernel<F, NT><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.ids,
                                                              m.act_div, act.q, act.d, P, y);
