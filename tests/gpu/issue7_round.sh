@@ -2,22 +2,21 @@
 # One device round for issue #7 on the lent H200, in the order that finds breakage cheapest: the GPU checks
 # (tests/gpu/run.sh: build, ops, tiny-model parity, expert-cache parity, memcheck, matmul speed), then CUDA graphs
 # off/on on a tiny model, then the synthetic full-size model: graphs off/on and bench/decode.py.
-# Uses only committed files (uncommitted edits in the copied tree are dropped first when .git is there).
-# usage: tests/gpu/issue7_round.sh [DECODE_BUDGET_S]      results under $OUT/{gpu,graphs,decode}
+# Runs on the copied working tree as it is (the device's .git is not this checkout's: never reset files from it).
+# usage: tests/gpu/issue7_round.sh [DECODE_BUDGET_S]   results in /tmp/round/{gpu,graphs,graphs_syn,decode}, packed into
+#        $OUT/round.tgz (the device tool returns at most 8 files).
 set -u
 cd "$(dirname "$0")/../.."
-ROOT=${OUT:-tests/gpu/results/round}
+ROOT=/tmp/round
+PACK=${OUT:-.}
+rm -rf "$ROOT"; mkdir -p "$ROOT"
+trap 'tar -czf "$PACK/round.tgz" -C "$ROOT" .' EXIT
 BUDGET=${1:-150}
-if git rev-parse --git-dir >/dev/null 2>&1; then
-  git status --short engine tests bench | head -20
-  git checkout -q -- engine tests bench && git clean -fdq engine tests bench
-  git log --oneline -1
-fi
 python3 -c "import gguf" 2>/dev/null || {
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/gguf-*.whl && export PYTHONPATH=/tmp/site; }
 export PYTHONPATH=${PYTHONPATH:-}
 (OUT=$ROOT/gpu timeout 300 bash tests/gpu/run.sh .gpu-models > "$ROOT.gpu.log" 2>&1; echo "run.sh rc $?" >> "$ROOT.gpu.log")
-mkdir -p "$ROOT"; mv "$ROOT.gpu.log" "$ROOT/gpu_run.log"
+mv "$ROOT.gpu.log" "$ROOT/gpu_run.log"
 grep -E "^-- |rc " "$ROOT/gpu_run.log"
 [ -x build-gpu/engine/strata ] || exit 1
 OUT=$ROOT/graphs timeout 120 bash tests/gpu/graph_speed.sh build-gpu .gpu-models/tiny-q2_0.gguf .gpu-models/realvocab-iq2_xs.gguf 2>&1 | tail -30
