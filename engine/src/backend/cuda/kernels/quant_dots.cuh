@@ -128,17 +128,29 @@ SD void load32(const uint8_t* p, uint32_t (&w)[8]) {
 // A chunk decoded for integer dots: 8 words of int8 weights; its term for one token (activations a, scale da) is
 //   da·(d·(s0·Σ_{words 0-3} w·a + s1·Σ_{words 4-7} w·a)) − da·(dm·(m·Σ a))
 // (s1 used only with kSplit, the min term only with kMin): the sub-block arithmetic of quant/dot_scalar.cpp.
+// (with kSplit and kMin both, the mins are per half too: m0·Σ_{0-15} a + m1·Σ_{16-31} a, as Q2_K).
 struct IChunk {
     int w[8];
     float d, dm;
-    int s0, s1, m;
+    int s0, s1, m0, m1;
 };
+
+// Σ of activations words i0 … i0 + 3.
+SD int act_sum4(const int* a, int i0) {
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s = dp4a(a[i0 + i], 0x01010101, s);
+    return s;
+}
 
 template <bool kSplit, bool kMin>
 SD float chunk_term(const IChunk& c, const int* a, float da) {
     const int sq = kSplit ? c.s0 * dot_words(c.w, a, 0, 4) + c.s1 * dot_words(c.w, a, 4, 4) : c.s0 * dot_words(c.w, a, 0, 8);
     float r = da * (c.d * (float)sq);
-    if (kMin) r -= da * (c.dm * (float)(c.m * act_sum(a)));
+    if (kMin) {
+        const int sm = kSplit ? c.m0 * act_sum4(a, 0) + c.m1 * act_sum4(a, 4) : c.m0 * act_sum(a);
+        r -= da * (c.dm * (float)sm);
+    }
     return r;
 }
 
@@ -229,7 +241,7 @@ template <>
 struct QInt<FmtQ4_K> : QIntBase {
     static constexpr bool kMin = true;
     SD static void decode(const uint8_t* b, int j, const void*, IChunk& c) {
-        k4_scale_min(j, b + 4, c.s0, c.m);
+        k4_scale_min(j, b + 4, c.s0, c.m0);
         uint32_t q[8];
         load32(b + 16 + 32 * (j / 2), q);
 #pragma unroll
@@ -243,7 +255,7 @@ template <>
 struct QInt<FmtQ5_K> : QIntBase {
     static constexpr bool kMin = true;
     SD static void decode(const uint8_t* b, int j, const void*, IChunk& c) {
-        k4_scale_min(j, b + 4, c.s0, c.m);
+        k4_scale_min(j, b + 4, c.s0, c.m0);
         uint32_t qh[8], q[8];
         load32(b + 16, qh);
         load32(b + 48 + 32 * (j / 2), q);
@@ -340,6 +352,111 @@ struct QInt<FmtIQ3_XXS> : QIntBase {
         }
         c.s0 = (int)(2 * (aux >> 28) + 1);
         c.d = 0.25f * half_to_float(ld16(b));
+    }
+};
+
+// Q2_K: 2-bit quants of element e in qs[(e/128)·32 + e%32] at bit 2·((e/32)%4); per 16: scale and min (dot_q2_k).
+template <>
+struct QInt<FmtQ2_K> : QIntBase {
+    static constexpr bool kSplit = true, kMin = true;
+    SD static void decode(const uint8_t* b, int sub, const void*, IChunk& c) {
+        uint32_t q[8];
+        load_words<8>(b + 16 + (sub / 4) * 32, q);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) c.w[i] = (int)((q[i] >> (2 * (sub % 4))) & 0x03030303u);
+        const uint16_t sc = ld16(b + 2 * sub);
+        c.s0 = sc & 0xF;
+        c.m0 = (sc >> 4) & 0xF;
+        c.s1 = (sc >> 8) & 0xF;
+        c.m1 = sc >> 12;
+        c.d = half_to_float(ld16(b + 80));
+        c.dm = half_to_float(ld16(b + 82));
+    }
+};
+
+// Q3_K: q − 4 without the high bit (hmask[e%32] bit e/32); per 16: a 6-bit signed scale (dot_q3_k).
+template <>
+struct QInt<FmtQ3_K> : QIntBase {
+    static constexpr bool kSplit = true;
+    SD static void decode(const uint8_t* b, int sub, const void*, IChunk& c) {
+        uint32_t q[8], hm[8];
+        load_words<8>(b + 32 + (sub / 4) * 32, q);
+        load_words<8>(b, hm);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const uint32_t lo = (q[i] >> (2 * (sub % 4))) & 0x03030303u;
+            const uint32_t hb = ((hm[i] >> sub) & 0x01010101u) << 2;
+            c.w[i] = sub_bytes(lo | hb, 0x04040404u);
+        }
+        c.s0 = FmtQ3_K::scale(b + 96, 2 * sub);
+        c.s1 = FmtQ3_K::scale(b + 96, 2 * sub + 1);
+        c.d = half_to_float(ld16(b + 108));
+    }
+};
+
+// IQ4_XS: IQ4_NL values, a 6-bit scale − 32 per 32 (dot_iq4_xs).
+template <>
+struct QInt<FmtIQ4_XS> : QIntBase {
+    SD static void decode(const uint8_t* b, int ib, const void*, IChunk& c) {
+        const uint32_t table[4] = {0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u};   // kIq4nlWords
+        uint32_t q[4];
+        load_words<4>(b + 8 + 16 * ib, q);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) lookup16(q[i], table, c.w[i], c.w[i + 4]);
+        const int lo = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF;
+        const int hi = (ld16(b + 2) >> (2 * ib)) & 3;
+        c.s0 = (lo | (hi << 4)) - 32;
+        c.d = half_to_float(ld16(b));
+    }
+};
+
+// IQ2_S: 10-bit grid index (qs + 2 bits of qh), explicit sign bytes, a 4-bit scale per 16 (dot_iq2_s).
+template <>
+struct QInt<FmtIQ2_S> : QIntBase {
+    static constexpr bool kSplit = true;
+    static constexpr int kGridBytes = sizeof(iq::iq2s_grid);
+    SD static const void* global_grid() { return STRATA_IQ(iq2s_grid); }
+    SD static void decode(const uint8_t* b, int sub, const void* grid, IChunk& c) {
+        const uint64_t* table = (const uint64_t*)grid;
+        uint32_t qs[1], sg[1];
+        load_words<1>(b + 2 + 4 * sub, qs);
+        load_words<1>(b + 34 + 4 * sub, sg);
+        const uint32_t qh = b[66 + sub];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const uint32_t idx = ((qs[0] >> (8 * k)) & 0xFF) | (((qh >> (2 * k)) & 3) << 8);
+            const uint64_t gv = table[idx];
+            const uint32_t signs = (sg[0] >> (8 * k)) & 0xFF;
+            c.w[2 * k] = apply_signs((uint32_t)gv, spread4(signs & 0xF));
+            c.w[2 * k + 1] = apply_signs((uint32_t)(gv >> 32), spread4(signs >> 4));
+        }
+        const int sc = b[74 + sub];
+        c.s0 = 2 * (sc & 0xF) + 1;
+        c.s1 = 2 * (sc >> 4) + 1;
+        c.d = 0.125f * half_to_float(ld16(b));
+    }
+};
+
+// IQ3_S: 9-bit grid index (qs + 1 bit of qh), explicit sign bytes, scale 2·s + 1 per 32 (dot_iq3_s).
+template <>
+struct QInt<FmtIQ3_S> : QIntBase {
+    static constexpr int kGridBytes = sizeof(iq::iq3s_grid);
+    SD static const void* global_grid() { return STRATA_IQ(iq3s_grid); }
+    SD static void decode(const uint8_t* b, int sub, const void* grid, IChunk& c) {
+        const uint32_t* table = (const uint32_t*)grid;
+        uint32_t qs[2], sg[1];
+        load_words<2>(b + 2 + 8 * sub, qs);
+        load_words<1>(b + 74 + 4 * sub, sg);
+        const uint32_t qh = b[66 + sub];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const uint32_t idx = ((qs[k / 4] >> (8 * (k % 4))) & 0xFF) | (((qh >> k) & 1) << 8);
+            const uint32_t signs = (sg[0] >> (8 * (k / 2) + 4 * (k % 2))) & 0xF;
+            c.w[k] = apply_signs(table[idx], spread4(signs));
+        }
+        const int sc = (b[106 + sub / 2] >> (4 * (sub % 2))) & 0xF;
+        c.s0 = 2 * sc + 1;
+        c.d = half_to_float(ld16(b));
     }
 };
 
