@@ -272,6 +272,29 @@ void compare(const std::string& name, std::vector<std::vector<float>> inputs, co
         report(name + (outputs.size() > 1 ? " [" + std::to_string(o) + "]" : ""), dev[o].get(), host[o], tol);
 }
 
+// Matmuls of one input in a row share its quantization on the GPU; another op, or a matmul writing into the input,
+// must end that: x·W1, x·W2 (shared), x·W3 (shared), x scaled, x·W1 again, x overwritten by z·W3, x·W1 again.
+void test_act_reuse() {
+    const int n = 256, T = 3;
+    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q2_0}) {
+        const Weight& w1 = make_weight(t, n, 64, 1, "reuse1");
+        const Weight& w2 = make_weight(t, n, 64, 1, "reuse2");
+        const Weight& w3 = make_weight(t, n, n, 1, "reuse3");
+        const std::vector<float> zero64(T * 64), zero(T * n);
+        compare(std::string("matmul input reuse ") + ggml_type_name(t) + mode,
+                {randn(T * n), randn(T * n), zero64, zero64, zero, zero64, zero64}, {0, 2, 3, 4, 5, 6},
+                [&](Backend& b, auto& p) {
+                    b.matmul(w1, p[0], T, p[2]);
+                    b.matmul(w2, p[0], T, p[3]);
+                    b.matmul(w3, p[0], T, p[4]);
+                    b.scale(p[0], (size_t)T * n, 0.5f);
+                    b.matmul(w1, p[0], T, p[5]);
+                    b.matmul(w3, p[1], T, p[0]);
+                    b.matmul(w1, p[0], T, p[6]);
+                }, 1e-5);
+    }
+}
+
 void test_small_ops() {
     const int T = 6, H = 64, n = 4, nH = n * H;
     for (int width : {16, 20, 33})   // plain formats take any row length (hyper-connection ranks of 16)
@@ -404,6 +427,7 @@ int main(int argc, char** argv) {
         test_route_topk();
         test_small_ops();
         test_conv_gdn_rope_attention();
+        test_act_reuse();
         test_graph_replay();
         weights.clear();
     } catch (const std::exception& e) {

@@ -7,18 +7,19 @@ namespace strata {
 void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float* u, int T, float* y) {
     const int H = hp.n_embd, E = hp.n_expert, k = hp.n_expert_used, Is = hp.n_ff_shexp;
     Scratch logits(be, (size_t)T * E), ids(be, (size_t)T * k), weights(be, (size_t)T * k);
+    Scratch g(be, (size_t)T * Is), up(be, (size_t)T * Is), sh(be, (size_t)T * H), sg(be, (size_t)T);
+    // The products of u first, one after the other (a GPU backend quantizes u once for them).
     be.matmul(w.router, u, T, logits);
+    be.matmul(w.gate_shexp, u, T, g);
+    be.matmul(w.up_shexp, u, T, up);
+    be.matmul(w.shexp_gate_inp, u, T, sg);
     int32_t* ids_dev = reinterpret_cast<int32_t*>(ids.get());     // int32 values in float-sized slots
     be.route_topk(logits, T, E, k, ids_dev, weights);
     be.moe_experts(w, u, T, k, ids_dev, weights, y);
 
-    Scratch g(be, (size_t)T * Is), up(be, (size_t)T * Is), sh(be, (size_t)T * H), sg(be, (size_t)T);
-    be.matmul(w.gate_shexp, u, T, g);
-    be.matmul(w.up_shexp, u, T, up);
     be.unary(Unary::silu, g, (size_t)T * Is, 1.0f, g);
     be.mul(g, up, (size_t)T * Is, g);
     be.matmul(w.down_shexp, g, T, sh);
-    be.matmul(w.shexp_gate_inp, u, T, sg);
     be.unary(Unary::sigmoid, sg, (size_t)T, 1.0f, sg);
     be.hyper_inject(y, sg, sh, T, 1, H);   // y += σ(gate)·shared, one "stream"
 }

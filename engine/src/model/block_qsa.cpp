@@ -44,27 +44,30 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
     std::vector<int32_t> pos(T);
     for (int t = 0; t < T; ++t) pos[t] = P + t;
 
-    Scratch qg(be, (size_t)T * nh * 2 * hd), q(be, (size_t)T * nh * hd), gate(be, (size_t)T * nh * hd);
+    const int ni = hp.indexer_n_head, di = hp.indexer_head_dim;
+    Scratch qg(be, (size_t)T * nh * 2 * hd), q(be, (size_t)T * nh * hd), gate(be, (size_t)T * nh * hd),
+        qi(be, cr > 0 ? (size_t)T * ni * di : 1);
+    float* k_new = st.k_cache + (size_t)P * kvw;
+    float* v_new = st.v_cache + (size_t)P * kvw;
+    // The products of u first, one after the other (a GPU backend quantizes u once for them).
     be.matmul(w.q, u, T, qg);
+    be.matmul(w.k, u, T, k_new);
+    be.matmul(w.v, u, T, v_new);
+    if (cr > 0) {
+        be.matmul(w.idx_q, u, T, qi);
+        be.matmul(w.idx_k, u, T, st.idx_kraw + (size_t)P * di);
+    }
+
     be.deinterleave(qg, T, nh, hd, hd, q, gate);              // per head: [hd query | hd gate]
     be.rms_norm(q, &w.q_norm, T, nh * hd, hd, hp.rms_eps, q);
     be.rope(q, T, nh, hd, hp.n_rot, hp.rope_theta, pos.data());
-
-    float* k_new = st.k_cache + (size_t)P * kvw;
-    float* v_new = st.v_cache + (size_t)P * kvw;
-    be.matmul(w.k, u, T, k_new);
     be.rms_norm(k_new, &w.k_norm, T, kvw, hd, hp.rms_eps, k_new);
     be.rope(k_new, T, nkv, hd, hp.n_rot, hp.rope_theta, pos.data());
-    be.matmul(w.v, u, T, v_new);
 
     std::vector<std::vector<int32_t>> keep(T);
     if (cr > 0) {
-        const int ni = hp.indexer_n_head, di = hp.indexer_head_dim;
-        Scratch qi(be, (size_t)T * ni * di);
-        be.matmul(w.idx_q, u, T, qi);
         be.rms_norm(qi, &w.idx_q_norm, T, ni * di, di, hp.rms_eps, qi);
         be.rope(qi, T, ni, di, hp.n_rot, hp.rope_theta, pos.data());
-        be.matmul(w.idx_k, u, T, st.idx_kraw + (size_t)P * di);
         // Pool every block completed by these tokens: mean of raw keys, norm, RoPE at the block's first position.
         for (int p = P; p < P + T; ++p) {
             if ((p + 1) % cr != 0) continue;

@@ -148,10 +148,39 @@ struct CudaBackend::Impl {
         execs.clear();
     }
 
-    void done(const char* op) {
+    // keeps_act: the op wrote only memory outside the cached matmul input (see act_cache).
+    void done(const char* op, bool keeps_act = false) {
+        if (!keeps_act) ++act_epoch;
         if (!sync_each_op) return;
         const cudaError_t err = cudaStreamSynchronize(stream);
         if (err != cudaSuccess) fail("CUDA error after op ", op, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
+    }
+
+    // The quantized form of the last matmul input, reused by the next matmuls of the same x (GDN's projections, the
+    // router and shared expert, ...) while no other op has run: every op but matmul moves act_epoch, and a matmul
+    // whose output overlaps x drops it.
+    struct ActCache {
+        const float* x = nullptr;
+        int rows = 0, n = 0, blk = 0;
+        uint64_t epoch = 0;
+        void* q = nullptr;
+        void* d = nullptr;
+    } act_cache;
+    uint64_t act_epoch = 1;
+
+    void drop_act_cache() {
+        pool.put(act_cache.q);
+        pool.put(act_cache.d);
+        act_cache = ActCache{};
+    }
+
+    // Marks the cached input stale when [y, y + n) overlaps it.
+    void wrote(const void* y, size_t bytes) {
+        const ActCache& c = act_cache;
+        if (!c.q) return;
+        const uint8_t* a = static_cast<const uint8_t*>(y);
+        const uint8_t* x = reinterpret_cast<const uint8_t*>(c.x);
+        if (a < x + (size_t)c.rows * c.n * sizeof(float) && x < a + bytes) ++act_epoch;
     }
 
     // y[p] = W_p · x[p / act_div] for P activation rows; quantizes x first for block formats as the CPU path does.
@@ -159,14 +188,21 @@ struct CudaBackend::Impl {
         const int blk = cuda::act_block(m.type);
         if (!blk || f32_act) {
             cuda::matmul(stream, m, x, cuda::ActQ8{}, P, y);
+            wrote(y, (size_t)P * m.rows * sizeof(float));
             return;
         }
         STRATA_CHECK(m.n % blk == 0, "cuda matmul: ", m.n, " inputs are not a multiple of the activation block ", blk,
                      " of ", ggml_type_name(m.type));
-        Buf q(*this, (size_t)act_rows * m.n), d(*this, (size_t)act_rows * (m.n / blk) * sizeof(float));
-        cuda::ActQ8 act{q.as<int8_t>(), d.as<float>()};
-        cuda::quantize_act(stream, blk, x, act_rows, m.n, act);
-        cuda::matmul(stream, m, x, act, P, y);
+        ActCache& c = act_cache;
+        if (!(c.q && c.epoch == act_epoch && c.x == x && c.rows == act_rows && c.n == m.n && c.blk == blk)) {
+            drop_act_cache();
+            void* q = pool.get((size_t)act_rows * m.n);
+            void* d = pool.get((size_t)act_rows * (m.n / blk) * sizeof(float));
+            c = ActCache{x, act_rows, m.n, blk, act_epoch, q, d};
+            cuda::quantize_act(stream, blk, x, act_rows, m.n, cuda::ActQ8{static_cast<int8_t*>(q), static_cast<float*>(d)});
+        }
+        cuda::matmul(stream, m, x, cuda::ActQ8{static_cast<int8_t*>(c.q), static_cast<float*>(c.d)}, P, y);
+        wrote(y, (size_t)P * m.rows * sizeof(float));
     }
 };
 
@@ -194,6 +230,7 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
         impl_->hybrid = std::make_unique<cuda::HybridMoe>(
             opt, impl_->stream, impl_->pool,
             [im](const cuda::MatmulArgs& m, const float* x, int act_rows, int P, float* y) {
+                ++im->act_epoch;     // the hybrid path rewrites its gathered inputs between matmuls
                 im->matmul_rows(m, x, act_rows, P, y);
             });
     }
@@ -343,9 +380,15 @@ void CudaBackend::prepare_weights_extra(const LayerWeights& block, const NextnWe
 }
 
 float* CudaBackend::alloc(size_t n) { return static_cast<float*>(impl_->pool.get(std::max<size_t>(n, 1) * sizeof(float))); }
-void CudaBackend::release(float* p) { impl_->pool.put(p); }
+void CudaBackend::release(float* p) {
+    ++impl_->act_epoch;
+    impl_->pool.put(p);
+}
 
-void CudaBackend::to_device(float* dst, const float* host, size_t n) { impl_->upload(dst, host, n * sizeof(float)); }
+void CudaBackend::to_device(float* dst, const float* host, size_t n) {
+    ++impl_->act_epoch;
+    impl_->upload(dst, host, n * sizeof(float));
+}
 
 void CudaBackend::to_host(float* host, const float* src, size_t n) {
     if (!n) return;
@@ -390,7 +433,7 @@ void CudaBackend::matmul(const Weight& w, const float* x, int T, float* y) {
     m.rows = w.n_rows();
     m.n = (int)w.ne[0];
     impl_->matmul_rows(m, x, T, T, y);
-    impl_->done("matmul");
+    impl_->done("matmul", true);
 }
 
 void CudaBackend::rms_norm(const float* x, const Weight* w, int rows, int width, int group, float eps, float* y) {
@@ -537,7 +580,9 @@ void CudaBackend::indexer_scores(const float* q, const float* kb, int nb, int ni
 
 void CudaBackend::route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) {
     cuda::route_topk(impl_->stream, logits, T, E, k, ids, weights);
-    impl_->done("route_topk");
+    impl_->wrote(ids, (size_t)T * k * 4);
+    impl_->wrote(weights, (size_t)T * k * 4);
+    impl_->done("route_topk", true);
 }
 
 void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* d_ids,
