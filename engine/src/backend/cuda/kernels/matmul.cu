@@ -1,9 +1,8 @@
 // matmul (and its expert-indexed variant for moe_experts) over weights in their stored block formats, the
 // activation quantization the CPU path uses (Q8_0 / Q8_K, so both paths round the same way; or f32 activations as
-// the CPU's --f32-activations reference mode), and the row gather that embed uses. One warp per output row reads
-// the row's blocks in order (lane l takes 32-weight chunks l, l+32, …), decodes each chunk once and dots it with
-// up to 8 activation rows (integer dp4a sums for Q8 activations, quant_dots.cuh). The expert-indexed path groups
-// the (token, expert) pairs that share an expert, so each expert row is read once per group of up to 4 pairs.
+// the CPU's --f32-activations reference mode), the row gather that embed uses, and the launchers that pick a kernel
+// by format and activation rows (the Q8-activation kernels are in matmul_q8.cuh). A warp reads a row's blocks in
+// order (lane l takes 32-weight chunks l, l+32, …) and decodes each chunk once for all activation rows it serves.
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -11,6 +10,7 @@
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
+#include "backend/cuda/kernels/matmul_q8.cuh"
 #include "backend/cuda/kernels/quant_dots.cuh"
 #include "backend/cuda/kernels/quant_formats.cuh"
 #include "common/error.h"
@@ -19,8 +19,8 @@ namespace strata::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;        // output rows per block of the matmul kernels
-constexpr int kTile = 8;         // activation rows per pass when every row uses the same matrix
+using namespace q8;        // the Q8-activation kernels (matmul_q8.cuh) and kWarps, the warps per block
+constexpr int kTile = 8;   // activation rows per pass when every row uses the same matrix
 
 // ---- activation quantization: one warp per block of BLK values ----
 template <int BLK>
@@ -86,169 +86,6 @@ matmul_block_f32act_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int6
     for (int t = 0; t < NT; ++t) {
         const float v = warp_sum(acc[t]);
         if (lane == 0 && p0 + t < P) y[(size_t)(p0 + t) * rows + row] = v;
-    }
-}
-
-// ---- block formats with Q8 activations ----
-// acc[t] += row · activation row arow[t] for t < cnt: lane l takes chunks l, l+32, …; each chunk's weights are
-// decoded once for all cnt rows.
-template <class F, int NT>
-__device__ __forceinline__ void row_dot_q8(const uint8_t* __restrict__ wr, int n, const void* grid,
-                                           const int8_t* __restrict__ aq, const float* __restrict__ ad,
-                                           const int (&arow)[NT], int cnt, float (&acc)[NT]) {
-    constexpr int kSub = F::QK / 32;
-    const int units = n / 32, nd = n / F::ABLK;
-#pragma unroll 2
-    for (int u = threadIdx.x & 31; u < units; u += 32) {
-        const auto act = [&](int t, int (&a)[8]) -> float {
-            const int4* q4 = (const int4*)(aq + (size_t)arow[t] * n + 32 * u);
-            const int4 lo = __ldg(q4), hi = __ldg(q4 + 1);
-            a[0] = lo.x; a[1] = lo.y; a[2] = lo.z; a[3] = lo.w;
-            a[4] = hi.x; a[5] = hi.y; a[6] = hi.z; a[7] = hi.w;
-            return __ldg(ad + (size_t)arow[t] * nd + (32 * u) / F::ABLK);
-        };
-        QDot<F>::template dot<NT>(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, act, cnt, acc);
-    }
-}
-
-// The format's grid table (i-quants) in shared memory; every thread of the block must call this.
-template <class F>
-__device__ __forceinline__ const void* stage_grid(uint4* smem) {
-    constexpr int kWords = QDot<F>::kGridBytes / 4;   // the tables are 4-byte aligned
-    if (kWords == 0) return nullptr;
-    const uint32_t* src = (const uint32_t*)QDot<F>::global_grid();
-    for (int i = threadIdx.x; i < kWords; i += blockDim.x) ((uint32_t*)smem)[i] = src[i];
-    __syncthreads();
-    return smem;
-}
-
-template <class F>
-struct GridSmem {   // uint4 words of shared memory for the table (1 when there is none)
-    static constexpr int kWords = QDot<F>::kGridBytes ? QDot<F>::kGridBytes / 16 : 1;
-};
-
-// One matrix: y[p, row] for p in [p0, p0 + NT), activation row p / act_div. Each warp takes rows warp, warp +
-// (all warps of the grid), … so a block stages the grid table once for many rows.
-template <class F, int NT>
-__global__ void __launch_bounds__(kWarps * 32)
-matmul_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, int act_div,
-                 const int8_t* __restrict__ aq, const float* __restrict__ ad, int P, float* __restrict__ y) {
-    __shared__ uint4 smem[GridSmem<F>::kWords];
-    const void* grid = stage_grid<F>(smem);
-    const int p0 = blockIdx.y * NT;
-    const int cnt = min(NT, P - p0);
-    int arow[NT];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) arow[t] = t < cnt ? (p0 + t) / act_div : 0;
-    for (int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * kWarps) {
-        float acc[NT];
-#pragma unroll
-        for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-        row_dot_q8<F, NT>(W + (size_t)row * row_bytes, n, grid, aq, ad, arow, cnt, acc);
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            const float v = warp_sum(acc[t]);
-            if ((threadIdx.x & 31) == 0 && t < cnt) y[(size_t)(p0 + t) * rows + row] = v;
-        }
-    }
-}
-
-// Several activation rows (T ≥ 2) and an integer format: each warp takes kRows consecutive rows at once, so every
-// activation chunk it loads serves kRows rows (with one row per warp, re-reading the activations of 8 tokens for
-// each chunk would cost more than the weights).
-constexpr int kRows = 4;
-
-template <class F, int NT>
-__global__ void __launch_bounds__(kWarps * 32)
-matmul_q8_rows_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, int act_div,
-                      const int8_t* __restrict__ aq, const float* __restrict__ ad, int P, float* __restrict__ y) {
-    using Q = QInt<F>;
-    __shared__ uint4 smem[GridSmem<F>::kWords];
-    const void* grid = stage_grid<F>(smem);
-    constexpr int kSub = F::QK / 32;
-    const int lane = threadIdx.x & 31;
-    const int units = n / 32, nd = n / F::ABLK;
-    const int p0 = blockIdx.y * NT;
-    const int cnt = min(NT, P - p0);
-    const int64_t stride = (int64_t)gridDim.x * kWarps * kRows;
-    for (int64_t r0 = ((int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5)) * kRows; r0 < rows; r0 += stride) {
-        const int nr = (int)min((int64_t)kRows, rows - r0);
-        float acc[kRows][NT];
-#pragma unroll
-        for (int i = 0; i < kRows; ++i)
-#pragma unroll
-            for (int t = 0; t < NT; ++t) acc[i][t] = 0.0f;
-        for (int u = lane; u < units; u += 32) {
-            IChunk c[kRows];
-#pragma unroll
-            for (int i = 0; i < kRows; ++i)
-                if (i < nr) Q::decode(W + (size_t)(r0 + i) * row_bytes + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, c[i]);
-#pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                if (t >= cnt) break;
-                const size_t ar = (size_t)((p0 + t) / act_div);
-                const int4* q4 = (const int4*)(aq + ar * n + 32 * u);
-                const int4 lo = __ldg(q4), hi = __ldg(q4 + 1);
-                const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-                const float da = __ldg(ad + ar * nd + (32 * u) / F::ABLK);
-#pragma unroll
-                for (int i = 0; i < kRows; ++i)
-                    if (i < nr) acc[i][t] += chunk_term<Q::kSplit, Q::kMin>(c[i], a, da);
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < kRows; ++i)
-#pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                const float v = warp_sum(acc[i][t]);
-                if (lane == 0 && i < nr && t < cnt) y[(size_t)(p0 + t) * rows + r0 + i] = v;
-            }
-    }
-}
-
-// Matrices by id: block column p computes pair p, or with NT > 1 (grouping) every pair with the id of p when p is
-// the first pair with that id (the others' columns return at once), NT pairs per pass over the row.
-template <class F, int NT>
-__global__ void __launch_bounds__(kWarps * 32)
-matmul_q8_ids_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, size_t mat_stride,
-                     const int32_t* __restrict__ ids, int act_div, const int8_t* __restrict__ aq,
-                     const float* __restrict__ ad, int P, float* __restrict__ y) {
-    __shared__ uint4 smem[GridSmem<F>::kWords];
-    const int p = blockIdx.y;
-    const int32_t e = __ldg(ids + p);
-    if (NT > 1)
-        for (int q = 0; q < p; ++q)
-            if (__ldg(ids + q) == e) return;   // the whole block: p is the same for all its threads
-    const void* grid = stage_grid<F>(smem);
-    for (int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * kWarps) {
-        const uint8_t* wr = W + (size_t)e * mat_stride + (size_t)row * row_bytes;
-        int q = p;
-        while (q < P) {
-            int pair[NT], arow[NT], cnt = 0;
-            float acc[NT];
-#pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                pair[t] = 0;
-                acc[t] = 0.0f;
-            }
-            for (; q < P && cnt < NT; ++q)
-                if (q == p || (NT > 1 && __ldg(ids + q) == e)) {
-#pragma unroll
-                    for (int t = 0; t < NT; ++t)
-                        if (t == cnt) pair[t] = q;   // a register array needs constant indices
-                    ++cnt;
-                }
-            if (NT == 1) q = P;
-            if (cnt == 0) break;
-#pragma unroll
-            for (int t = 0; t < NT; ++t) arow[t] = pair[t] / act_div;
-            row_dot_q8<F, NT>(wr, n, grid, aq, ad, arow, cnt, acc);
-#pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                const float v = warp_sum(acc[t]);
-                if ((threadIdx.x & 31) == 0 && t < cnt) y[(size_t)pair[t] * rows + row] = v;
-            }
-        }
     }
 }
 
