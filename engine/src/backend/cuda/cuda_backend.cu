@@ -16,6 +16,7 @@
 #include "backend/cuda/hybrid_moe.h"
 #include "backend/cuda/kernels/kernels.h"
 #include "backend/cuda/pinned_staging.h"
+#include "backend/cuda/stream_graphs.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -36,14 +37,10 @@ struct CudaBackend::Impl {
     bool f32_act = false;
     std::unique_ptr<cuda::HybridMoe> hybrid;     // expert cache + CPU misses; null when every expert is uploaded
     cuda::PinnedStaging staging{4 << 20};        // uploads of directly issued ops
-    cuda::PinnedStaging graph_staging{4 << 20};  // uploads captured into a graph: one half per pass, in turn
     cuda::PinnedBuffer route_host;               // routing copied back for the hybrid path
 
-    // CUDA graphs: executable graphs by node count (a pass's shape), updated with each new capture of that shape.
     bool graphs_on = false;
-    bool capturing = false;
-    std::map<size_t, cudaGraphExec_t> execs;
-    int64_t graph_launches = 0, graph_updates = 0, graph_instantiations = 0;
+    std::unique_ptr<cuda::StreamGraphs> graphs;  // created with the stream
 
     // The device address of a weight's data (also for views inside an uploaded tensor).
     const uint8_t* dev(const Weight& w) const {
@@ -59,7 +56,7 @@ struct CudaBackend::Impl {
     const float* dev_f32(const Weight& w) {
         auto it = f32.find(w.data);
         if (it != f32.end()) return it->second;
-        if (capturing) end_graph();       // the synchronous upload below cannot be captured (prepare_weights does most)
+        end_graph();       // the synchronous upload below cannot be captured (prepare_weights does most)
         const std::vector<float> host = weight_to_f32(w);
         float* d = nullptr;
         CUDA_CHECK(cudaMalloc(&d, host.size() * sizeof(float)));
@@ -83,7 +80,8 @@ struct CudaBackend::Impl {
     // Host → device without waiting: through pinned staging (the host array may be pageable and short-lived).
     void upload(void* dst, const void* host, size_t bytes) {
         if (!bytes) return;
-        cuda::PinnedStaging& st = capturing ? graph_staging : staging;
+        const bool capturing = graphs->capturing();
+        cuda::PinnedStaging& st = capturing ? graphs->staging() : staging;
         void* staged = st.take(bytes);
         if (!staged && !capturing && bytes <= st.half_bytes()) {
             st.record(stream);
@@ -102,50 +100,16 @@ struct CudaBackend::Impl {
     }
 
     bool begin_graph() {
-        if (!graphs_on || capturing) return false;
-        graph_staging.flip_and_wait();     // the pass before last has read this half
-        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-        capturing = true;
+        if (!graphs_on || graphs->capturing()) return false;
+        graphs->begin();
         return true;
     }
 
-    // Ends the capture and runs it: updates the executable graph of the same node count, or instantiates one.
+    // Ends the capture and runs it (no-op when not capturing).
     void end_graph() {
-        if (!capturing) return;
-        capturing = false;
-        cudaGraph_t graph = nullptr;
-        CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-        size_t nodes = 0;
-        CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
-        auto it = execs.find(nodes);
-        if (it != execs.end()) {
-            cudaGraphExecUpdateResultInfo info;
-            if (cudaGraphExecUpdate(it->second, graph, &info) == cudaSuccess) {
-                ++graph_updates;
-            } else {
-                cudaGetLastError();      // clear the update's error; instantiate afresh
-                CUDA_CHECK(cudaGraphExecDestroy(it->second));
-                execs.erase(it);
-                it = execs.end();
-            }
-        }
-        if (it == execs.end()) {
-            if (execs.size() >= 16) clear_graphs();     // shapes: trunk and MTP head at T = 1 … 8
-            cudaGraphExec_t exec = nullptr;
-            CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-            it = execs.emplace(nodes, exec).first;
-            ++graph_instantiations;
-        }
-        CUDA_CHECK(cudaGraphDestroy(graph));
-        CUDA_CHECK(cudaGraphLaunch(it->second, stream));
-        graph_staging.record(stream);
-        ++graph_launches;
+        if (!graphs->capturing()) return;
+        graphs->end();
         done("graph");
-    }
-
-    void clear_graphs() {
-        for (auto& [n, exec] : execs) cudaGraphExecDestroy(exec);
-        execs.clear();
     }
 
     // keeps_act: the op wrote only memory outside the cached matmul input (see act_cache).
@@ -220,6 +184,7 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
     impl_->device = device;
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+    impl_->graphs = std::make_unique<cuda::StreamGraphs>(impl_->stream);
     cuda::upload_iq_tables();
     const char* env = std::getenv("STRATA_CUDA_SYNC");
     impl_->sync_each_op = env && std::strcmp(env, "1") == 0;
@@ -239,16 +204,12 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
 }
 
 CudaBackend::~CudaBackend() {
-    if (impl_->capturing) {
-        cudaGraph_t g = nullptr;
-        if (cudaStreamEndCapture(impl_->stream, &g) == cudaSuccess && g) cudaGraphDestroy(g);
-    }
+    const cuda::StreamGraphs& g = *impl_->graphs;
+    if (g.launches)
+        log_info("cuda", "graphs: " + std::to_string(g.launches) + " passes, " + std::to_string(g.updates) +
+                             " updates, " + std::to_string(g.instantiations) + " instantiations");
+    impl_->graphs.reset();
     cudaStreamSynchronize(impl_->stream);
-    if (impl_->graph_launches)
-        log_info("cuda", "graphs: " + std::to_string(impl_->graph_launches) + " passes, " +
-                             std::to_string(impl_->graph_updates) + " updates, " +
-                             std::to_string(impl_->graph_instantiations) + " instantiations");
-    impl_->clear_graphs();
     impl_->hybrid.reset();
     for (auto& [host, up] : impl_->weights) cudaFree(up.dev);
     for (auto& [host, d] : impl_->f32) cudaFree(d);
@@ -271,7 +232,8 @@ void CudaBackend::synchronize() {
 bool CudaBackend::begin_graph() { return impl_->begin_graph(); }
 void CudaBackend::end_graph() { impl_->end_graph(); }
 CudaBackend::GraphCounts CudaBackend::graph_counts() const {
-    return {impl_->graph_launches, impl_->graph_updates, impl_->graph_instantiations};
+    const cuda::StreamGraphs& g = *impl_->graphs;
+    return {g.launches, g.updates, g.instantiations};
 }
 
 Backend::ExpertCacheCounts CudaBackend::expert_cache_counts() const {
