@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import queue
 import random
@@ -113,17 +114,20 @@ class Engine:
 def model_bytes(path: str) -> dict:
     """Bytes a decode token reads: dense (every tensor but the routed experts, the token embedding and the PLE table,
     of which a token reads a row or a few) and routed (k experts per layer)."""
-    import gguf
-    r = gguf.GGUFReader(path)
+    from gguf_quant import TYPES        # engine/tools: gguf-py's reader rejects Q2_0 (ggml type 42)
+    from gguf_read import GGUFFile
+    r = GGUFFile(path)
     expert, dense, layers = 0, 0, set()
-    for t in r.tensors:
-        if "_exps." in t.name:
-            expert += int(t.n_bytes)
-            layers.add(t.name.split(".")[1])
-        elif t.name not in ("token_embd.weight", "per_layer_token_embd.weight"):
-            dense += int(t.n_bytes)
-    k = int(r.fields["qwen4exp.expert_used_count"].parts[-1][0])
-    E = int(r.fields["qwen4exp.expert_count"].parts[-1][0])
+    for name, (ne, type_name, _) in r.tensors.items():
+        _, block_elems, block_bytes = TYPES[type_name]
+        n_bytes = math.prod(ne) // block_elems * block_bytes
+        if "_exps." in name:
+            expert += n_bytes
+            layers.add(name.split(".")[1])
+        elif name not in ("token_embd.weight", "per_layer_token_embd.weight"):
+            dense += n_bytes
+    k = int(r.value("qwen4exp.expert_used_count"))
+    E = int(r.value("qwen4exp.expert_count"))
     n_layers = len(layers)
     per_expert = expert / (n_layers * E)
     return {"dense_bytes": dense, "expert_bytes": per_expert, "experts_per_token": k, "moe_layers": n_layers,
