@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-V1_COMMIT = "9eb2e52"  # the commit that trained the shipped v1 demo model
+V1_COMMIT = "9eb2e52"  # the commit that trained the v1 demo model (shipped until v2)
 SIZES_FROM = "engine/tools/demo_model/model_config.py"
 
 # Runs a recipe's own train.main() with the tiny config replaced by CPU_COMPARE plus the recipe's own QSA budget.

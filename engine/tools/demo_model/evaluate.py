@@ -2,7 +2,7 @@
 # tool calls and thinking behaviour per kind, and greedy agreement with transformers on the same prompts.
 # Run from engine/tools:  python3 -m demo_model.evaluate --strata BUILD/engine/strata --gguf installer/demo/strata-demo.gguf
 #                                                        --hf-dir CHECKPOINT [--per-kind 32] [--agreement 24]
-# Not yet done: the same scoring through the gateway's OpenAI tool_calls / Anthropic tool_use (see MODEL_CARD.md).
+# The same held-out cases through the gateway's OpenAI tool_calls / Anthropic tool_use: evaluate_gateway.py.
 import argparse
 import json
 import subprocess
@@ -59,7 +59,7 @@ def main():
     parser.add_argument("--agreement", type=int, default=24, help="prompts compared with transformers")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--tokenizer", type=Path, default=demo_tokenizer.TOKENIZER_DIR,
-                        help="the tokenizer of the GGUF (v2 by default; the shipped v1 GGUF: tokenizer/)")
+                        help="the tokenizer of the GGUF (default: the shipped one, tokenizer/)")
     args = parser.parse_args()
     tokenizer = demo_tokenizer.load(args.tokenizer)
     jobs = jobs_for(data.held_out_cases(SEED, args.per_kind), tokenizer)
