@@ -17,7 +17,7 @@ timeout 120 "$BUILD/engine/hybrid_join_test" > "$OUT/hybrid_join_test.log" 2>&1
 join_rc=$?
 tail -2 "$OUT/hybrid_join_test.log"
 MODEL=installer/demo/strata-demo.gguf
-PROMPT=$(python3 -c "print(','.join(str(5 + 37 * i % 3000) for i in range(40)))")
+PROMPT=$(python3 -c "print(','.join(str(5 + 37 * i % 2000) for i in range(40)))")
 ab_rc=0
 for mode in async host; do
   env_join=$([ $mode = host ] && echo host || echo async)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device round for issue #7 on the lent H200, in the order that finds breakage cheapest: the GPU checks
 # (tests/gpu/run.sh: build, ops, tiny-model parity, expert-cache parity, memcheck, matmul speed), then CUDA graphs
-# off/on on a tiny model, then the synthetic full-size model: graphs off/on and bench/decode.py.
+# off/on on a tiny model, the hybrid join checks, then the synthetic full-size model: graphs off/on and bench/decode.py.
 # Runs on the copied working tree as it is (the device's .git is not this checkout's: never reset files from it).
 # usage: tests/gpu/issue7_round.sh [DECODE_BUDGET_S]   results in /tmp/round/{gpu,graphs,graphs_syn,decode}, packed into
 #        $OUT/round.tgz (the device tool returns at most 8 files).
@@ -20,6 +20,7 @@ mv "$ROOT.gpu.log" "$ROOT/gpu_run.log"
 grep -E "^-- |rc " "$ROOT/gpu_run.log"
 [ -x build-gpu/engine/strata ] || exit 1
 OUT=$ROOT/graphs timeout 120 bash tests/gpu/graph_speed.sh build-gpu .gpu-models/tiny-q2_0.gguf .gpu-models/realvocab-iq2_xs.gguf 2>&1 | tail -30
+OUT=$ROOT/hybrid timeout 120 bash tests/gpu/hybrid_checks.sh 2>&1 | tail -15
 MODEL=/tmp/syn-q2_0.gguf
 ( time timeout 200 python3 engine/tools/make_synthetic.py "$MODEL" --experts q2_0 --workers "$(nproc)" ) > "$ROOT/make_synthetic.log" 2>&1
 tail -3 "$ROOT/make_synthetic.log"
