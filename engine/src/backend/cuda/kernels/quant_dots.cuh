@@ -211,6 +211,63 @@ struct QInt<FmtIQ4_NL> : QIntBase {
     }
 };
 
+// Q5_0 / Q5_1: the 5th bits of weights 4i … 4i+3 (bits 4i … 4i+3 of qh) as bit 4 of each byte.
+SD uint32_t fifth_bits(uint32_t qh, int first) { return (((qh >> first) & 0xF) * 0x00204081u & 0x01010101u) << 4; }
+
+template <>
+struct QInt<FmtQ5_0> : QIntBase {
+    SD static void decode(const uint8_t* b, int, const void*, IChunk& c) {
+        const uint32_t qh = ld32(b + 2);
+        uint32_t q[4];
+        load_words<4>(b + 6, q);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            c.w[i] = sub_bytes((q[i] & 0x0F0F0F0Fu) | fifth_bits(qh, 4 * i), 0x10101010u);
+            c.w[i + 4] = sub_bytes(((q[i] >> 4) & 0x0F0F0F0Fu) | fifth_bits(qh, 16 + 4 * i), 0x10101010u);
+        }
+        c.d = half_to_float(ld16(b));
+        c.s0 = 1;
+    }
+};
+
+// Q4_1 / Q5_1 (weight d·q + m): the min term with dm = −m adds da·m·Σa (dot_q4_1 / dot_q5_1).
+template <>
+struct QInt<FmtQ4_1> : QIntBase {
+    static constexpr bool kMin = true;
+    SD static void decode(const uint8_t* b, int, const void*, IChunk& c) {
+        uint32_t q[4];
+        load_words<4>(b + 4, q);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            c.w[i] = (int)(q[i] & 0x0F0F0F0Fu);
+            c.w[i + 4] = (int)((q[i] >> 4) & 0x0F0F0F0Fu);
+        }
+        c.d = half_to_float(ld16(b));
+        c.dm = -half_to_float(ld16(b + 2));
+        c.s0 = 1;
+        c.m0 = 1;
+    }
+};
+
+template <>
+struct QInt<FmtQ5_1> : QIntBase {
+    static constexpr bool kMin = true;
+    SD static void decode(const uint8_t* b, int, const void*, IChunk& c) {
+        const uint32_t qh = ld32(b + 4);
+        uint32_t q[4];
+        load_words<4>(b + 8, q);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            c.w[i] = (int)((q[i] & 0x0F0F0F0Fu) | fifth_bits(qh, 4 * i));
+            c.w[i + 4] = (int)(((q[i] >> 4) & 0x0F0F0F0Fu) | fifth_bits(qh, 16 + 4 * i));
+        }
+        c.d = half_to_float(ld16(b));
+        c.dm = -half_to_float(ld16(b + 2));
+        c.s0 = 1;
+        c.m0 = 1;
+    }
+};
+
 // Q2_0: byte j of the chunk holds weights 4j … 4j+3 (2 bits each, value code − 1). The four shifted masks give
 // weights {4j + s}; a 4×4 byte transpose puts them back in order.
 template <>
