@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
@@ -152,6 +153,59 @@ matmul_plain_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t row
     }
 }
 
+// Several activation rows on one matrix: each warp takes kRows consecutive rows at once, so each activation value
+// it loads serves kRows rows (same sums, in the same order, as matmul_plain_kernel).
+template <int TY, int V, int NT>
+__global__ void __launch_bounds__(kWarps * 32)
+matmul_plain_rows_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, int act_div,
+                         const float* __restrict__ x, int P, float* __restrict__ y) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r0 = ((int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5)) * kRows;
+    if (r0 >= rows) return;
+    const int nr = (int)min((int64_t)kRows, rows - r0);
+    const int p0 = blockIdx.y * NT;
+    const int cnt = min(NT, P - p0);
+    float acc[kRows][NT];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+    for (int i = V * lane; i < n; i += 32 * V) {
+        float w[kRows][V];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            if (r < nr) {
+                load_plain<TY, V>(W + (size_t)(r0 + r) * row_bytes, i, w[r]);
+            } else {
+#pragma unroll
+                for (int k = 0; k < V; ++k) w[r][k] = 0.0f;
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= cnt) break;
+            const float* xr = x + (size_t)((p0 + t) / act_div) * n + i;
+            if (V == 4) {
+                const float4 xv = *(const float4*)xr;
+#pragma unroll
+                for (int r = 0; r < kRows; ++r)
+                    acc[r][t] = fmaf(w[r][0], xv.x, fmaf(w[r][1], xv.y, fmaf(w[r][2], xv.z, fmaf(w[r][3], xv.w, acc[r][t]))));
+            } else {
+                const float xv = xr[0];
+#pragma unroll
+                for (int r = 0; r < kRows; ++r) acc[r][t] = fmaf(w[r][0], xv, acc[r][t]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const float v = warp_sum(acc[r][t]);
+            if (lane == 0 && r < nr && t < cnt) y[(size_t)(p0 + t) * rows + r0 + r] = v;
+        }
+}
+
 // ---- row gather (embed): one block per token ----
 template <class F>
 __global__ void dequant_rows_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int n,
@@ -292,9 +346,16 @@ template <int TY, int V>
 void launch_plain_v(cudaStream_t s, const MatmulArgs& m, const float* x, int P, float* y) {
     const unsigned gx = grid_for((size_t)m.rows, kWarps);
     if (!m.ids && P > 1) {
-        dim3 grid(gx, (unsigned)((P + kTile - 1) / kTile));
-        matmul_plain_kernel<TY, V, kTile><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride,
-                                                                       m.ids, m.act_div, x, P, y);
+        const unsigned gr = grid_for((size_t)m.rows, kWarps * kRows);
+        auto rows_launch = [&](auto nt) {
+            constexpr int NT = decltype(nt)::value;
+            dim3 grid(gr, (unsigned)((P + NT - 1) / NT));
+            matmul_plain_rows_kernel<TY, V, NT><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.act_div,
+                                                                             x, P, y);
+        };
+        if (P == 2) rows_launch(std::integral_constant<int, 2>{});
+        else if (P <= 4) rows_launch(std::integral_constant<int, 4>{});
+        else rows_launch(std::integral_constant<int, kTile>{});
     } else {
         dim3 grid(gx, (unsigned)P);
         matmul_plain_kernel<TY, V, 1><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride,
