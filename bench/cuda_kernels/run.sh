@@ -2,6 +2,7 @@
 # The CUDA matmul kernels on a machine with an NVIDIA GPU (the lent H200), in about 2-3 minutes:
 #   1. dot_host_test      integer chunk dots == CPU scalar dots, every format (host only)      -> dot_host.log
 #   2. cuda_ops_test      every op CUDA vs CPU; matmul T = 1..8, 19 and grouped expert pairs    -> ops.json, ops.log
+#      moe_gate_up_test   the fused expert gate/up/swiglu kernel vs matmul + matmul + swiglu    -> moe_gate_up.log
 #                         (again with STRATA_CUDA_T1_ROWS=1                                     -> ops_t1rows.*)
 #   3. cuda_matmul_speed  the current kernels                                                  -> speed_after.json
 #                         with STRATA_CUDA_T1_ROWS=1 (decode 4 rows per warp, an A/B switch)   -> speed_t1rows.json
@@ -33,6 +34,8 @@ $NVCC -x cu -c "$TMP/before/matmul.cu" -o "$TMP/before/matmul.o" > "$OUT/build_b
 p2=$!
 $NVCC -x cu -c tests/gpu/cuda_matmul_speed.cu -o "$TMP/speed.o" > "$OUT/build_speed.log" 2>&1 &
 p3=$!
+$NVCC -x cu -c tests/gpu/moe_gate_up_test.cu -o "$TMP/moe_gate_up_test.o" > "$OUT/build_moe_gate_up.log" 2>&1 &
+p6=$!
 $NVCC tests/gpu/dot_host_test.cu "$CORE" -o "$TMP/dot_host_test" -lpthread > "$OUT/build_dot.log" 2>&1 &
 p4=$!
 cmake --build "$BUILD" -j "$(nproc)" --target cuda_ops_test > "$OUT/build_ops.log" 2>&1 &
@@ -40,6 +43,8 @@ p5=$!
 ok_after=0; ok_before=0
 wait $p3 && wait $p1 && nvcc -arch=sm_90 "$TMP/speed.o" "$TMP/after/matmul.o" "$CORE" -o "$TMP/after/cuda_matmul_speed" \
   -lpthread >> "$OUT/build_after.log" 2>&1 && ok_after=1
+wait $p6 && nvcc -arch=sm_90 "$TMP/moe_gate_up_test.o" "$TMP/after/matmul.o" "$CORE" -o "$TMP/moe_gate_up_test" \
+  -lpthread >> "$OUT/build_moe_gate_up.log" 2>&1 || { tail -20 "$OUT/build_moe_gate_up.log"; status=1; }
 wait $p2 && nvcc -arch=sm_90 "$TMP/speed.o" "$TMP/before/matmul.o" "$CORE" -o "$TMP/before/cuda_matmul_speed" \
   -lpthread >> "$OUT/build_before.log" 2>&1 && ok_before=1
 wait $p4 || { tail -20 "$OUT/build_dot.log"; status=1; }
@@ -60,6 +65,10 @@ if [ -x "$BUILD/engine/cuda_ops_test" ]; then
   grep -E "FAIL|error" "$OUT/ops_t1rows.log" | head -10
   echo "with STRATA_CUDA_T1_ROWS=1: $(tail -1 "$OUT/ops_t1rows.log")"
 fi
+
+echo "== moe_gate_up_test ($(date +%T))"
+timeout 60 "$TMP/moe_gate_up_test" > "$OUT/moe_gate_up.log" 2>&1 || status=1
+grep -E "FAIL|error" "$OUT/moe_gate_up.log" | head; tail -1 "$OUT/moe_gate_up.log"
 
 echo "== cuda_matmul_speed, current kernels ($(date +%T))"
 timeout 120 "$TMP/after/cuda_matmul_speed" "$OUT/speed_after.json" > "$OUT/speed_after.log" 2>&1 || status=1

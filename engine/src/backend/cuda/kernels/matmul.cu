@@ -12,6 +12,7 @@
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
 #include "backend/cuda/kernels/matmul_q8.cuh"
+#include "backend/cuda/kernels/moe_gate_up.h"
 #include "backend/cuda/kernels/quant_dots.cuh"
 #include "backend/cuda/kernels/quant_formats.cuh"
 #include "common/error.h"
@@ -444,6 +445,33 @@ void matmul(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int 
     }
     if (!with_format(m.type, [&](auto f) { launch_block<decltype(f)>(s, m, x, act, P, y); }))
         fail("cuda matmul: unsupported weight type ", ggml_type_name(m.type));
+}
+
+bool moe_gate_up(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, ActQ8 act, int P, float* h) {
+    if (!act.q || !gate.ids || gate.ids != up.ids || gate.type != up.type || gate.row_bytes != up.row_bytes ||
+        gate.rows != up.rows || gate.n != up.n || gate.mat_stride != up.mat_stride || gate.act_div != up.act_div)
+        return false;
+    if (P == 0 || gate.rows == 0) return true;
+    STRATA_CHECK(P <= 65535, "cuda moe_gate_up: ", P, " pairs is out of range");
+    bool done = false;
+    with_format(gate.type, [&](auto f) {
+        using F = decltype(f);
+        if constexpr (QInt<F>::kHas) {
+            STRATA_CHECK(gate.n % F::QK == 0, "cuda moe_gate_up: row length ", gate.n, " is not a multiple of the ",
+                         ggml_type_name(gate.type), " block of ", F::QK);
+            auto launch = [&](auto kernel, std::atomic<unsigned>& known) {
+                const dim3 grid = row_grid(gate.rows, (unsigned)P, resident_blocks(s, kernel, known));
+                kernel<<<grid, kWarps * 32, 0, s>>>(gate.w, up.w, gate.row_bytes, gate.rows, gate.n, gate.mat_stride,
+                                                    gate.ids, gate.act_div, act.q, act.d, P, h);
+            };
+            static std::atomic<unsigned> known1{0}, known4{0};
+            if (P > kGroupAbove) launch(moe_gate_up_kernel<F, kGroupTile>, known4);
+            else launch(moe_gate_up_kernel<F, 1>, known1);
+            CUDA_CHECK_LAUNCH();
+            done = true;
+        }
+    });
+    return done;
 }
 
 void dequant_rows(cudaStream_t s, GgmlType type, const uint8_t* w, size_t row_bytes, int n, const int32_t* ids, int T,

@@ -173,4 +173,69 @@ matmul_q8_ids_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t ro
     }
 }
 
+// The routed experts' gate and up projections with swiglu in one pass: h[p, r] = silu(g) · u, g = gate_p[r] · x,
+// u = up_p[r] · x for pair p (matrices ids[p] of Wg and Wu, same shapes; activation row p / act_div). Each chunk of
+// both rows is decoded once and dotted with the same activations; pairs grouped by expert as matmul_q8_ids_kernel.
+template <class F, int NT>
+__global__ void __launch_bounds__(kWarps * 32)
+moe_gate_up_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, size_t row_bytes, int64_t rows,
+                   int n, size_t mat_stride, const int32_t* __restrict__ ids, int act_div,
+                   const int8_t* __restrict__ aq, const float* __restrict__ ad, int P, float* __restrict__ h) {
+    using Q = QInt<F>;
+    __shared__ uint4 smem[GridSmem<F>::kWords];
+    const int p = blockIdx.y;
+    const int32_t e = __ldg(ids + p);
+    if (NT > 1)
+        for (int q = 0; q < p; ++q)
+            if (__ldg(ids + q) == e) return;   // the whole block: p is the same for all its threads
+    const void* grid = stage_grid<F>(smem);
+    constexpr int kSub = F::QK / 32;
+    const int lane = threadIdx.x & 31;
+    const int units = n / 32, nd = n / F::ABLK;
+    for (int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * kWarps) {
+        const size_t off = (size_t)e * mat_stride + (size_t)row * row_bytes;
+        int q = p;
+        while (q < P) {
+            int pair[NT], cnt = 0;
+            float ag[NT], au[NT];
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                pair[t] = 0;
+                ag[t] = au[t] = 0.0f;
+            }
+            for (; q < P && cnt < NT; ++q)
+                if (q == p || (NT > 1 && __ldg(ids + q) == e)) {
+#pragma unroll
+                    for (int t = 0; t < NT; ++t)
+                        if (t == cnt) pair[t] = q;
+                    ++cnt;
+                }
+            if (NT == 1) q = P;
+            if (cnt == 0) break;
+            for (int u = lane; u < units; u += 32) {
+                const size_t b = off + (size_t)(u / kSub) * F::BYTES;
+                IChunk cg, cu;
+                Q::decode(Wg + b, u % kSub, grid, cg);
+                Q::decode(Wu + b, u % kSub, grid, cu);
+#pragma unroll
+                for (int t = 0; t < NT; ++t) {
+                    if (t >= cnt) break;
+                    const size_t ar = (size_t)(pair[t] / act_div);
+                    const int4* q4 = (const int4*)(aq + ar * n + 32 * u);
+                    const int4 lo = __ldg(q4), hi = __ldg(q4 + 1);
+                    const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+                    const float da = __ldg(ad + ar * nd + (32 * u) / F::ABLK);
+                    ag[t] += chunk_term<Q::kSplit, Q::kMin>(cg, a, da);
+                    au[t] += chunk_term<Q::kSplit, Q::kMin>(cu, a, da);
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                const float g = warp_sum(ag[t]), v = warp_sum(au[t]);
+                if (lane == 0 && t < cnt) h[(size_t)pair[t] * rows + row] = g / (1.0f + expf(-g)) * v;   // as swiglu
+            }
+        }
+    }
+}
+
 }  // namespace strata::cuda::q8
