@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device round for issue #7 on the lent H200, in the order that finds breakage cheapest: the GPU checks
-# (tests/gpu/run.sh: build, ops, tiny-model parity, expert-cache parity, memcheck, matmul speed), then CUDA graphs
+# (tests/gpu/run.sh: build, ops, tiny-model parity, expert-cache parity, memcheck, matmul speed), the kernel
+# before/after benchmark (bench/cuda_kernels/run.sh), then CUDA graphs
 # off/on on a tiny model, the hybrid join checks, then the synthetic full-size model: graphs off/on and bench/decode.py.
 # Runs on the copied working tree as it is (the device's .git is not this checkout's: never reset files from it).
 # usage: tests/gpu/issue7_round.sh [DECODE_BUDGET_S]   results in /tmp/round/{gpu,graphs,graphs_syn,decode}, packed into
@@ -19,6 +20,7 @@ export PYTHONPATH=${PYTHONPATH:-}
 mv "$ROOT.gpu.log" "$ROOT/gpu_run.log"
 grep -E "^-- |rc " "$ROOT/gpu_run.log"
 [ -x build-gpu/engine/strata ] || exit 1
+OUT=$ROOT/kernels timeout 200 bash bench/cuda_kernels/run.sh > "$ROOT/kernels.log" 2>&1; echo "kernels rc $?"; tail -25 "$ROOT/kernels/compare.txt" 2>/dev/null
 OUT=$ROOT/graphs timeout 120 bash tests/gpu/graph_speed.sh build-gpu .gpu-models/tiny-q2_0.gguf .gpu-models/realvocab-iq2_xs.gguf 2>&1 | tail -30
 OUT=$ROOT/hybrid timeout 120 bash tests/gpu/hybrid_checks.sh 2>&1 | tail -15
 MODEL=/tmp/syn-q2_0.gguf
