@@ -212,6 +212,45 @@ void test_route_topk() {
     }
 }
 
+// select_cells: the same key cells as the CPU (torch.topk's block choice, exact ties too) for queries within and
+// beyond the budget; scores relu'd Gaussians (many exact zeros), on a 0.5 grid (ties everywhere), or all zero.
+void test_select_cells() {
+    struct Case {
+        int P, T, cr, kb;
+    };
+    for (const Case c : {Case{40, 1, 4, 4}, Case{100, 5, 4, 8}, Case{3000, 1, 4, 512}, Case{2100, 8, 4, 512},
+                         Case{60, 3, 2, 4}, Case{10, 2, 4, 4}}) {
+        for (int kind = 0; kind < 3; ++kind) {
+            const int stride = (c.P + c.T) / c.cr;
+            std::vector<float> scores = randn((size_t)c.T * stride);
+            for (float& v : scores) v = kind == 2 ? 0.0f : std::max(0.0f, kind == 1 ? std::round(v * 2) / 2 : v);
+            std::vector<int32_t> off(c.T + 1, 0);
+            for (int t = 0; t < c.T; ++t) {
+                const int M = c.P + t + 1, nb = M / c.cr;
+                off[t + 1] = off[t] + (nb > c.kb ? c.kb * c.cr + (M - nb * c.cr) : M);
+            }
+            std::vector<int32_t> want(off[c.T]);
+            cpu->select_cells(scores.data(), stride, c.T, c.P, c.cr, c.kb, off.data(), want.data());
+            std::vector<float> off_bits(off.size());
+            std::memcpy(off_bits.data(), off.data(), off.size() * 4);
+            Dev ds(scores), doff(off_bits), dcells(want.size());
+            gpu->select_cells(ds, stride, c.T, c.P, c.cr, c.kb, reinterpret_cast<const int32_t*>(doff.p),
+                              reinterpret_cast<int32_t*>(dcells.p));
+            const std::vector<float> got_bits = dcells.get();
+            std::vector<float> got(want.size()), want_f(want.size());
+            for (size_t i = 0; i < want.size(); ++i) {
+                int32_t v;
+                std::memcpy(&v, &got_bits[i], 4);
+                got[i] = (float)v;
+                want_f[i] = (float)want[i];
+            }
+            report("select_cells P=" + std::to_string(c.P) + " T=" + std::to_string(c.T) + " kb=" + std::to_string(c.kb) +
+                       (kind == 0 ? " relu" : kind == 1 ? " ties" : " zeros"),
+                   got, want_f, 0.0);
+        }
+    }
+}
+
 // A decode-like pass captured as a graph, 6 times with other host values each time (token id, position, a staged
 // upload, the row it writes): the result of every pass must equal the CPU's, and passes after the first must
 // update the executable graph rather than instantiate a new one. Pass 3 reads a value on the host mid-pass (the
@@ -428,6 +467,7 @@ int main(int argc, char** argv) {
         test_small_ops();
         test_conv_gdn_rope_attention();
         test_act_reuse();
+        test_select_cells();
         test_graph_replay();
         weights.clear();
     } catch (const std::exception& e) {

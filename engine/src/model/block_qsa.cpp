@@ -1,42 +1,14 @@
 // QSA indexed attention (MODEL.md §8) as transformers computes it: the indexer scores complete blocks of cr keys
-// by pooled block keys (cached once per completed block), keeps the top budget/cr blocks plus the unfinished tail,
-// and gated GQA softmax attention runs over those cells only. Not llama.cpp's token-level variant (GGUF.md §5.8).
+// by pooled block keys (cached once per completed block), keeps the top budget/cr blocks plus the unfinished tail
+// (chosen on the backend's device), and gated GQA softmax attention runs over those cells only. Not llama.cpp's
+// token-level variant (GGUF.md §5.8).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "model/blocks.h"
-#include "model/topk.h"
 
 namespace strata {
-
-namespace {
-
-// The key positions query position p may attend to, ascending.
-std::vector<int32_t> select_cells(Backend& be, const Hparams& hp, const LayerState& st, int cr, const float* qi, int p,
-                                  std::vector<float>& scores_host, float* scores_dev) {
-    const int M = p + 1;                 // visible keys
-    const int nb = M / cr;               // complete blocks
-    const int budget_blocks = hp.indexer_top_k / cr;
-    std::vector<int32_t> cells;
-    if (nb <= budget_blocks) {
-        cells.resize(M);
-        std::iota(cells.begin(), cells.end(), 0);
-        return cells;
-    }
-    const int di = hp.indexer_head_dim;
-    be.indexer_scores(qi, st.idx_kblock, nb, hp.indexer_n_head, di, 1.0f / std::sqrt((float)di), scores_dev);
-    scores_host.resize(nb);
-    be.to_host(scores_host.data(), scores_dev, nb);
-    std::vector<int32_t> chosen = torch_topk_indices(scores_host.data(), nb, budget_blocks);
-    std::sort(chosen.begin(), chosen.end());
-    for (int32_t b : chosen)
-        for (int j = 0; j < cr; ++j) cells.push_back(b * cr + j);
-    for (int c = nb * cr; c < M; ++c) cells.push_back(c);   // the incomplete tail block
-    return cells;
-}
-
-}  // namespace
 
 void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& st, int cr, const float* u, int T,
                int P, float* y) {
@@ -64,7 +36,9 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
     be.rms_norm(k_new, &w.k_norm, T, kvw, hd, hp.rms_eps, k_new);
     be.rope(k_new, T, nkv, hd, hp.n_rot, hp.rope_theta, pos.data());
 
-    std::vector<std::vector<int32_t>> keep(T);
+    // Cells beyond the budget are chosen on the device (select_cells); otherwise every query sees all earlier keys.
+    const int kb = cr > 0 ? hp.indexer_top_k / cr : 0;
+    const bool select = cr > 0 && (P + T) / cr > kb;
     if (cr > 0) {
         be.rms_norm(qi, &w.idx_q_norm, T, ni * di, di, hp.rms_eps, qi);
         be.rope(qi, T, ni, di, hp.n_rot, hp.rope_theta, pos.data());
@@ -72,25 +46,44 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
         for (int p = P; p < P + T; ++p) {
             if ((p + 1) % cr != 0) continue;
             const int b = (p + 1) / cr - 1;
-            float* kb = st.idx_kblock + (size_t)b * di;
-            be.mean_rows(st.idx_kraw + (size_t)b * cr * di, cr, di, kb);
-            be.rms_norm(kb, &w.idx_k_norm, 1, di, di, hp.rms_eps, kb);
+            float* kb_row = st.idx_kblock + (size_t)b * di;
+            be.mean_rows(st.idx_kraw + (size_t)b * cr * di, cr, di, kb_row);
+            be.rms_norm(kb_row, &w.idx_k_norm, 1, di, di, hp.rms_eps, kb_row);
             const int32_t first = b * cr;
-            be.rope(kb, 1, 1, di, hp.n_rot, hp.rope_theta, &first);
-        }
-        Scratch scores(be, (size_t)(P + T) / cr + 1);
-        std::vector<float> scores_host;
-        for (int t = 0; t < T; ++t)
-            keep[t] = select_cells(be, hp, st, cr, qi + (size_t)t * ni * di, P + t, scores_host, scores);
-    } else {
-        for (int t = 0; t < T; ++t) {
-            keep[t].resize(P + t + 1);
-            std::iota(keep[t].begin(), keep[t].end(), 0);
+            be.rope(kb_row, 1, 1, di, hp.n_rot, hp.rope_theta, &first);
         }
     }
 
     Scratch o(be, (size_t)T * nh * hd);
-    be.attention(q, st.k_cache, st.v_cache, T, nh, nkv, hd, keep, o);
+    if (select) {
+        // Query t: kb·cr chosen keys plus the tail past its complete blocks, or all M keys within the budget.
+        std::vector<int32_t> off(T + 1, 0);
+        for (int t = 0; t < T; ++t) {
+            const int M = P + t + 1, nb = M / cr;
+            off[t + 1] = off[t] + (nb > kb ? kb * cr + (M - nb * cr) : M);
+        }
+        const int stride = (P + T) / cr;
+        Scratch scores(be, (size_t)T * stride), d_off(be, T + 1), cells(be, std::max(off[T], 1));
+        static_assert(sizeof(float) == sizeof(int32_t), "int32 values travel in float slots");
+        be.to_device(d_off, reinterpret_cast<const float*>(off.data()), off.size());
+        for (int t = 0; t < T; ++t) {
+            const int nb = (P + t + 1) / cr;
+            if (nb > kb)
+                be.indexer_scores(qi + (size_t)t * ni * di, st.idx_kblock, nb, ni, di, 1.0f / std::sqrt((float)di),
+                                  scores + (size_t)t * stride);
+        }
+        const int32_t* off_dev = reinterpret_cast<const int32_t*>(d_off.get());
+        int32_t* cells_dev = reinterpret_cast<int32_t*>(cells.get());
+        be.select_cells(scores, stride, T, P, cr, kb, off_dev, cells_dev);
+        be.attention_cells(q, st.k_cache, st.v_cache, T, nh, nkv, hd, off_dev, cells_dev, o);
+    } else {
+        std::vector<std::vector<int32_t>> keep(T);
+        for (int t = 0; t < T; ++t) {
+            keep[t].resize(P + t + 1);
+            std::iota(keep[t].begin(), keep[t].end(), 0);
+        }
+        be.attention(q, st.k_cache, st.v_cache, T, nh, nkv, hd, keep, o);
+    }
     be.unary(Unary::sigmoid, gate, (size_t)T * nh * hd, 1.0f, gate);
     be.mul(o, gate, (size_t)T * nh * hd, o);
     be.matmul(w.out, o, T, y);

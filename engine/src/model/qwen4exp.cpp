@@ -8,16 +8,6 @@
 
 namespace strata {
 
-bool Qwen4Exp::selection_on_host(int P, int T) const {
-    const int last = P + T - 1;
-    for (int il = 0; il < hp_.n_layer; ++il) {
-        const int cr = hp_.compress_ratios[il];
-        if (hp_.is_recurrent[il] || cr <= 0) continue;
-        if ((last + 1) / cr > hp_.indexer_top_k / cr) return true;   // more complete blocks than the budget keeps
-    }
-    return false;
-}
-
 Qwen4Exp::Qwen4Exp(const std::string& path, Backend& be) : be_(be), file_(GgufFile::open(path)) {
     hp_ = Hparams::from_gguf(*file_);
     w_ = ModelWeights::bind(*file_, hp_);
@@ -35,8 +25,8 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
     const int logit_rows = out.logits ? (out.all_logits ? T : 1) : 0;
     Scratch e(be_, (size_t)T * H), X(be_, (size_t)T * nH), u(be_, (size_t)T * H), y(be_, (size_t)T * H),
         inj(be_, (size_t)T * n), logits(be_, std::max<size_t>(1, (size_t)logit_rows * hp_.n_vocab));
-    // One graph from the embedding to the logits when no value is needed on the host in between.
-    GraphScope graph(be_, T <= kGraphMaxTokens && !selection_on_host(P, T));
+    // One graph from the embedding to the logits (no value is needed on the host in between).
+    GraphScope graph(be_, T <= kGraphMaxTokens);
     be_.embed(w_.token_embd, ids, T, e);
     be_.repeat_streams(e, T, n, H, X);
 

@@ -36,8 +36,6 @@ public:
     }
 
 private:
-    // Whether a pass over positions P … P+T−1 reads QSA block scores on the host (more blocks than the budget).
-    bool selection_on_host(int P, int T) const;
     Backend& be_;
     std::unique_ptr<GgufFile> file_;
     Hparams hp_;

@@ -355,6 +355,30 @@ void CpuBackend::indexer_scores(const float* q, const float* kb, int nb, int ni,
     }
 }
 
+void CpuBackend::select_cells(const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
+                              int32_t* cells) {
+    for (int t = 0; t < T; ++t) {
+        const int M = P + t + 1, nb = M / cr;
+        int32_t* out = cells + off[t];
+        if (nb <= kb) {
+            for (int c = 0; c < M; ++c) out[c] = c;
+            continue;
+        }
+        std::vector<int32_t> chosen = torch_topk_indices(scores + (size_t)t * stride, nb, kb);
+        std::sort(chosen.begin(), chosen.end());
+        for (int32_t b : chosen)
+            for (int j = 0; j < cr; ++j) *out++ = b * cr + j;
+        for (int c = nb * cr; c < M; ++c) *out++ = c;   // the incomplete tail block
+    }
+}
+
+void CpuBackend::attention_cells(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
+                                 const int32_t* off, const int32_t* cells, float* o) {
+    std::vector<std::vector<int32_t>> keep(T);
+    for (int t = 0; t < T; ++t) keep[t].assign(cells + off[t], cells + off[t + 1]);
+    attention(q, K, V, T, nh, nkv, hd, keep, o);
+}
+
 void CpuBackend::route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) {
     STRATA_CHECK(k >= 1 && k <= E, "route_topk: k = ", k, " for ", E, " experts");
     std::vector<float> p(E);

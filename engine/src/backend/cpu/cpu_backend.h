@@ -50,6 +50,10 @@ public:
     void attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                    const std::vector<std::vector<int32_t>>& keep, float* o) override;
     void indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) override;
+    void select_cells(const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
+                      int32_t* cells) override;
+    void attention_cells(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
+                         const int32_t* off, const int32_t* cells, float* o) override;
     void route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) override;
     void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids, const float* weights,
                      float* y) override;

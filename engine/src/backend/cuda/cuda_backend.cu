@@ -540,6 +540,20 @@ void CudaBackend::indexer_scores(const float* q, const float* kb, int nb, int ni
     impl_->done("indexer_scores");
 }
 
+void CudaBackend::select_cells(const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
+                               int32_t* cells) {
+    STRATA_CHECK((P + T) / cr <= stride, "cuda select_cells: score rows of ", stride, " for ", (P + T) / cr, " blocks");
+    Impl::Buf scratch(*impl_, cuda::select_cells_scratch_bytes(T, stride));
+    cuda::select_cells(impl_->stream, scores, stride, T, P, cr, kb, off, cells, scratch.p);
+    impl_->done("select_cells");
+}
+
+void CudaBackend::attention_cells(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
+                                  const int32_t* off, const int32_t* cells, float* o) {
+    cuda::attention(impl_->stream, q, K, V, T, nh, nkv, hd, off, cells, 0, o);
+    impl_->done("attention_cells");
+}
+
 void CudaBackend::route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) {
     cuda::route_topk(impl_->stream, logits, T, E, k, ids, weights);
     impl_->wrote(ids, (size_t)T * k * 4);

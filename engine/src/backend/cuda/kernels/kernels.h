@@ -62,6 +62,11 @@ void swiglu(cudaStream_t s, const float* gate, const float* up, size_t n, float*
 // ---- routing.cu ---- Backend::route_topk on the device: ids, weights [T, k] from logits [T, E] (E ≤ 3000).
 void route_topk(cudaStream_t s, const float* logits, int T, int E, int k, int32_t* ids, float* weights);
 
+// ---- select_cells.cu ---- Backend::select_cells; scratch of select_cells_scratch_bytes (ties at the budget).
+size_t select_cells_scratch_bytes(int T, int stride);
+void select_cells(cudaStream_t s, const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
+                  int32_t* cells, void* scratch);
+
 // ---- moe_hybrid.cu: the expert-cache path ----
 // y[i] = x[rows[i]] for i < n; x, y rows of `width` floats; rows on the device.
 void gather_rows(cudaStream_t s, const float* x, const int32_t* rows, int n, int width, float* y);

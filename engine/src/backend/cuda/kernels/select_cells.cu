@@ -1,0 +1,129 @@
+// QSA cell choice on the device (Backend::select_cells), one block per query: a radix select finds the kb-th largest
+// block score, the blocks above it (and as many equal to it as needed) are flagged, listed in ascending order as
+// key cells, then the tail. When the kb-th score is tied with a block left out, one thread redoes the choice with
+// torch.topk's own steps (model/topk_exact.h), as the CPU does.
+#include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/kernels.h"
+#include "common/error.h"
+#include "model/topk_exact.h"
+
+namespace strata::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// Order key: a smaller key is a larger score; −0 and +0 share a key (they compare equal).
+__device__ __forceinline__ uint32_t desc_key(float f) {
+    uint32_t u = __float_as_uint(f);
+    if (f == 0.0f) u = 0;
+    const uint32_t ascending = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ~ascending;
+}
+
+__global__ void __launch_bounds__(kThreads)
+select_cells_kernel(const float* scores, int stride, int P, int cr, int kb, const int32_t* off, int32_t* cells,
+                    topk_exact::Elem* scratch) {
+    extern __shared__ uint32_t flags[];     // one bit per block: chosen
+    __shared__ uint32_t hist[256];
+    __shared__ uint32_t s_prefix, s_mask;
+    __shared__ int s_need, s_equal;
+    __shared__ int s_counts[kThreads];
+    const int t = blockIdx.x, tid = threadIdx.x;
+    const int M = P + t + 1, nb = M / cr;
+    int32_t* out = cells + off[t];
+    if (nb <= kb) {
+        for (int c = tid; c < M; c += kThreads) out[c] = c;
+        return;
+    }
+    const float* s = scores + (size_t)t * stride;
+    const int words = (nb + 31) / 32;
+    for (int w = tid; w < words; w += kThreads) flags[w] = 0;
+    if (tid == 0) {
+        s_prefix = 0;
+        s_mask = 0;
+        s_need = kb;
+    }
+    __syncthreads();
+
+    // Radix select over the keys, 8 bits at a time from the top: the key of the kb-th largest score.
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = tid; b < 256; b += kThreads) hist[b] = 0;
+        __syncthreads();
+        const uint32_t prefix = s_prefix, mask = s_mask;
+        for (int i = tid; i < nb; i += kThreads) {
+            const uint32_t k = desc_key(s[i]);
+            if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (tid == 0) {
+            int need = s_need;
+            uint32_t b = 0;
+            while (need > (int)hist[b]) {
+                need -= (int)hist[b];
+                ++b;
+            }
+            s_prefix = prefix | (b << shift);
+            s_mask = mask | (255u << shift);
+            s_need = need;              // of the scores with this key prefix, how many are still to take
+            s_equal = (int)hist[b];
+        }
+        __syncthreads();
+    }
+
+    const uint32_t kth = s_prefix;
+    if (s_need == s_equal) {            // every score equal to the kb-th is taken: no tie to break
+        for (int i = tid; i < nb; i += kThreads)
+            if (desc_key(s[i]) <= kth) atomicOr(&flags[i >> 5], 1u << (i & 31));
+    } else if (tid == 0) {
+        // out[0 … kb) serves as the index list here; the cells overwrite it below.
+        topk_exact::topk(s, nb, kb, scratch + (size_t)t * stride, out);
+        for (int j = 0; j < kb; ++j) flags[out[j] >> 5] |= 1u << (out[j] & 31);
+    }
+    __syncthreads();
+
+    // The chosen blocks in ascending order: thread tid lists the blocks of its run of flag words.
+    const int per = (words + kThreads - 1) / kThreads;
+    const int w0 = min(words, tid * per), w1 = min(words, w0 + per);
+    int count = 0;
+    for (int w = w0; w < w1; ++w) count += __popc(flags[w]);
+    s_counts[tid] = count;
+    __syncthreads();
+    if (tid == 0) {
+        int sum = 0;
+        for (int i = 0; i < kThreads; ++i) {
+            const int c = s_counts[i];
+            s_counts[i] = sum;
+            sum += c;
+        }
+    }
+    __syncthreads();
+    int rank = s_counts[tid];
+    for (int w = w0; w < w1; ++w) {
+        uint32_t bits = flags[w];
+        while (bits) {
+            const int b = w * 32 + __ffs(bits) - 1;
+            bits &= bits - 1;
+            for (int j = 0; j < cr; ++j) out[(size_t)rank * cr + j] = b * cr + j;
+            ++rank;
+        }
+    }
+    for (int c = nb * cr + tid; c < M; c += kThreads) out[(size_t)kb * cr + (c - nb * cr)] = c;   // the tail
+}
+
+}  // namespace
+
+size_t select_cells_scratch_bytes(int T, int stride) { return (size_t)T * stride * sizeof(topk_exact::Elem); }
+
+void select_cells(cudaStream_t s, const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
+                  int32_t* cells, void* scratch) {
+    if (T <= 0) return;
+    STRATA_CHECK(cr > 0 && kb > 0, "cuda select_cells: compress ratio ", cr, ", budget blocks ", kb);
+    const size_t smem = (size_t)((stride + 31) / 32) * sizeof(uint32_t);
+    STRATA_CHECK(smem <= 40 * 1024, "cuda select_cells: ", stride, " blocks exceed the shared-memory flag array");
+    select_cells_kernel<<<T, kThreads, smem, s>>>(scores, stride, P, cr, kb, off, cells,
+                                                  static_cast<topk_exact::Elem*>(scratch));
+    CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace strata::cuda
