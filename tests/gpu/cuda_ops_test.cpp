@@ -1,5 +1,5 @@
 // Every Backend op on the CUDA backend against the CPU backend on random inputs: matmul and embed in all 21 weight
-// formats (T = 1, 2, 3, 4, 5, 8, 19; Q8 activations and the f32-activation mode), moe_experts (both modes), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
+// formats (T = 1, 2, 3, 4, 5, 8, 19; Q8 activations and the f32-activation mode), moe_experts (both modes), hyper_read (both modes), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
 // keep-lists), indexer scores. Prints one line per check and writes JSON when given a path. Needs a GPU.
 // usage: cuda_ops_test [results.json]
 #include <algorithm>
@@ -334,6 +334,47 @@ void test_act_reuse() {
     }
 }
 
+// Backend::hyper_read: the CUDA three-kernel path against the CPU composition of primitive ops. Shapes of the tiny
+// models (H 64, r 16, plain up) and of the full model (H 2048, r 320, block-format up); T = 1, 3, 8; with and without
+// inj. In the Q8 mode each side quantizes its own normalised xn and a (values that differ in the last bit may round
+// to the neighbouring int8), hence the wider tolerance there. T = 9 must take the composed path.
+void test_hyper_read() {
+    struct Case {
+        int H, r;
+        GgmlType down, up;
+    };
+    const std::vector<Case> cases = {
+        {64, 16, GgmlType::Q2_0, GgmlType::F16},      {64, 16, GgmlType::IQ2_XS, GgmlType::F16},
+        {64, 16, GgmlType::F32, GgmlType::BF16},      {64, 64, GgmlType::Q8_0, GgmlType::Q2_0},
+        {2048, 320, GgmlType::Q2_0, GgmlType::Q2_0},  {2048, 320, GgmlType::IQ2_XS, GgmlType::IQ4_NL},
+        {2048, 320, GgmlType::Q2_K, GgmlType::Q4_0},  {2048, 320, GgmlType::BF16, GgmlType::BF16},
+    };
+    const int n = 4;
+    const double tol = mode.empty() ? 1e-4 : 2e-5;
+    for (const Case& c : cases) {
+        const int nH = n * c.H;
+        HyperWeights w;
+        w.norm = make_f32_vector(randn(nH, 0.3f), "hc_norm");
+        w.down = make_weight(c.down, nH, c.r, 1, "hc_down");
+        w.inject = make_weight(c.down, nH, n, 1, "hc_inject");
+        w.up = make_weight(c.up, c.r, nH, 1, "hc_up");
+        for (int T : {1, 3, 8, 9})
+            for (bool with_inj : {true, false}) {
+                const std::string name = std::string("hyper_read ") + ggml_type_name(c.down) + "/" +
+                                         ggml_type_name(c.up) + " H=" + std::to_string(c.H) + " T=" +
+                                         std::to_string(T) + (with_inj ? " inj" : "") + mode;
+                const int64_t fused_before = CudaBackend::fused_hyper_reads();
+                compare(name, {randn((size_t)T * nH), std::vector<float>((size_t)T * c.H), std::vector<float>(T * n)},
+                        with_inj ? std::vector<int>{1, 2} : std::vector<int>{1},
+                        [&](Backend& b, auto& p) {
+                            b.hyper_read(w, p[0], T, n, c.H, 1e-6f, p[1], with_inj ? p[2] : nullptr);
+                        }, tol);
+                const int64_t fused = CudaBackend::fused_hyper_reads() - fused_before;
+                report(name + " path", {(float)fused}, {T <= 8 ? 1.0f : 0.0f}, 0.0);
+            }
+    }
+}
+
 void test_small_ops() {
     const int T = 6, H = 64, n = 4, nH = n * H;
     for (int width : {16, 20, 33})   // plain formats take any row length (hyper-connection ranks of 16)
@@ -454,6 +495,7 @@ int main(int argc, char** argv) {
             mode = " f32act";
             test_matmul_and_embed();
             test_moe();
+            test_hyper_read();
         }
         CpuBackend cpu_backend(0);
         CudaBackend gpu_backend(0);
@@ -465,6 +507,7 @@ int main(int argc, char** argv) {
         test_moe();
         test_route_topk();
         test_small_ops();
+        test_hyper_read();
         test_conv_gdn_rope_attention();
         test_act_reuse();
         test_select_cells();

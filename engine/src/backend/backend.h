@@ -84,6 +84,11 @@ public:
     virtual void hyper_mix(const float* xn, const float* m, int T, int n, int H, float* u) = 0;
     // Hyper-connection write: X[t, s·H + j] += inj[t, s] · y[t, j].
     virtual void hyper_inject(float* X, const float* inj, const float* y, int T, int n, int H) = 0;
+    // The whole hyper-connection read (MODEL.md §5): xn = grouped RMSNorm (groups of H, weight w.norm) of X [T, n·H];
+    // a = silu(xn W_down / n) [T, r]; m = σ(a W_up) [T, n·H]; u [T, H] = hyper_mix(xn, m); inj [T, n] = 2σ(xn W_inj / n)
+    // when inj is not null. The default (model/block_hyper.cpp) issues exactly those primitive ops; a GPU backend may
+    // fuse them.
+    virtual void hyper_read(const HyperWeights& w, const float* X, int T, int n, int H, float eps, float* u, float* inj);
 
     // Causal depthwise conv over time with a carried history. x [T, C]; hist [(K−1)·dil, C] holds the previous
     // inputs (oldest first) and is updated; w {K, C}: y[t, c] = Σ_j w[c, j] · x[t − (K−1−j)·dil, c].

@@ -1,12 +1,15 @@
 // Hyper-connection read (MODEL.md §5): grouped RMSNorm of the n streams, low-rank mix weights, mean over streams.
+// Backend::hyper_read's default body lives here: the composition of primitive ops (the CPU reference).
+#include "common/error.h"
 #include "model/blocks.h"
 
 namespace strata {
 
-void hyper_read(Backend& be, const Hparams& hp, const HyperWeights& w, const float* X, int T, float* u, float* inj) {
-    const int n = hp.hc_count, H = hp.n_embd, nH = n * H, r = hp.hc_low_rank;
+void Backend::hyper_read(const HyperWeights& w, const float* X, int T, int n, int H, float eps, float* u, float* inj) {
+    Backend& be = *this;
+    const int nH = n * H, r = (int)w.down.n_rows();
     Scratch xn(be, (size_t)T * nH), a(be, (size_t)T * r), m(be, (size_t)T * nH);
-    be.rms_norm(X, &w.norm, T, nH, H, hp.rms_eps, xn);
+    be.rms_norm(X, &w.norm, T, nH, H, eps, xn);
     be.matmul(w.down, xn, T, a);
     if (inj) be.matmul(w.inject, xn, T, inj);                  // next to the other product of xn (one quantization)
     be.unary(Unary::silu, a, (size_t)T * r, 1.0f / n, a);      // divide by n before the silu
@@ -17,6 +20,12 @@ void hyper_read(Backend& be, const Hparams& hp, const HyperWeights& w, const flo
         be.unary(Unary::sigmoid, inj, (size_t)T * n, 1.0f / n, inj);
         be.scale(inj, (size_t)T * n, 2.0f);                      // inj in (0, 2)
     }
+}
+
+void hyper_read(Backend& be, const Hparams& hp, const HyperWeights& w, const float* X, int T, float* u, float* inj) {
+    STRATA_CHECK(w.down.n_rows() == hp.hc_low_rank, "hyper_read: down weight has ", w.down.n_rows(),
+                 " rows for hc_low_rank ", hp.hc_low_rank);
+    be.hyper_read(w, X, T, hp.hc_count, hp.n_embd, hp.rms_eps, u, inj);
 }
 
 }  // namespace strata

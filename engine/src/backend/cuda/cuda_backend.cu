@@ -186,6 +186,7 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
     CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
     impl_->graphs = std::make_unique<cuda::StreamGraphs>(impl_->stream);
     cuda::upload_iq_tables();
+    cuda::hyper_read_upload_tables();
     const char* env = std::getenv("STRATA_CUDA_SYNC");
     impl_->sync_each_op = env && std::strcmp(env, "1") == 0;
     const char* graphs_env = std::getenv("STRATA_CUDA_GRAPHS");
@@ -483,6 +484,41 @@ void CudaBackend::hyper_inject(float* X, const float* inj, const float* y, int T
     cuda::hyper_inject(impl_->stream, X, inj, y, T, n, H);
     impl_->done("hyper_inject");
 }
+
+void CudaBackend::hyper_read(const HyperWeights& w, const float* X, int T, int n, int H, float eps, float* u,
+                             float* inj) {
+    cuda::HyperReadArgs a;
+    a.norm = impl_->dev_f32(w.norm);
+    a.norm_len = (int)(w.norm.ne[0] * w.norm.n_rows());
+    a.down_type = w.down.type;
+    a.down = impl_->dev(w.down);
+    a.down_rb = w.down.row_bytes;
+    if (inj) {
+        a.inject_type = w.inject.type;
+        a.inject = impl_->dev(w.inject);
+        a.inject_rb = w.inject.row_bytes;
+    }
+    a.up_type = w.up.type;
+    a.up = impl_->dev(w.up);
+    a.up_rb = w.up.row_bytes;
+    a.n = n;
+    a.H = H;
+    a.r = (int)w.down.n_rows();
+    a.eps = eps;
+    a.f32_act = impl_->f32_act;
+    const int64_t nH = (int64_t)n * H;
+    const bool shapes = w.up.ne[0] == a.r && w.up.n_rows() == nH && w.down.ne[0] == nH && a.norm_len == nH &&
+                        (!inj || (w.inject.ne[0] == nH && w.inject.n_rows() == n));
+    if (!shapes || !cuda::hyper_read_supported(a, T)) {
+        Backend::hyper_read(w, X, T, n, H, eps, u, inj);
+        return;
+    }
+    Impl::Buf scratch(*impl_, cuda::hyper_read_scratch_bytes(a, T));
+    cuda::hyper_read(impl_->stream, a, X, T, scratch.p, u, inj);
+    impl_->done("hyper_read");
+}
+
+int64_t CudaBackend::fused_hyper_reads() { return cuda::hyper_read_fused_calls(); }
 
 void CudaBackend::causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) {
     STRATA_CHECK(w.ne[0] * w.n_rows() == (int64_t)K * C, "cuda causal_conv: weight ", w.tensor ? w.tensor->name : "",

@@ -68,6 +68,9 @@ public:
     void ple_gate(const float* K, const float* Q, const float* v, int T, int n, int H, float* gv) override;
     void hyper_mix(const float* xn, const float* m, int T, int n, int H, float* u) override;
     void hyper_inject(float* X, const float* inj, const float* y, int T, int n, int H) override;
+    // Three kernels (kernels/hyper_read.cu) where the shapes and formats allow; the primitive ops otherwise.
+    void hyper_read(const HyperWeights& w, const float* X, int T, int n, int H, float eps, float* u, float* inj) override;
+    static int64_t fused_hyper_reads();   // hyper_read calls (all CUDA backends) that took the three-kernel path
     void causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) override;
     void gdn_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int T,
                        int nk, int nv, int dk, int dv, float* S, float* o) override;

@@ -84,6 +84,28 @@ void hyper_mix(cudaStream_t s, const float* xn, const float* m, int T, int n, in
 void hyper_inject(cudaStream_t s, float* X, const float* inj, const float* y, int T, int n, int H);
 void ple_gate(cudaStream_t s, const float* K, const float* Q, const float* v, int T, int n, int H, float* gv);
 
+// ---- hyper_read.cu ---- Backend::hyper_read in three kernels. Weights in their stored formats on the device (inject
+// null: no inj output); norm as f32 (norm_len values). Supported: T <= 8, n <= 8, r <= 512, n·H % 256 == 0 and the
+// formats of the GGUF layouts (else hyper_read_supported is false and the caller composes the primitive ops);
+// STRATA_CUDA_FUSED_HYPER=0 turns it off. Scratch of hyper_read_scratch_bytes.
+struct HyperReadArgs {
+    const float* norm = nullptr;
+    int norm_len = 0;
+    GgmlType down_type = GgmlType::F32, inject_type = GgmlType::F32, up_type = GgmlType::F32;
+    const uint8_t* down = nullptr;
+    const uint8_t* inject = nullptr;
+    const uint8_t* up = nullptr;
+    size_t down_rb = 0, inject_rb = 0, up_rb = 0;   // row bytes
+    int n = 0, H = 0, r = 0;
+    float eps = 0.0f;
+    bool f32_act = false;   // block formats multiply f32 activations (CudaBackend's f32_activations mode)
+};
+bool hyper_read_supported(const HyperReadArgs& a, int T);
+size_t hyper_read_scratch_bytes(const HyperReadArgs& a, int T);
+void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj);
+void hyper_read_upload_tables();    // once per process (this file's copies of the i-quant tables)
+int64_t hyper_read_fused_calls();   // calls that took the fused path, since start
+
 // ---- causal_conv.cu ---- w [C, K] as f32; tmp: (K−1)·dil·C floats of scratch for the history update.
 void causal_conv(cudaStream_t s, const float* x, int T, int C, const float* w, int K, int dil, float* hist, float* tmp,
                  float* y);
