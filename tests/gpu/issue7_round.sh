@@ -2,7 +2,8 @@
 # One device round for issue #7 on the lent H200, in the order that finds breakage cheapest: the GPU checks
 # (tests/gpu/run.sh: build, ops, tiny-model parity, expert-cache parity, memcheck, matmul speed), the kernel
 # before/after benchmark (bench/cuda_kernels/run.sh), then CUDA graphs
-# off/on on a tiny model, the hybrid join checks, then the synthetic full-size model: graphs off/on and bench/decode.py.
+# off/on on a tiny model, the hybrid join checks, then the synthetic full-size model: fused hyper read off/on, graphs off/on and
+# bench/decode.py.
 # Runs on the copied working tree as it is (the device's .git is not this checkout's: never reset files from it).
 # usage: tests/gpu/issue7_round.sh [DECODE_BUDGET_S]   results in /tmp/round/{gpu,graphs,graphs_syn,decode}, packed into
 #        $OUT/round.tgz (the device tool returns at most 8 files).
@@ -26,5 +27,6 @@ OUT=$ROOT/hybrid timeout 120 bash tests/gpu/hybrid_checks.sh 2>&1 | tail -15
 MODEL=/tmp/syn-q2_0.gguf
 ( time timeout 200 python3 engine/tools/make_synthetic.py "$MODEL" --experts q2_0 --workers "$(nproc)" ) > "$ROOT/make_synthetic.log" 2>&1
 tail -3 "$ROOT/make_synthetic.log"
+OUT=$ROOT/hyper SKIP_OPS=1 timeout 200 bash tests/gpu/hyper_read_check.sh build-gpu 2>&1 | tail -12
 OUT=$ROOT/graphs_syn timeout 150 bash tests/gpu/graph_speed.sh build-gpu "$MODEL" 2>&1 | tail -20
 OUT=$ROOT/decode SYN_MODEL=$MODEL BUDGET_S=$BUDGET timeout $((BUDGET + 60)) bash bench/decode/run_h200.sh build-gpu 2>&1 | tail -40
