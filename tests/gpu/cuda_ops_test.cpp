@@ -350,7 +350,9 @@ void test_hyper_read() {
         {2048, 320, GgmlType::Q2_K, GgmlType::Q4_0},  {2048, 320, GgmlType::BF16, GgmlType::BF16},
     };
     const int n = 4;
-    const double tol = mode.empty() ? 1e-4 : 2e-5;
+    // Q8: the fused norm sums in another order, so an xn value can quantize to the neighbouring int8 (seen on the H200:
+    // 2.4e-3); f32: up to 2.8e-5 seen at H = 2048.
+    const double tol = mode.empty() ? 5e-3 : 5e-5;
     for (const Case& c : cases) {
         const int nH = n * c.H;
         HyperWeights w;

@@ -11,7 +11,7 @@ shift || true
 MODELS=("$@")
 [ ${#MODELS[@]} -gt 0 ] || MODELS=("${SYN_MODEL:-/tmp/syn-q2_0.gguf}")
 mkdir -p "$OUT"
-PROMPT=$(python3 -c "print(','.join(str(100 + 37 * i) for i in range(32)))")
+PROMPT=$(python3 -c "print(','.join(str(100 + 37 * i % 400) for i in range(32)))")
 for model in "${MODELS[@]}"; do
   name=$(basename "$model" .gguf)
   for g in 0 1; do
