@@ -3,8 +3,10 @@
 //   dense    the model's real dense shapes (GGUF.md: H 2560, qkv 10240, gate 6144, hc 10240 -> 320, head 248320)
 //   experts  the expert-by-id path on a 512-expert tensor (gate 2560 -> 640, down 640 -> 2560), top-10 pairs for
 //            T = 1 and T = 4 tokens (T = 4: the tokens share about half their experts), GB/s of the experts read
+//   prompt   T = 256 and 1024 (prompt chunks): attn_qkv on one matrix and gate_exps over 512 experts top-10 (pairs
+//            sorted by expert on the device, sort timed too): the tiled kernels (matmul_tiled.cu), with TFLOP/s
 // Each case runs back to back `iters` times between two events; small cases include the launch cost (as decode does).
-// usage: cuda_matmul_speed [results.json] [--quick]
+// usage: cuda_matmul_speed [results.json] [--quick] [--prompt]   (--prompt: only the prompt group)
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +16,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/kernels.h"
+#include "backend/cuda/kernels/matmul_tiled.h"
 #include "random_blocks.h"
 
 using namespace strata;
@@ -62,12 +65,19 @@ void free_acts(Acts& a) {
 }
 
 // Times quantize_act + matmul; act_rows activation rows, P output rows; bytes = weight bytes the call reads.
+// experts_E > 0: the pairs are sorted by expert (m.ids, E experts) and run by the tiled expert kernels instead.
 void time_case(cudaStream_t s, const std::string& group, const std::string& name, const cuda::MatmulArgs& m,
-               Acts& a, int act_rows, int P, float* y, size_t bytes, int iters) {
+               Acts& a, int act_rows, int P, float* y, size_t bytes, int iters, int experts_E = 0,
+               void* sort_scratch = nullptr) {
     const int blk = cuda::act_block(m.type);
     auto call = [&] {
         if (blk) cuda::quantize_act(s, blk, a.x, act_rows, m.n, a.q);
-        cuda::matmul(s, m, a.x, blk ? a.q : cuda::ActQ8{}, P, y);
+        if (experts_E) {
+            const cuda::ExpertOrder o = cuda::sort_by_expert(s, m.ids, P, experts_E, sort_scratch);
+            cuda::matmul_tiled_experts(s, m, o, a.x, blk ? a.q : cuda::ActQ8{}, P, y);
+        } else {
+            cuda::matmul(s, m, a.x, blk ? a.q : cuda::ActQ8{}, P, y);
+        }
     };
     for (int i = 0; i < 3; ++i) call();
     cudaEvent_t e0, e1;
@@ -82,14 +92,15 @@ void time_case(cudaStream_t s, const std::string& group, const std::string& name
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     const double us = ms * 1e3 / iters, gbs = (double)bytes / (us * 1e-6) / 1e9;
-    std::printf("%-8s %-28s %-8s n=%-6d rows=%-7lld P=%-3d %9.2f us %8.1f GB/s\n", group.c_str(), name.c_str(),
-                ggml_type_name(m.type), m.n, (long long)m.rows, P, us, gbs);
+    const double tflops = 2.0 * P * m.n * (double)m.rows / (us * 1e-6) / 1e12;
+    std::printf("%-8s %-28s %-8s n=%-6d rows=%-7lld P=%-3d %9.2f us %8.1f GB/s %6.2f TFLOP/s\n", group.c_str(),
+                name.c_str(), ggml_type_name(m.type), m.n, (long long)m.rows, P, us, gbs, tflops);
     char line[400];
     std::snprintf(line, sizeof line,
                   "%s  {\"group\": \"%s\", \"name\": \"%s\", \"type\": \"%s\", \"n\": %d, \"rows\": %lld, \"T\": %d, "
-                  "\"P\": %d, \"bytes\": %zu, \"us\": %.2f, \"GBps\": %.1f}",
+                  "\"P\": %d, \"bytes\": %zu, \"us\": %.2f, \"GBps\": %.1f, \"TFLOPs\": %.3f}",
                   results ? ",\n" : "", group.c_str(), name.c_str(), ggml_type_name(m.type), m.n, (long long)m.rows,
-                  act_rows, P, bytes, us, gbs);
+                  act_rows, P, bytes, us, gbs, tflops);
     json += line;
     ++results;
 }
@@ -210,13 +221,60 @@ void bench_experts(cudaStream_t s) {
     free_acts(a);
 }
 
+// Prompt chunks of T = 256 and 1024 tokens: one matrix (attn_qkv 2560 -> 10240) and gate_exps (2560 -> 640) over
+// 512 experts, top-10 per token drawn at random. Both take the tiled kernels (T >= cuda::kTiledMinRows).
+void bench_prompt(cudaStream_t s) {
+    const int E = 512, k = 10, H = 2560, I = 640, Tmax = 1024;
+    Acts a = make_acts(Tmax, H);
+    float* y = nullptr;
+    CUDA_CHECK(cudaMalloc(&y, (size_t)Tmax * k * I * 4 > (size_t)Tmax * 10240 * 4 ? (size_t)Tmax * k * I * 4
+                                                                                   : (size_t)Tmax * 10240 * 4));
+    int32_t* d_ids = nullptr;
+    CUDA_CHECK(cudaMalloc(&d_ids, (size_t)Tmax * k * 4));
+    void* sort_scratch = nullptr;
+    CUDA_CHECK(cudaMalloc(&sort_scratch, cuda::expert_order_bytes(Tmax * k, E)));
+    for (GgmlType t : {GgmlType::Q2_0, GgmlType::IQ2_XS, GgmlType::Q4_K}) {
+        uint8_t* w = upload_rows(t, 10240, H);
+        for (int T : {256, 1024})
+            time_case(s, "prompt", "attn_qkv 2560->10240 T=" + std::to_string(T), dense_args(t, w, H, 10240), a, T, T,
+                      y, ggml_row_bytes(t, H) * 10240, 10);
+        cudaFree(w);
+    }
+    for (GgmlType t : {GgmlType::Q2_0, GgmlType::IQ2_XS}) {
+        const size_t row_bytes = ggml_row_bytes(t, H);
+        uint8_t* w = upload_rows(t, (int64_t)E * I, H);
+        for (int T : {256, 1024}) {
+            std::vector<int32_t> ids;
+            std::vector<int> pool(E);
+            for (int i = 0; i < E; ++i) pool[i] = i;
+            for (int tt = 0; tt < T; ++tt) {
+                std::shuffle(pool.begin(), pool.end(), rng);
+                ids.insert(ids.end(), pool.begin(), pool.begin() + k);
+            }
+            CUDA_CHECK(cudaMemcpy(d_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+            cuda::MatmulArgs m = dense_args(t, w, H, I);
+            m.mat_stride = row_bytes * I;
+            m.ids = d_ids;
+            m.act_div = k;
+            time_case(s, "prompt", "gate_exps 512x top-10 T=" + std::to_string(T), m, a, T, T * k, y,
+                      (size_t)E * m.mat_stride, 10, E, sort_scratch);
+        }
+        cudaFree(w);
+    }
+    cudaFree(sort_scratch);
+    cudaFree(d_ids);
+    cudaFree(y);
+    free_acts(a);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     const char* out = nullptr;
-    bool quick = false;
+    bool quick = false, prompt_only = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+        else if (std::strcmp(argv[i], "--prompt") == 0) prompt_only = true;
         else out = argv[i];
     }
     try {
@@ -224,12 +282,16 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
         std::printf("device: %s\n", prop.name);
         cuda::upload_iq_tables();
+        cuda::tiled_upload_tables();
         cudaStream_t s;
         CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
         json = std::string("{\"bench\": \"cuda_matmul_speed\", \"device\": \"") + prop.name + "\", \"results\": [\n";
-        bench_big(s, quick);
-        bench_dense(s);
-        bench_experts(s);
+        if (!prompt_only) {
+            bench_big(s, quick);
+            bench_dense(s);
+            bench_experts(s);
+        }
+        bench_prompt(s);
         CUDA_CHECK(cudaStreamSynchronize(s));
     } catch (const std::exception& e) {
         std::fprintf(stderr, "cuda_matmul_speed: error: %s\n", e.what());

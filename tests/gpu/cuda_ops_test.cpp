@@ -1,5 +1,5 @@
 // Every Backend op on the CUDA backend against the CPU backend on random inputs: matmul and embed in all 21 weight
-// formats (T = 1, 2, 3, 4, 5, 8, 19; Q8 activations and the f32-activation mode), moe_experts (both modes), hyper_read (both modes), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
+// formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts (both modes), hyper_read (both modes), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
 // keep-lists), indexer scores. Prints one line per check and writes JSON when given a path. Needs a GPU.
 // usage: cuda_ops_test [results.json]
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <initializer_list>
 #include <numeric>
 #include <random>
 #include <string>
@@ -121,7 +122,9 @@ void test_matmul_and_embed() {
     for (GgmlType t : gputest::all_formats()) {
         const int n = 512, rows = 97;
         const Weight& w = make_weight(t, n, rows, 1, "mm");
-        for (int T : {1, 2, 3, 4, 5, 8, 19}) {   // every activation-row tile of the kernels, and a partial one
+        // every activation-row tile of the kernels, and a partial one; T >= 32: the tiled prompt kernels
+        // (matmul_tiled.cu), with partial token and row tiles
+        for (int T : {1, 2, 3, 4, 5, 8, 19, 32, 64, 100, 257}) {
             const std::vector<float> x = randn((size_t)T * n);
             std::vector<float> want((size_t)T * rows);
             cpu->matmul(w, x.data(), T, want.data());
@@ -138,14 +141,16 @@ void test_matmul_and_embed() {
     }
 }
 
-void test_moe() {
-    const int H = 256, I = 256, E = 8, k = 3;   // K-quant rows need multiples of 256
+// E experts, k per token, for each T: T = 8, more pairs than one token's top-k, so pairs sharing an expert are
+// grouped; T >= 32, pairs sorted by expert on the device and run by the tiled kernels.
+void test_moe_shape(int E, int k, std::initializer_list<int> Ts) {
+    const int H = 256, I = 256;   // K-quant rows need multiples of 256
     for (GgmlType t : {GgmlType::IQ2_XS, GgmlType::Q2_0, GgmlType::Q4_K, GgmlType::F16}) {
         MoeWeights m;
         m.gate_exps = make_weight(t, H, I, E, "gate_exps");
         m.up_exps = make_weight(t, H, I, E, "up_exps");
         m.down_exps = make_weight(t == GgmlType::IQ2_XS ? GgmlType::Q4_K : t, I, H, E, "down_exps");
-        for (int T : {1, 4, 8}) {   // T = 8: more pairs than one token's top-k, so pairs sharing an expert are grouped
+        for (int T : Ts) {
             const std::vector<float> x = randn((size_t)T * H);
             std::vector<int32_t> ids((size_t)T * k);
             std::vector<float> wts((size_t)T * k);
@@ -165,9 +170,15 @@ void test_moe() {
             Dev dx(x), dy((size_t)T * H), d_ids(ids_bits), d_wts(wts);
             gpu->moe_experts(m, dx, T, k, reinterpret_cast<const int32_t*>(d_ids.p), d_wts, dy);
             // 2e-4: h differs from the CPU's by float rounding, so its Q8 quantization can differ by one step.
-            report(std::string("moe_experts ") + ggml_type_name(t) + " T=" + std::to_string(T) + mode, dy.get(), want, 2e-4);
+            report(std::string("moe_experts ") + ggml_type_name(t) + " E=" + std::to_string(E) + " T=" +
+                       std::to_string(T) + mode, dy.get(), want, 2e-4);
         }
     }
+}
+
+void test_moe() {
+    test_moe_shape(8, 3, {1, 4, 8});
+    test_moe_shape(64, 8, {40, 200});
 }
 
 // route_topk: the same experts as the CPU (torch.topk's choice, exact ties included) and the same weights. The

@@ -16,6 +16,7 @@
 #include "backend/cuda/device_pool.h"
 #include "backend/cuda/hybrid_moe.h"
 #include "backend/cuda/kernels/kernels.h"
+#include "backend/cuda/kernels/matmul_tiled.h"
 #include "backend/cuda/pinned_staging.h"
 #include "backend/cuda/stream_graphs.h"
 #include "common/error.h"
@@ -149,10 +150,16 @@ struct CudaBackend::Impl {
     }
 
     // y[p] = W_p · x[p / act_div] for P activation rows; quantizes x first for block formats as the CPU path does.
-    void matmul_rows(const cuda::MatmulArgs& m, const float* x, int act_rows, int P, float* y) {
+    // order: the pairs sorted by expert (prompt-sized moe_experts), run by the tiled kernels.
+    void matmul_rows(const cuda::MatmulArgs& m, const float* x, int act_rows, int P, float* y,
+                     const cuda::ExpertOrder* order = nullptr) {
         const int blk = cuda::act_block(m.type);
+        auto run = [&](cuda::ActQ8 act) {
+            if (order) cuda::matmul_tiled_experts(stream, m, *order, x, act, P, y);
+            else cuda::matmul(stream, m, x, act, P, y);
+        };
         if (!blk || f32_act) {
-            cuda::matmul(stream, m, x, cuda::ActQ8{}, P, y);
+            run(cuda::ActQ8{});
             wrote(y, (size_t)P * m.rows * sizeof(float));
             return;
         }
@@ -166,7 +173,7 @@ struct CudaBackend::Impl {
             c = ActCache{x, act_rows, m.n, blk, act_epoch, q, d};
             cuda::quantize_act(stream, blk, x, act_rows, m.n, cuda::ActQ8{static_cast<int8_t*>(q), static_cast<float*>(d)});
         }
-        cuda::matmul(stream, m, x, cuda::ActQ8{static_cast<int8_t*>(c.q), static_cast<float*>(c.d)}, P, y);
+        run(cuda::ActQ8{static_cast<int8_t*>(c.q), static_cast<float*>(c.d)});
         wrote(y, (size_t)P * m.rows * sizeof(float));
     }
 };
@@ -188,6 +195,7 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
     impl_->graphs = std::make_unique<cuda::StreamGraphs>(impl_->stream);
     cuda::upload_iq_tables();
     cuda::hyper_read_upload_tables();
+    cuda::tiled_upload_tables();
     const char* env = std::getenv("STRATA_CUDA_SYNC");
     impl_->sync_each_op = env && std::strcmp(env, "1") == 0;
     const char* graphs_env = std::getenv("STRATA_CUDA_GRAPHS");
@@ -635,10 +643,18 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
         m.act_div = act_div;
         return m;
     };
-    impl_->matmul_rows(expert_args(w.gate_exps, I, H, k), x, T, P, gate.as<float>());
-    impl_->matmul_rows(expert_args(w.up_exps, I, H, k), x, T, P, up.as<float>());
+    // Prompt-sized T: pairs sorted by expert on the device, each expert's rows decoded once per tile of its pairs.
+    const bool tiled = T >= cuda::kTiledMinRows && cuda::tiled_enabled() && E <= cuda::kMaxTiledExperts &&
+                       cuda::tiled_supported(w.gate_exps.type, H) && cuda::tiled_supported(w.up_exps.type, H) &&
+                       cuda::tiled_supported(w.down_exps.type, I);
+    Impl::Buf sort_scratch(*impl_, tiled ? cuda::expert_order_bytes(P, E) : 1);
+    cuda::ExpertOrder order;
+    if (tiled) order = cuda::sort_by_expert(impl_->stream, d_ids, P, E, sort_scratch.p);
+    const cuda::ExpertOrder* by_expert = tiled ? &order : nullptr;
+    impl_->matmul_rows(expert_args(w.gate_exps, I, H, k), x, T, P, gate.as<float>(), by_expert);
+    impl_->matmul_rows(expert_args(w.up_exps, I, H, k), x, T, P, up.as<float>(), by_expert);
     cuda::swiglu(impl_->stream, gate.as<float>(), up.as<float>(), (size_t)P * I, gate.as<float>());
-    impl_->matmul_rows(expert_args(w.down_exps, H, I, 1), gate.as<float>(), P, P, down.as<float>());
+    impl_->matmul_rows(expert_args(w.down_exps, H, I, 1), gate.as<float>(), P, P, down.as<float>(), by_expert);
     cuda::moe_combine(impl_->stream, down.as<float>(), d_w, T, k, H, y);
     impl_->done("moe_experts");
 }

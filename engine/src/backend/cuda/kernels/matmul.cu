@@ -12,6 +12,7 @@
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
 #include "backend/cuda/kernels/matmul_q8.cuh"
+#include "backend/cuda/kernels/matmul_tiled.h"
 #include "backend/cuda/kernels/moe_gate_up.h"
 #include "backend/cuda/kernels/quant_dots.cuh"
 #include "backend/cuda/kernels/quant_formats.cuh"
@@ -437,6 +438,7 @@ void quantize_act(cudaStream_t s, int block, const float* x, int rows, int n, Ac
 void matmul(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y) {
     STRATA_CHECK(P > 0 && P <= 65535 * (m.ids ? 1 : kTile), "cuda matmul: ", P, " activation rows is out of range");
     if (m.rows == 0) return;
+    if (matmul_tiled(s, m, x, act, P, y)) return;   // prompt-sized P on one matrix (matmul_tiled.cu)
     switch (m.type) {
     case GgmlType::F32: launch_plain<kF32>(s, m, x, P, y); return;
     case GgmlType::F16: launch_plain<kF16>(s, m, x, P, y); return;

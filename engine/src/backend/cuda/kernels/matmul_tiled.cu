@@ -1,0 +1,322 @@
+// Prompt-sized matmuls: a block computes a tile of TT activation rows × 64 weight rows, stepping through the inputs 64
+// at a time; each step decodes the weight tile once into shared memory (f32, the block decoders of
+// quant_formats.cuh) and multiplies it with the activation tile (f32 x, or the Q8 rows as int8 · scale). Routed
+// experts: the pairs are sorted by expert on the device (counting sort) and each tile holds pairs of one expert.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/matmul_tiled.h"
+#include "backend/cuda/kernels/quant_formats.cuh"
+#include "common/error.h"
+
+namespace strata::cuda {
+
+namespace {
+
+constexpr int kRowsPerTile = 64;   // weight rows per block
+constexpr int kStep = 64;          // inputs per step: two 32-weight chunks per row
+constexpr int kThreads = 256;      // 16 × 16 threads; thread (ty, tx) owns tokens ty + 16i and rows tx + 16j
+constexpr int kDenseTile = 64;     // activation rows per block, one matrix
+constexpr int kExpertTile = 32;    // pairs per block, routed experts (a prompt chunk gives ~20 pairs per expert)
+
+template <class F>
+struct BlockChunks {   // chunk u (weights 32u … 32u + 31) of a row in block format F
+    __device__ __forceinline__ static void chunk(const uint8_t* wr, int u, float* w) {
+        constexpr int kSub = F::QK / 32;
+        F::deq32(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, w);
+    }
+};
+
+enum PlainType { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+template <int TY>
+struct PlainChunks {
+    __device__ __forceinline__ static void chunk(const uint8_t* wr, int u, float* w) {
+#pragma unroll
+        for (int e = 0; e < 32; ++e) {
+            const size_t i = (size_t)32 * u + e;
+            if (TY == kF32) {
+                w[e] = ((const float*)wr)[i];
+            } else {
+                const uint16_t h = ((const uint16_t*)wr)[i];
+                w[e] = TY == kF16 ? half_to_float(h) : bf16_to_float(h);
+            }
+        }
+    }
+};
+
+// y[p, row] for the TT activation rows of this block's tile and rows r0 … r0 + 63. Tile = the pairs of
+// items[blockIdx.y] (slots of `order`, weights of matrix item.x) when items is set, else rows blockIdx.y·TT … of P.
+template <class D, int TT>
+__global__ void __launch_bounds__(kThreads)
+matmul_tiled_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, size_t mat_stride,
+                    int act_div, const float* __restrict__ x, const int8_t* __restrict__ aq,
+                    const float* __restrict__ ad, int ablk, int P, const int32_t* __restrict__ order,
+                    const int4* __restrict__ items, const int32_t* __restrict__ n_items, float* __restrict__ y) {
+    constexpr int MI = TT / 16;
+    __shared__ float ws[kStep][kRowsPerTile];   // ws[k][r]: weight k of tile row r
+    __shared__ float xs[kStep][TT + 1];         // xs[k][t]: input k of tile row t (+1: conflict-free stores)
+    __shared__ int arow[TT];                    // activation row of tile row t, −1 past the end
+    __shared__ int prow[TT];                    // output row (pair or token) of tile row t
+    const int tid = threadIdx.x;
+    const uint8_t* wm = W;
+    int first, count;
+    if (items) {
+        if ((int)blockIdx.y >= *n_items) return;
+        const int4 it = items[blockIdx.y];
+        wm = W + (size_t)it.x * mat_stride;
+        first = it.y;
+        count = it.z;
+    } else {
+        first = blockIdx.y * TT;
+        count = min(TT, P - first);
+    }
+    const int64_t r0 = (int64_t)blockIdx.x * kRowsPerTile;
+    if (tid < TT) {
+        const int p = tid < count ? (order ? order[first + tid] : first + tid) : -1;
+        prow[tid] = p;
+        arow[tid] = p >= 0 ? p / act_div : -1;
+    }
+    __syncthreads();
+
+    const int tx = tid & 15, ty = tid >> 4;
+    const int units = n / 32, nd = aq ? n / ablk : 0;
+    float acc[MI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+
+    for (int k0 = 0; k0 < n; k0 += kStep) {
+        if (tid < 2 * kRowsPerTile) {   // threads 0 … 127 decode one chunk each: row tid % 64, chunk tid / 64
+            const int r = tid & (kRowsPerTile - 1), c = tid / kRowsPerTile;
+            const int u = k0 / 32 + c;
+            float w[32];
+            if (r0 + r < rows && u < units) {
+                D::chunk(wm + (size_t)(r0 + r) * row_bytes, u, w);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 32; ++e) w[e] = 0.0f;
+            }
+#pragma unroll
+            for (int e = 0; e < 32; ++e) ws[32 * c + e][r] = w[e];
+        }
+        {   // every thread loads TT / 4 activations: input k0 + tid % 64 of tile rows tid / 64 + 4i
+            const int kk = tid & (kStep - 1), i_in = k0 + kk;
+#pragma unroll
+            for (int i = 0; i < TT / 4; ++i) {
+                const int t = (tid >> 6) + 4 * i;
+                const int a = arow[t];
+                float v = 0.0f;
+                if (a >= 0 && i_in < n) {
+                    const size_t at = (size_t)a * n + i_in;
+                    v = aq ? (float)aq[at] * ad[(size_t)a * nd + i_in / ablk] : x[at];
+                }
+                xs[kk][t] = v;
+            }
+        }
+        __syncthreads();
+#pragma unroll 16
+        for (int kk = 0; kk < kStep; ++kk) {
+            float a[MI], b[4];
+#pragma unroll
+            for (int i = 0; i < MI; ++i) a[i] = xs[kk][ty + 16 * i];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) b[j] = ws[kk][tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+        const int p = prow[ty + 16 * i];
+        if (p < 0) continue;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int64_t r = r0 + tx + 16 * j;
+            if (r < rows) y[(size_t)p * rows + r] = acc[i][j];
+        }
+    }
+}
+
+// Counting sort of P pairs by expert, one block: histogram, scan (one warp), tile list, scatter. Shared memory: three
+// arrays of E ints. Pairs keep no particular order inside an expert (each pair's sums do not depend on its slot).
+__global__ void sort_by_expert_kernel(const int32_t* __restrict__ ids, int P, int E, int tile,
+                                      int32_t* __restrict__ order, int4* __restrict__ items,
+                                      int32_t* __restrict__ n_items) {
+    extern __shared__ int sh[];
+    int* cnt = sh;           // pairs per expert
+    int* off = sh + E;       // first slot of each expert (then the scatter cursor)
+    int* toff = sh + 2 * E;  // first tile of each expert
+    const int tid = threadIdx.x;
+    for (int e = tid; e < E; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int p = tid; p < P; p += blockDim.x) {
+        const int e = ids[p];
+        if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    if (tid < 32) {   // lane l scans experts [l·seg, l·seg + seg)
+        const int seg = (E + 31) / 32, lo = min(E, tid * seg), hi = min(E, lo + seg);
+        int sp = 0, st = 0;
+        for (int e = lo; e < hi; ++e) {
+            sp += cnt[e];
+            st += (cnt[e] + tile - 1) / tile;
+        }
+        int ip = sp, it = st;   // inclusive scans over lanes
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int vp = __shfl_up_sync(0xffffffffu, ip, o), vt = __shfl_up_sync(0xffffffffu, it, o);
+            if (tid >= o) {
+                ip += vp;
+                it += vt;
+            }
+        }
+        int bp = ip - sp, bt = it - st;
+        for (int e = lo; e < hi; ++e) {
+            off[e] = bp;
+            toff[e] = bt;
+            bp += cnt[e];
+            bt += (cnt[e] + tile - 1) / tile;
+        }
+        if (tid == 31) *n_items = it;
+    }
+    __syncthreads();
+    for (int e = tid; e < E; e += blockDim.x)
+        for (int i = 0; i * tile < cnt[e]; ++i)
+            items[toff[e] + i] = make_int4(e, off[e] + i * tile, min(tile, cnt[e] - i * tile), 0);
+    __syncthreads();
+    for (int p = tid; p < P; p += blockDim.x) {
+        const int e = ids[p];
+        if (e >= 0 && e < E) order[atomicAdd(&off[e], 1)] = p;
+    }
+}
+
+template <class D, int TT>
+void launch(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int ablk, int P, const ExpertOrder* o,
+            float* y) {
+    const unsigned gx = grid_for((size_t)m.rows, kRowsPerTile);
+    const unsigned gy = o ? (unsigned)o->max_items : (unsigned)((P + TT - 1) / TT);
+    STRATA_CHECK(gy <= 65535, "cuda tiled matmul: ", gy, " activation tiles is out of range (P = ", P, ")");
+    matmul_tiled_kernel<D, TT><<<dim3(gx, gy), kThreads, 0, s>>>(
+        m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.act_div, x, act.q, act.d, ablk, P, o ? o->order : nullptr,
+        o ? o->items : nullptr, o ? o->n_items : nullptr, y);
+    CUDA_CHECK_LAUNCH();
+}
+
+// Calls fn(Decoder{}, activation block) for weight type t; false when the tiled kernels do not take t.
+template <class Fn>
+bool with_decoder(GgmlType t, Fn&& fn) {
+    switch (t) {
+    case GgmlType::F32: fn(PlainChunks<kF32>{}, 0); return true;
+    case GgmlType::F16: fn(PlainChunks<kF16>{}, 0); return true;
+    case GgmlType::BF16: fn(PlainChunks<kBF16>{}, 0); return true;
+    case GgmlType::Q8_0: fn(BlockChunks<FmtQ8_0>{}, FmtQ8_0::ABLK); return true;
+    case GgmlType::Q4_0: fn(BlockChunks<FmtQ4_0>{}, FmtQ4_0::ABLK); return true;
+    case GgmlType::Q5_0: fn(BlockChunks<FmtQ5_0>{}, FmtQ5_0::ABLK); return true;
+    case GgmlType::Q4_1: fn(BlockChunks<FmtQ4_1>{}, FmtQ4_1::ABLK); return true;
+    case GgmlType::Q5_1: fn(BlockChunks<FmtQ5_1>{}, FmtQ5_1::ABLK); return true;
+    case GgmlType::IQ4_NL: fn(BlockChunks<FmtIQ4_NL>{}, FmtIQ4_NL::ABLK); return true;
+    case GgmlType::Q2_0: fn(BlockChunks<FmtQ2_0>{}, FmtQ2_0::ABLK); return true;
+    case GgmlType::Q2_K: fn(BlockChunks<FmtQ2_K>{}, FmtQ2_K::ABLK); return true;
+    case GgmlType::Q3_K: fn(BlockChunks<FmtQ3_K>{}, FmtQ3_K::ABLK); return true;
+    case GgmlType::Q4_K: fn(BlockChunks<FmtQ4_K>{}, FmtQ4_K::ABLK); return true;
+    case GgmlType::Q5_K: fn(BlockChunks<FmtQ5_K>{}, FmtQ5_K::ABLK); return true;
+    case GgmlType::Q6_K: fn(BlockChunks<FmtQ6_K>{}, FmtQ6_K::ABLK); return true;
+    case GgmlType::IQ4_XS: fn(BlockChunks<FmtIQ4_XS>{}, FmtIQ4_XS::ABLK); return true;
+    case GgmlType::IQ2_XXS: fn(BlockChunks<FmtIQ2_XXS>{}, FmtIQ2_XXS::ABLK); return true;
+    case GgmlType::IQ2_XS: fn(BlockChunks<FmtIQ2_XS>{}, FmtIQ2_XS::ABLK); return true;
+    case GgmlType::IQ2_S: fn(BlockChunks<FmtIQ2_S>{}, FmtIQ2_S::ABLK); return true;
+    case GgmlType::IQ3_XXS: fn(BlockChunks<FmtIQ3_XXS>{}, FmtIQ3_XXS::ABLK); return true;
+    case GgmlType::IQ3_S: fn(BlockChunks<FmtIQ3_S>{}, FmtIQ3_S::ABLK); return true;
+    default: return false;
+    }
+}
+
+// The block-format row length multiple (plain formats: the 32-weight chunk).
+int row_multiple(GgmlType t) {
+    switch (t) {
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0:
+    case GgmlType::Q5_0: case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::IQ4_NL: return 32;
+    case GgmlType::Q2_0: return 64;
+    default: return 256;
+    }
+}
+
+// Runs the tiled kernel of m's format; act.q null = f32 activations.
+void dispatch(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, const ExpertOrder* o, float* y) {
+    const bool ok = with_decoder(m.type, [&](auto d, int ablk) {
+        using D = decltype(d);
+        if (!ablk) act = ActQ8{};   // plain weights always multiply f32 x
+        if (o) launch<D, kExpertTile>(s, m, x, act, ablk, P, o, y);
+        else launch<D, kDenseTile>(s, m, x, act, ablk, P, nullptr, y);
+    });
+    STRATA_CHECK(ok, "cuda tiled matmul: unsupported weight type ", ggml_type_name(m.type));
+}
+
+}  // namespace
+
+void tiled_upload_tables() {
+    CUDA_CHECK(cudaMemcpyToSymbol(d_iq2xxs_grid, iq::iq2xxs_grid, sizeof(iq::iq2xxs_grid)));
+    CUDA_CHECK(cudaMemcpyToSymbol(d_iq2xs_grid, iq::iq2xs_grid, sizeof(iq::iq2xs_grid)));
+    CUDA_CHECK(cudaMemcpyToSymbol(d_iq2s_grid, iq::iq2s_grid, sizeof(iq::iq2s_grid)));
+    CUDA_CHECK(cudaMemcpyToSymbol(d_iq3xxs_grid, iq::iq3xxs_grid, sizeof(iq::iq3xxs_grid)));
+    CUDA_CHECK(cudaMemcpyToSymbol(d_iq3s_grid, iq::iq3s_grid, sizeof(iq::iq3s_grid)));
+    CUDA_CHECK(cudaMemcpyToSymbol(d_ksigns_iq2xs, iq::ksigns_iq2xs, sizeof(iq::ksigns_iq2xs)));
+    CUDA_CHECK(cudaMemcpyToSymbol(d_kvalues_iq4nl, iq::kvalues_iq4nl, sizeof(iq::kvalues_iq4nl)));
+}
+
+bool tiled_enabled() {
+    static const bool on = [] {
+        const char* v = std::getenv("STRATA_CUDA_TILED");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+    return on;
+}
+
+bool tiled_supported(GgmlType t, int n) {
+    return with_decoder(t, [](auto, int) {}) && n > 0 && n % row_multiple(t) == 0;
+}
+
+bool matmul_tiled(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y) {
+    if (m.ids || P < kTiledMinRows || !tiled_enabled() || !tiled_supported(m.type, m.n)) return false;
+    dispatch(s, m, x, act, P, nullptr, y);
+    return true;
+}
+
+size_t expert_order_bytes(int P, int E) {
+    const size_t max_items = (size_t)(P + kExpertTile - 1) / kExpertTile + (size_t)std::min(P, E);
+    return max_items * sizeof(int4) + (size_t)P * sizeof(int32_t) + 16;
+}
+
+ExpertOrder sort_by_expert(cudaStream_t s, const int32_t* ids, int P, int E, void* scratch) {
+    STRATA_CHECK(E > 0 && E <= kMaxTiledExperts, "cuda sort_by_expert: ", E, " experts is out of range 1..",
+                 kMaxTiledExperts);
+    ExpertOrder o;
+    o.max_items = (P + kExpertTile - 1) / kExpertTile + std::min(P, E);
+    uint8_t* p = static_cast<uint8_t*>(scratch);
+    o.items = reinterpret_cast<int4*>(p);   // scratch from cudaMalloc (256-byte aligned); int4 first
+    p += (size_t)o.max_items * sizeof(int4);
+    o.n_items = reinterpret_cast<int32_t*>(p);
+    p += 16;
+    o.order = reinterpret_cast<int32_t*>(p);
+    sort_by_expert_kernel<<<1, 1024, (size_t)3 * E * sizeof(int), s>>>(ids, P, E, kExpertTile, o.order, o.items,
+                                                                        o.n_items);
+    CUDA_CHECK_LAUNCH();
+    return o;
+}
+
+void matmul_tiled_experts(cudaStream_t s, const MatmulArgs& m, const ExpertOrder& o, const float* x, ActQ8 act, int P,
+                          float* y) {
+    STRATA_CHECK(tiled_supported(m.type, m.n), "cuda tiled experts: weight type ", ggml_type_name(m.type),
+                 " with rows of ", m.n, " is not supported");
+    if (m.rows == 0 || P == 0) return;
+    dispatch(s, m, x, act, P, &o, y);
+}
+
+}  // namespace strata::cuda
