@@ -17,7 +17,7 @@ namespace {
 
 constexpr int kRowsPerTile = 64;   // weight rows per block
 constexpr int kStep = 64;          // inputs per step: two 32-weight chunks per row
-constexpr int kThreads = 256;      // 16 × 16 threads; thread (ty, tx) owns tokens ty + 16i and rows tx + 16j
+constexpr int kThreads = 256;      // 16 × 16 threads; thread (ty, tx) owns tokens MI·ty + i and rows 4·tx + j
 constexpr int kDenseTile = 64;     // activation rows per block, one matrix
 constexpr int kExpertTile = 32;    // pairs per block, routed experts (a prompt chunk gives ~20 pairs per expert)
 
@@ -55,9 +55,11 @@ matmul_tiled_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t row
                     int act_div, const float* __restrict__ x, const int8_t* __restrict__ aq,
                     const float* __restrict__ ad, int ablk, int P, const int32_t* __restrict__ order,
                     const int4* __restrict__ items, const int32_t* __restrict__ n_items, float* __restrict__ y) {
-    constexpr int MI = TT / 16;
-    __shared__ float ws[kStep][kRowsPerTile];   // ws[k][r]: weight k of tile row r
-    __shared__ float xs[kStep][TT + 1];         // xs[k][t]: input k of tile row t (+1: conflict-free stores)
+    constexpr int MI = TT / 16;   // tile rows per thread: 4 or 2 (one float4 / float2 load per input)
+    static_assert(MI == 2 || MI == 4, "tile of 32 or 64 activation rows");
+    __shared__ __align__(16) float ws[kStep][kRowsPerTile];   // ws[k][r]: weight k of tile row r
+    __shared__ __align__(16) float xs[kStep][TT + 4];         // xs[k][t]: input k of tile row t (+4: 16-byte rows,
+                                                              // stores of 8 inputs × 4 rows per warp hit 32 banks)
     __shared__ int arow[TT];                    // activation row of tile row t, −1 past the end
     __shared__ int prow[TT];                    // output row (pair or token) of tile row t
     const int tid = threadIdx.x;
@@ -103,11 +105,11 @@ matmul_tiled_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t row
 #pragma unroll
             for (int e = 0; e < 32; ++e) ws[32 * c + e][r] = w[e];
         }
-        {   // every thread loads TT / 4 activations: input k0 + tid % 64 of tile rows tid / 64 + 4i
-            const int kk = tid & (kStep - 1), i_in = k0 + kk;
+        {   // every thread loads TT / 4 activations: warp w takes inputs 8w … 8w + 7 of tile rows lane / 8 + 4i
+            const int lane = tid & 31, kk = (lane & 7) + 8 * (tid >> 5), i_in = k0 + kk;
 #pragma unroll
             for (int i = 0; i < TT / 4; ++i) {
-                const int t = (tid >> 6) + 4 * i;
+                const int t = (lane >> 3) + 4 * i;
                 const int a = arow[t];
                 float v = 0.0f;
                 if (a >= 0 && i_in < n) {
@@ -120,11 +122,16 @@ matmul_tiled_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t row
         __syncthreads();
 #pragma unroll 16
         for (int kk = 0; kk < kStep; ++kk) {
-            float a[MI], b[4];
-#pragma unroll
-            for (int i = 0; i < MI; ++i) a[i] = xs[kk][ty + 16 * i];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) b[j] = ws[kk][tx + 16 * j];
+            float a[MI];
+            if constexpr (MI == 4) {
+                const float4 v = *reinterpret_cast<const float4*>(&xs[kk][4 * ty]);
+                a[0] = v.x; a[1] = v.y; a[2] = v.z; a[3] = v.w;
+            } else {
+                const float2 v = *reinterpret_cast<const float2*>(&xs[kk][2 * ty]);
+                a[0] = v.x; a[1] = v.y;
+            }
+            const float4 wv = *reinterpret_cast<const float4*>(&ws[kk][4 * tx]);
+            const float b[4] = {wv.x, wv.y, wv.z, wv.w};
 #pragma unroll
             for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -134,11 +141,11 @@ matmul_tiled_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t row
     }
 #pragma unroll
     for (int i = 0; i < MI; ++i) {
-        const int p = prow[ty + 16 * i];
+        const int p = prow[MI * ty + i];
         if (p < 0) continue;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const int64_t r = r0 + tx + 16 * j;
+            const int64_t r = r0 + 4 * tx + j;
             if (r < rows) y[(size_t)p * rows + r] = acc[i][j];
         }
     }
