@@ -4,7 +4,7 @@
 # tiny models with a 300-token prompt (tiled off / on / CPU: same greedy tokens?), and prompt speed on the synthetic
 # full-size model (STRATA_CUDA_TILED=0 at 256 tokens; =1 at 256 and 4000 tokens, chunk 1024).
 # Writes $OUT/prefill.json and the logs. ~2-3 minutes on an H200 with the synthetic model already made.
-# usage: [SKIP_OPS=1] tests/gpu/prefill_check.sh [BUILD_DIR] [SYNTHETIC.gguf]
+# usage: [SKIP_OPS=1 [OPS_LOG=run.sh's ops.log]] tests/gpu/prefill_check.sh [BUILD_DIR] [SYNTHETIC.gguf]
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-tests/gpu/results/latest}
@@ -23,8 +23,9 @@ if [ "${SKIP_OPS:-0}" != 1 ]; then   # SKIP_OPS=1 when tests/gpu/run.sh has just
   echo "cuda_ops_test rc $?" >> "$OUT/prefill_ops.log"
   OPS_LOG="$OUT/prefill_ops.log"
 else
-  OPS_LOG="$OUT/ops.log"
+  OPS_LOG=${OPS_LOG:-$OUT/ops.log}
 fi
+[ -f "$OPS_LOG" ] || { echo "no cuda_ops_test log at $OPS_LOG"; OPS_LOG=/dev/null; }
 echo "== cuda_ops_test, tiled lines ($OPS_LOG)"
 grep -E "T=(32|64|100|257)|E=64|checks|error|rc " "$OPS_LOG" | grep -E "FAIL|E=64|checks|error|rc " | head -40
 echo "tiled matmul lines: $(grep -cE 'matmul .*T=(32|64|100|257).* ok' "$OPS_LOG") ok, $(grep -cE 'T=(32|64|100|257|40|200).*FAIL' "$OPS_LOG") FAIL"
