@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One device round for issue #7 on the lent H200, in two parts that each fit one device call (<= 10 min):
-#   checks  tests/gpu/run.sh (build, ops, tiny-model parity, expert-cache parity, memcheck, matmul speed), CUDA graphs
-#           off/on on tiny models, graphs vs CPU on the demo model (graphs_check.sh), the hybrid join checks;
+#   checks  tests/gpu/run.sh (build, ops, tiny-model parity, expert-cache parity, memcheck, matmul speed), tiled
+#           prompt kernels vs CPU on tiny models (prefill_check.sh), graphs vs CPU on the demo model
+#           (graphs_check.sh), the hybrid join checks;
 #           KERNELS=1 adds the kernel before/after benchmark (bench/cuda_kernels/run.sh, ~2.5 min)
-#   speed   the synthetic full-size model: fused hyper read off/on, graphs off/on, bench/decode.py
+#   speed   the synthetic full-size model: prompt speed tiled off/on (prefill_check.sh), GRAPHS=1 adds graphs
+#           off/on, then bench/decode.py
 # Runs on the copied working tree as it is (the device's .git is not this checkout's: never reset files from it).
 # usage: tests/gpu/issue7_round.sh checks|speed [DECODE_BUDGET_S]
 #        results in /tmp/round/..., packed into $OUT/round-PART.tgz (the device tool returns at most 8 files).
@@ -26,7 +28,7 @@ if [ "$PART" = checks ]; then
     OUT=$ROOT/kernels timeout 200 bash bench/cuda_kernels/run.sh > "$ROOT/kernels.log" 2>&1; echo "kernels rc $?"
     tail -25 "$ROOT/kernels/compare.txt" 2>/dev/null
   fi
-  OUT=$ROOT/graphs timeout 120 bash tests/gpu/graph_speed.sh build-gpu .gpu-models/tiny-q2_0.gguf .gpu-models/realvocab-iq2_xs.gguf 2>&1 | tail -30
+  OUT=$ROOT/prefill SKIP_OPS=1 timeout 150 bash tests/gpu/prefill_check.sh build-gpu 2>&1 | tail -20
   OUT=$ROOT/graphs_check SKIP_OPS=1 timeout 150 bash tests/gpu/graphs_check.sh build-gpu 2>&1 | tail -25
   OUT=$ROOT/hybrid timeout 120 bash tests/gpu/hybrid_checks.sh 2>&1 | tail -15
 else
@@ -34,7 +36,7 @@ else
       -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null && cmake --build build-gpu -j "$(nproc)" --target strata > "$ROOT/build.log" 2>&1; } || exit 1
   MODEL=/tmp/syn-q2_0.gguf
   [ -f "$MODEL" ] || ( time timeout 200 python3 engine/tools/make_synthetic.py "$MODEL" --experts q2_0 --workers "$(nproc)" ) > "$ROOT/make_synthetic.log" 2>&1
-  OUT=$ROOT/hyper SKIP_OPS=1 timeout 200 bash tests/gpu/hyper_read_check.sh build-gpu 2>&1 | tail -12
-  OUT=$ROOT/graphs_syn timeout 150 bash tests/gpu/graph_speed.sh build-gpu "$MODEL" 2>&1 | tail -20
+  OUT=$ROOT/prefill_syn SKIP_OPS=1 timeout 240 bash tests/gpu/prefill_check.sh build-gpu "$MODEL" 2>&1 | tail -20
+  [ "${GRAPHS:-0}" = 1 ] && OUT=$ROOT/graphs_syn timeout 150 bash tests/gpu/graph_speed.sh build-gpu "$MODEL" 2>&1 | tail -20
   OUT=$ROOT/decode SYN_MODEL=$MODEL BUDGET_S=$BUDGET timeout $((BUDGET + 60)) bash bench/decode/run_h200.sh build-gpu 2>&1 | tail -40
 fi
