@@ -28,7 +28,7 @@ if [ "$PART" = checks ]; then
     OUT=$ROOT/kernels timeout 200 bash bench/cuda_kernels/run.sh > "$ROOT/kernels.log" 2>&1; echo "kernels rc $?"
     tail -25 "$ROOT/kernels/compare.txt" 2>/dev/null
   fi
-  OUT=$ROOT/prefill SKIP_OPS=1 timeout 150 bash tests/gpu/prefill_check.sh build-gpu 2>&1 | tail -20
+  OUT=$ROOT/prefill SKIP_OPS=1 OPS_LOG=$ROOT/gpu/ops.log timeout 150 bash tests/gpu/prefill_check.sh build-gpu 2>&1 | tail -20
   OUT=$ROOT/graphs_check SKIP_OPS=1 timeout 150 bash tests/gpu/graphs_check.sh build-gpu 2>&1 | tail -25
   OUT=$ROOT/hybrid timeout 120 bash tests/gpu/hybrid_checks.sh 2>&1 | tail -15
 else
