@@ -3,8 +3,9 @@
 and routers whose rows have per-expert scales so that routing is skewed like the measured curve of the real model
 (PERFORMANCE.md §1: the top 32/64/128/171/256 experts of a layer carry ~37/53/73/82/93% of the expert calls). The
 scales are fitted at generation time on Gaussian activations (router_scales; `--check-router` prints the curve they
-give); bench/decode.py measures the curve the engine actually routed. Not a language model: a stand-in with the real
-bytes per token.
+give). The model's own hidden states route the same way (zero-mean random blocks, small conv taps; see
+random_block_bytes): engine/tools/routing_check.py measures that with the engine. Not a language model: a stand-in
+with the real bytes per token.
 
     python engine/tools/make_synthetic.py OUT.gguf [--experts iq2_xs|q2_0] [--layers 48] [--workers N] [--seed 0]
 
@@ -27,6 +28,10 @@ import gguf_quant  # noqa: E402
 from convert import model_metadata  # noqa: E402
 
 ALIGN = 32
+# Std of the GDN and PLE conv taps. The SiLU after them has a positive mean (0.3: about 0.15 of its std in every
+# channel); GDN sums it coherently over the sequence, so the hidden state got a token-independent part that routed
+# 66% of the calls to 32 experts. At 0.05 the SiLU is near-linear and that part is gone.
+CONV_STD = 0.05
 ROUTER_LOGIT_STD = 2.0   # logit std of the most popular expert of a layer
 # PERFORMANCE.md §1: share of a layer's expert calls carried by its top n of 512 experts.
 ROUTING_CURVE = [(0, 0.0), (32, 0.37), (64, 0.53), (128, 0.73), (171, 0.82), (256, 0.93), (512, 1.0)]
@@ -117,7 +122,7 @@ def fill_values(name: str, ne: tuple, rng: np.random.Generator, router_scale) ->
     if name.endswith("ssm_dt.bias"):
         return (0.5 * rng.standard_normal(n)).astype(np.float32)
     if "ssm_conv1d" in name or "ple_conv1d" in name:
-        return (0.3 * rng.standard_normal(n)).astype(np.float32)
+        return (CONV_STD * rng.standard_normal(n)).astype(np.float32)
     if "ffn_gate_inp.weight" in name:
         E, H = ne[1], ne[0]
         scale = router_scale[rng.permutation(E)]       # popular experts differ per layer
@@ -137,10 +142,15 @@ def encode_small(values: np.ndarray, t: str, ne: tuple) -> bytes:
 
 
 def random_block_bytes(t: str, nbytes: int, rng: np.random.Generator, scale: float) -> np.ndarray:
+    """Random blocks whose fp16 fields (scale, and min where the format has one) share a random sign per block.
+    Random codes alone decode to values of one-signed mean (Q2_0: +0.4 std; Q4_K, Q5_K: about one std), which made
+    every row of every matrix share one direction: each layer's output was nearly the same vector for every token,
+    and every token routed to the same 10 experts. Negating a block's fp16 fields negates all its values."""
     _, bs, bb = gguf_quant.TYPES[t]
     raw = np.frombuffer(rng.bytes(nbytes), dtype=np.uint8).reshape(-1, bb).copy()
+    sign = np.where(rng.random(raw.shape[0]) < 0.5, -1.0, 1.0)
     for off in gguf_quant._FP16_FIELDS[t]:
-        d = (rng.uniform(0.5, 1.0, raw.shape[0]) * scale).astype(np.float16)
+        d = (rng.uniform(0.5, 1.0, raw.shape[0]) * scale * sign).astype(np.float16)
         raw[:, off:off + 2] = d.view(np.uint8).reshape(-1, 2)
     return raw
 

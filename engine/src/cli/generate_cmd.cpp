@@ -22,10 +22,12 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
     const std::string name = o.str("--backend", "cpu");
     if (name == "cpu") {
         for (const std::string& f : kGpuFlags)
-            if (o.has(f)) fail(f, " needs --backend cuda (the expert cache lives on the GPU)");
+            if (o.has(f) && f != "--routing-profile-out") fail(f, " needs --backend cuda (the expert cache lives on the GPU)");
         // Workers are pinned one per physical core (the default count leaves one core free) unless --no-pin.
-        return std::make_unique<CpuBackend>((int)o.integer("--threads", 0, 0, 1024), !o.has("--no-pin"),
-                                            o.has("--f32-activations"));
+        auto cpu = std::make_unique<CpuBackend>((int)o.integer("--threads", 0, 0, 1024), !o.has("--no-pin"),
+                                                o.has("--f32-activations"));
+        if (o.has("--routing-profile-out")) cpu->record_routing(o.str("--routing-profile-out"));
+        return cpu;
     }
     if (name == "cuda") {
         if (!cuda_backend_factory) fail("--backend cuda: this strata was built without CUDA (configure with -DSTRATA_CUDA=ON)");
@@ -131,6 +133,7 @@ int generate_command(int argc, char** argv) {
     const double pp_s = std::chrono::duration<double>(t1 - t0).count();
     const double tg_s = std::chrono::duration<double>(t2 - t1).count();
     const CpuBackend* cpu = dynamic_cast<const CpuBackend*>(be.get());
+    if (cpu) cpu->save_routing_profile();
     std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s); decode: %zu tokens in %.3f s (%.1f tok/s); %s%s\n",
                  prompt.size(), pp_s, prompt.size() / std::max(pp_s, 1e-9), out.size(), tg_s,
                  out.size() > 1 ? (out.size() - 1) / std::max(tg_s, 1e-9) : 0.0, be->name(),

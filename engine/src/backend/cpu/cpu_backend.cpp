@@ -8,7 +8,9 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "common/platform.h"
+#include "model/weights.h"
 #include "model/topk.h"
 #include "quant/quant.h"
 
@@ -398,9 +400,31 @@ void CpuBackend::route_topk(const float* logits, int T, int E, int k, int32_t* i
     }
 }
 
+void CpuBackend::prepare_weights(const ModelWeights& mw) {
+    if (routing_out_path_.empty()) return;
+    int n_experts = 0;
+    for (const LayerWeights& lw : mw.layers) {
+        if (!lw.moe.gate_exps.present()) continue;
+        moe_layer_by_data_[lw.moe.gate_exps.data] = (int)moe_layer_by_data_.size();
+        n_experts = (int)lw.moe.gate_exps.ne[2];
+    }
+    if (!moe_layer_by_data_.empty())
+        routing_out_ = std::make_unique<RoutingProfile>((int)moe_layer_by_data_.size(), n_experts);
+}
+
+void CpuBackend::save_routing_profile() const {
+    if (!routing_out_) return;
+    routing_out_->save(routing_out_path_);
+    log_info("experts", "routing profile written to " + routing_out_path_);
+}
+
 void CpuBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
                              const float* weights, float* y) {
     OpProfile::Scope prof(profile_, "moe_experts", ggml_type_name(w.gate_exps.type));
+    if (routing_out_) {
+        auto it = moe_layer_by_data_.find(w.gate_exps.data);
+        if (it != moe_layer_by_data_.end()) routing_out_->add(it->second, ids, T * k);
+    }
     const int64_t H = w.gate_exps.ne[0];
     std::vector<ExpertPair> pairs((size_t)T * k);
     for (int t = 0; t < T; ++t)

@@ -2,10 +2,13 @@
 // through the block-format dot products of quant/ and work split across a ThreadPool by output rows.
 #pragma once
 #include <memory>
+#include <string>
+#include <unordered_map>
 
 #include "backend/backend.h"
 #include "backend/cpu/op_profile.h"
 #include "backend/cpu/thread_pool.h"
+#include "experts/routing_profile.h"
 
 namespace strata {
 
@@ -17,6 +20,11 @@ public:
     const char* name() const override { return "cpu"; }
     int n_threads() const { return pool_.size(); }
     ThreadPool& pool() { return pool_; }
+    // --routing-profile-out on the CPU: counts the routed experts of every MoE call (layers numbered as the CUDA
+    // path numbers them: MoE layers in order); save_routing_profile() writes them. Call before loading the model.
+    void record_routing(const std::string& path) { routing_out_path_ = path; }
+    void save_routing_profile() const;
+    void prepare_weights(const ModelWeights& w) override;
 
     float* alloc(size_t n) override;
     void release(float* p) override;
@@ -67,6 +75,9 @@ private:
     ThreadPool pool_;
     bool f32_activations_;
     OpProfile profile_;
+    std::string routing_out_path_;
+    std::unique_ptr<RoutingProfile> routing_out_;
+    std::unordered_map<const void*, int> moe_layer_by_data_;
 };
 
 // Reads a small weight (norm vector, bias, conv taps) as f32, whatever its stored type.
