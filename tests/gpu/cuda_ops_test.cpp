@@ -4,6 +4,7 @@
 // usage: cuda_ops_test [results.json]
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -169,9 +170,12 @@ void test_moe_shape(int E, int k, std::initializer_list<int> Ts) {
             std::memcpy(ids_bits.data(), ids.data(), ids.size() * 4);
             Dev dx(x), dy((size_t)T * H), d_ids(ids_bits), d_wts(wts);
             gpu->moe_experts(m, dx, T, k, reinterpret_cast<const int32_t*>(d_ids.p), d_wts, dy);
-            // 2e-4: h differs from the CPU's by float rounding, so its Q8 quantization can differ by one step.
+            // 2e-4: h differs from the CPU's by float rounding, so its Q8 quantization can differ by one step. At
+            // T >= 32 the tiled kernels sum gate/up in f32 in another order than the integer dots, so more values of h
+            // land on the other side of a step (1.8e-3 seen on the H200, IQ2_XS T = 40; 3e-7 with f32 activations).
+            const double tol = T >= 32 && mode.empty() ? 5e-3 : 2e-4;
             report(std::string("moe_experts ") + ggml_type_name(t) + " E=" + std::to_string(E) + " T=" +
-                       std::to_string(T) + mode, dy.get(), want, 2e-4);
+                       std::to_string(T) + mode, dy.get(), want, tol);
         }
     }
 }
@@ -499,6 +503,7 @@ void test_conv_gdn_rope_attention() {
 }  // namespace
 
 int main(int argc, char** argv) {
+    setenv("STRATA_CUDA_GRAPHS", "1", 1);   // graphs are off by default; test_graph_replay needs them
     try {
         {
             CpuBackend cpu_f32(0, false, true);
