@@ -1,5 +1,5 @@
 // Every Backend op on the CUDA backend against the CPU backend on random inputs: matmul and embed in all 21 weight
-// formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts (both modes), hyper_read (both modes), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
+// formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts (both modes), hyper_read (both modes), fused activation quantization == unfused (bits), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
 // keep-lists), indexer scores. Prints one line per check and writes JSON when given a path. Needs a GPU.
 // usage: cuda_ops_test [results.json]
 #include <algorithm>
@@ -326,16 +326,92 @@ void compare(const std::string& name, std::vector<std::vector<float>> inputs, co
         report(name + (outputs.size() > 1 ? " [" + std::to_string(o) + "]" : ""), dev[o].get(), host[o], tol);
 }
 
+// The decode matmuls (T <= 8, and expert pairs of <= 8 tokens) quantize their activations inside the kernel by
+// default; a backend made with STRATA_CUDA_FUSED_QUANT=0 runs quantize_act first. Both must give the same bits, in
+// every block format (dense T = 1..8 incl. the 4-rows kernels, n = 2048 near the shared-memory bound) and for
+// moe_experts (one expert per pair, and grouped pairs).
+void test_fused_quant_bits() {
+    setenv("STRATA_CUDA_FUSED_QUANT", "0", 1);
+    CudaBackend unfused(0);
+    unsetenv("STRATA_CUDA_FUSED_QUANT");
+    auto run = [&](CudaBackend& b, const std::vector<float>& x, size_t out, const std::function<void(float*, float*)>& op) {
+        float* dx = b.alloc(x.size());
+        float* dy = b.alloc(out);
+        b.to_device(dx, x.data(), x.size());
+        b.fill(dy, 0.0f, out);
+        op(dx, dy);
+        std::vector<float> y(out);
+        b.to_host(y.data(), dy, out);
+        b.release(dx);
+        b.release(dy);
+        return y;
+    };
+    auto check = [&](const std::string& name, const std::vector<float>& fused, const std::vector<float>& plain) {
+        const bool same = std::memcmp(fused.data(), plain.data(), fused.size() * sizeof(float)) == 0;
+        report("fused quant == unfused " + name, {same ? 0.0f : 1.0f}, {0.0f}, 0.0);
+    };
+    for (GgmlType t : gputest::all_formats()) {
+        if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16) continue;
+        for (int n : {512, 2048}) {
+            const int rows = 67;
+            const Weight& w = make_weight(t, n, rows, 1, "fq");
+            unfused.upload_weight(w);
+            for (int T : {1, 2, 3, 4, 5, 8}) {
+                const std::vector<float> x = randn((size_t)T * n);
+                const size_t out = (size_t)T * rows;
+                check(std::string(ggml_type_name(t)) + " n=" + std::to_string(n) + " T=" + std::to_string(T),
+                      run(*gpu, x, out, [&](float* dx, float* dy) { gpu->matmul(w, dx, T, dy); }),
+                      run(unfused, x, out, [&](float* dx, float* dy) { unfused.matmul(w, dx, T, dy); }));
+            }
+        }
+    }
+    const int E = 8, k = 3, H = 256, I = 256;
+    for (GgmlType t : {GgmlType::IQ2_XS, GgmlType::Q2_0, GgmlType::Q4_K}) {
+        MoeWeights m;
+        m.gate_exps = make_weight(t, H, I, E, "fq_gate");
+        m.up_exps = make_weight(t, H, I, E, "fq_up");
+        m.down_exps = make_weight(GgmlType::Q4_K, I, H, E, "fq_down");
+        for (const Weight* w : {&m.gate_exps, &m.up_exps, &m.down_exps}) unfused.upload_weight(*w);
+        for (int T : {1, 4, 8}) {   // P = 3 (one expert per pair), 12 and 24 (> 16: grouped)
+            std::vector<float> ids_bits((size_t)T * k), wts((size_t)T * k);
+            for (int p = 0; p < T * k; ++p) {
+                const int32_t id = (p * 5 + p / k) % E;
+                std::memcpy(&ids_bits[p], &id, 4);
+                wts[p] = 0.2f + 0.1f * (p % k);
+            }
+            auto moe = [&](CudaBackend& b) {
+                float* d_ids = b.alloc(ids_bits.size());
+                float* d_wts = b.alloc(wts.size());
+                b.to_device(d_ids, ids_bits.data(), ids_bits.size());
+                b.to_device(d_wts, wts.data(), wts.size());
+                const std::vector<float> x = randn((size_t)T * H);
+                std::vector<float> y = run(b, x, (size_t)T * H, [&](float* dx, float* dy) {
+                    b.moe_experts(m, dx, T, k, reinterpret_cast<const int32_t*>(d_ids), d_wts, dy);
+                });
+                b.release(d_ids);
+                b.release(d_wts);
+                return y;
+            };
+            const std::mt19937 saved = rng;
+            const std::vector<float> fused = moe(*gpu);
+            rng = saved;   // the same x for both
+            check(std::string("moe_experts ") + ggml_type_name(t) + " T=" + std::to_string(T), fused, moe(unfused));
+        }
+    }
+}
+
 // Matmuls of one input in a row share its quantization on the GPU; another op, or a matmul writing into the input,
 // must end that: x·W1, x·W2 (shared), x·W3 (shared), x scaled, x·W1 again, x overwritten by z·W3, x·W1 again.
+// T = 3 runs the fused-quantization kernels (each matmul quantizes x itself), T = 19 the shared quantize launch.
 void test_act_reuse() {
-    const int n = 256, T = 3;
+    const int n = 256;
+    for (int T : {3, 19})
     for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q2_0}) {
         const Weight& w1 = make_weight(t, n, 64, 1, "reuse1");
         const Weight& w2 = make_weight(t, n, 64, 1, "reuse2");
         const Weight& w3 = make_weight(t, n, n, 1, "reuse3");
         const std::vector<float> zero64(T * 64), zero(T * n);
-        compare(std::string("matmul input reuse ") + ggml_type_name(t) + mode,
+        compare(std::string("matmul input reuse ") + ggml_type_name(t) + " T=" + std::to_string(T) + mode,
                 {randn(T * n), randn(T * n), zero64, zero64, zero, zero64, zero64}, {0, 2, 3, 4, 5, 6},
                 [&](Backend& b, auto& p) {
                     b.matmul(w1, p[0], T, p[2]);
@@ -528,6 +604,7 @@ int main(int argc, char** argv) {
         test_hyper_read();
         test_conv_gdn_rope_attention();
         test_act_reuse();
+        test_fused_quant_bits();
         test_select_cells();
         test_graph_replay();
         weights.clear();

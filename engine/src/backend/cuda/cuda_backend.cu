@@ -149,8 +149,16 @@ struct CudaBackend::Impl {
         if (a < x + (size_t)c.rows * c.n * sizeof(float) && x < a + bytes) ++act_epoch;
     }
 
+    // STRATA_CUDA_FUSED_QUANT=0 turns off the fused quantization below (A/B runs; read when the backend is made).
+    const bool fused_quant = [] {
+        const char* v = std::getenv("STRATA_CUDA_FUSED_QUANT");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+
     // y[p] = W_p · x[p / act_div] for P activation rows; quantizes x first for block formats as the CPU path does.
-    // order: the pairs sorted by expert (prompt-sized moe_experts), run by the tiled kernels.
+    // order: the pairs sorted by expert (prompt-sized moe_experts), run by the tiled kernels. Decode-sized calls
+    // (P ≤ 8 rows, or expert pairs of ≤ 8 tokens) quantize inside the matmul kernel (cuda::matmul_fused_quant) and
+    // skip the quantize launch, unless x's quantization is already cached from an unfused call.
     void matmul_rows(const cuda::MatmulArgs& m, const float* x, int act_rows, int P, float* y,
                      const cuda::ExpertOrder* order = nullptr) {
         const int blk = cuda::act_block(m.type);
@@ -166,7 +174,12 @@ struct CudaBackend::Impl {
         STRATA_CHECK(m.n % blk == 0, "cuda matmul: ", m.n, " inputs are not a multiple of the activation block ", blk,
                      " of ", ggml_type_name(m.type));
         ActCache& c = act_cache;
-        if (!(c.q && c.epoch == act_epoch && c.x == x && c.rows == act_rows && c.n == m.n && c.blk == blk)) {
+        const bool cached = c.q && c.epoch == act_epoch && c.x == x && c.rows == act_rows && c.n == m.n && c.blk == blk;
+        if (!cached && !order && fused_quant && cuda::matmul_fused_quant(stream, m, x, P, y)) {
+            wrote(y, (size_t)P * m.rows * sizeof(float));
+            return;
+        }
+        if (!cached) {
             drop_act_cache();
             void* q = pool.get((size_t)act_rows * m.n);
             void* d = pool.get((size_t)act_rows * (m.n / blk) * sizeof(float));

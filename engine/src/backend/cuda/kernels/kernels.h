@@ -38,6 +38,10 @@ struct MatmulArgs {
 // x: f32 activations; act: the same rows quantized, used for block formats unless act.q is null (then block formats
 // multiply with x as well: the f32-activation mode).
 void matmul(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y);
+// matmul with Q8 activations where each kernel block quantizes the x rows it reads itself (same arithmetic as
+// quantize_act, so the same bits as quantize_act + matmul) instead of a separate quantize launch. Only for block
+// formats, P ≤ 8 activation rows that fit in shared memory; returns false (nothing launched) otherwise.
+bool matmul_fused_quant(cudaStream_t s, const MatmulArgs& m, const float* x, int P, float* y);
 // y[t] = row ids[t] of the table, dequantized; ids on the device.
 void dequant_rows(cudaStream_t s, GgmlType type, const uint8_t* w, size_t row_bytes, int n, const int32_t* ids, int T,
                   float* y);

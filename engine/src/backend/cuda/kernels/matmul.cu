@@ -25,33 +25,13 @@ namespace {
 using namespace q8;        // the Q8-activation kernels (matmul_q8.cuh) and kWarps, the warps per block
 constexpr int kTile = 8;   // activation rows per pass when every row uses the same matrix
 
-// ---- activation quantization: one warp per block of BLK values ----
+// ---- activation quantization: one warp per block of BLK values (quantize_act_block, matmul_q8.cuh) ----
 template <int BLK>
 __global__ void quantize_act_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ q,
                                     float* __restrict__ d) {
     const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    const int lane = threadIdx.x & 31;
     if (b >= n_blocks) return;
-    constexpr int V = BLK / 32;
-    const float* xb = x + b * BLK;
-    float v[V];
-    float amax = 0.0f;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        v[k] = xb[lane + 32 * k];
-        amax = fmaxf(amax, fabsf(v[k]));
-    }
-    amax = warp_max(amax);
-    const float dd = amax / 127.0f;
-    const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
-    int8_t* qb = q + b * BLK;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        float r = rintf(v[k] * id);
-        if (BLK == 256) r = fminf(127.0f, fmaxf(-127.0f, r));   // Q8_K clamps, Q8_0 does not need to
-        qb[lane + 32 * k] = (int8_t)(int)r;
-    }
-    if (lane == 0) d[b] = BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;   // Q8_0 keeps an fp16 scale
+    quantize_act_block<BLK>(x + b * BLK, threadIdx.x & 31, q + b * BLK, d + b);
 }
 
 // ---- block formats with f32 activations (the reference mode): y[p, row] for p in [p0, p0 + NT) ----
@@ -252,7 +232,7 @@ void launch_block_f32act(cudaStream_t s, const MatmulArgs& m, const float* x, in
 // kernel and kept in `known`. Not asked while s is being captured into a graph (the query may load the kernel's
 // module): then no limit, and the kernels simply get one block per kWarps rows.
 template <class Kernel>
-unsigned resident_blocks(cudaStream_t s, Kernel kernel, std::atomic<unsigned>& known) {
+unsigned resident_blocks(cudaStream_t s, Kernel kernel, std::atomic<unsigned>& known, size_t smem = 0) {
     const unsigned k = known.load(std::memory_order_relaxed);
     if (k) return k;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -261,7 +241,7 @@ unsigned resident_blocks(cudaStream_t s, Kernel kernel, std::atomic<unsigned>& k
     int dev = 0, sms = 0, per_sm = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem));
     const unsigned r = (unsigned)std::max(1, sms * per_sm);
     known.store(r, std::memory_order_relaxed);
     return r;
@@ -273,31 +253,48 @@ inline dim3 row_grid(int64_t rows, unsigned gy, unsigned resident) {
     return dim3(std::min(grid_for((size_t)rows, kWarps), per_column), gy);
 }
 
-template <class F, int NT>
-void launch_q8_dense(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, float* y) {
-    static std::atomic<unsigned> known{0};
-    const unsigned resident = resident_blocks(s, matmul_q8_kernel<F, NT>, known);
-    const dim3 grid = row_grid(m.rows, (unsigned)((P + NT - 1) / NT), resident);
-    matmul_q8_kernel<F, NT><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.act_div, act.q, act.d, P, y);
+// The fused-quantization kernels' dynamic shared memory is bounded by kFusedSmemMax (with the grid table, within
+// the 48 KiB a kernel gets without opting in); their resident blocks depend on it, so they are known per 4 KiB step.
+constexpr size_t kFusedSmemMax = 40 * 1024;
+constexpr size_t kSmemStep = 4 * 1024;
+
+struct ResidentCache {
+    std::atomic<unsigned> known[kFusedSmemMax / kSmemStep + 1]{};
+};
+
+template <class Kernel>
+unsigned resident_for(cudaStream_t s, Kernel kernel, ResidentCache& cache, size_t smem) {
+    const size_t step = (smem + kSmemStep - 1) / kSmemStep;
+    return resident_blocks(s, kernel, cache.known[step], step * kSmemStep);
 }
 
-template <class F, int NT>
-void launch_q8_rows(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, float* y) {
-    static std::atomic<unsigned> known{0};
-    const unsigned resident = resident_blocks(s, matmul_q8_rows_kernel<F, NT>, known);
+// FQ = true: act is unused and the kernel quantizes x itself into `smem` bytes of shared memory.
+template <class F, int NT, bool FQ = false>
+void launch_q8_dense(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y, size_t smem = 0) {
+    static ResidentCache known;
+    const unsigned resident = resident_for(s, matmul_q8_kernel<F, NT, FQ>, known, smem);
+    const dim3 grid = row_grid(m.rows, (unsigned)((P + NT - 1) / NT), resident);
+    matmul_q8_kernel<F, NT, FQ><<<grid, kWarps * 32, smem, s>>>(m.w, m.row_bytes, m.rows, m.n, m.act_div, act.q, act.d,
+                                                                x, P, y);
+}
+
+template <class F, int NT, bool FQ = false>
+void launch_q8_rows(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y, size_t smem = 0) {
+    static ResidentCache known;
+    const unsigned resident = resident_for(s, matmul_q8_rows_kernel<F, NT, FQ>, known, smem);
     const unsigned gy = (unsigned)((P + NT - 1) / NT);
     const dim3 grid(std::min(grid_for((size_t)m.rows, kWarps * kRows), std::max(1u, resident / gy)), gy);
-    matmul_q8_rows_kernel<F, NT><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.act_div, act.q, act.d,
-                                                              P, y);
+    matmul_q8_rows_kernel<F, NT, FQ><<<grid, kWarps * 32, smem, s>>>(m.w, m.row_bytes, m.rows, m.n, m.act_div, act.q,
+                                                                     act.d, x, P, y);
 }
 
-template <class F, int NT>
-void launch_q8_ids(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, float* y) {
-    static std::atomic<unsigned> known{0};
-    const unsigned resident = resident_blocks(s, matmul_q8_ids_kernel<F, NT>, known);
+template <class F, int NT, bool FQ = false>
+void launch_q8_ids(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y, size_t smem = 0) {
+    static ResidentCache known;
+    const unsigned resident = resident_for(s, matmul_q8_ids_kernel<F, NT, FQ>, known, smem);
     const dim3 grid = row_grid(m.rows, (unsigned)P, resident);
-    matmul_q8_ids_kernel<F, NT><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.ids,
-                                                             m.act_div, act.q, act.d, P, y);
+    matmul_q8_ids_kernel<F, NT, FQ><<<grid, kWarps * 32, smem, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.ids,
+                                                                    m.act_div, act.q, act.d, x, P, y);
 }
 
 // Expert pairs are grouped by id only when there are more pairs than one token's top-k can have (decode: no
@@ -315,33 +312,51 @@ bool t1_rows() {
     return on;
 }
 
+// The Q8-activation kernels: FQ = false reads act, FQ = true quantizes x in each block (smem bytes for that).
+template <class F, bool FQ>
+void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y, size_t smem) {
+    if (m.ids) {
+        if (P > kGroupAbove) launch_q8_ids<F, kGroupTile, FQ>(s, m, x, act, P, y, smem);
+        else launch_q8_ids<F, 1, FQ>(s, m, x, act, P, y, smem);
+    } else if (P == 1) {
+        if constexpr (QInt<F>::kHas)
+            if (t1_rows()) {
+                launch_q8_rows<F, 1, FQ>(s, m, x, act, P, y, smem);
+                return;
+            }
+        launch_q8_dense<F, 1, FQ>(s, m, x, act, P, y, smem);
+    } else if constexpr (QInt<F>::kHas) {
+        if (P == 2) launch_q8_rows<F, 2, FQ>(s, m, x, act, P, y, smem);
+        else if (P <= 4) launch_q8_rows<F, 4, FQ>(s, m, x, act, P, y, smem);
+        else launch_q8_rows<F, kTile, FQ>(s, m, x, act, P, y, smem);
+    } else {
+        if (P == 2) launch_q8_dense<F, 2, FQ>(s, m, x, act, P, y, smem);
+        else if (P <= 4) launch_q8_dense<F, 4, FQ>(s, m, x, act, P, y, smem);
+        else launch_q8_dense<F, kTile, FQ>(s, m, x, act, P, y, smem);
+    }
+}
+
 template <class F>
 void launch_block(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y) {
     STRATA_CHECK(m.n % F::QK == 0, "cuda matmul: row length ", m.n, " is not a multiple of the ", ggml_type_name(m.type),
                  " block of ", F::QK);
-    if (!act.q) {
-        launch_block_f32act<F>(s, m, x, P, y);
-    } else if (m.ids) {
-        if (P > kGroupAbove) launch_q8_ids<F, kGroupTile>(s, m, act, P, y);
-        else launch_q8_ids<F, 1>(s, m, act, P, y);
-    } else if (P == 1) {
-        if constexpr (QInt<F>::kHas)
-            if (t1_rows()) {
-                launch_q8_rows<F, 1>(s, m, act, P, y);
-                CUDA_CHECK_LAUNCH();
-                return;
-            }
-        launch_q8_dense<F, 1>(s, m, act, P, y);
-    } else if constexpr (QInt<F>::kHas) {
-        if (P == 2) launch_q8_rows<F, 2>(s, m, act, P, y);
-        else if (P <= 4) launch_q8_rows<F, 4>(s, m, act, P, y);
-        else launch_q8_rows<F, kTile>(s, m, act, P, y);
-    } else {
-        if (P == 2) launch_q8_dense<F, 2>(s, m, act, P, y);
-        else if (P <= 4) launch_q8_dense<F, 4>(s, m, act, P, y);
-        else launch_q8_dense<F, kTile>(s, m, act, P, y);
-    }
+    if (!act.q) launch_block_f32act<F>(s, m, x, P, y);
+    else launch_q8<F, false>(s, m, x, act, P, y, 0);
     CUDA_CHECK_LAUNCH();
+}
+
+// Shared memory one block of the fused kernels needs for P pairs (0 when they are not used for this call): a
+// dense column of kTile pairs reads at most kTile activation rows, an ids column one row, or all rows when grouped.
+template <class F>
+size_t fused_smem(const MatmulArgs& m, int P) {
+    if (m.n % F::QK != 0) return 0;
+    int rows = 0;
+    if (m.ids) rows = P > kGroupAbove ? (P - 1) / m.act_div + 1 : 1;
+    else if (P <= kTile) rows = (P - 1) / m.act_div + 1;
+    if (rows == 0 || rows > kTile) return 0;
+    const size_t bytes = fused_act_bytes(rows, m.n, F::ABLK);
+    const size_t grid_table = sizeof(uint4) * GridSmem<F>::kWords;
+    return bytes <= kFusedSmemMax && bytes + grid_table <= 48 * 1024 ? bytes : 0;
 }
 
 template <int TY, int V>
@@ -447,6 +462,20 @@ void matmul(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int 
     }
     if (!with_format(m.type, [&](auto f) { launch_block<decltype(f)>(s, m, x, act, P, y); }))
         fail("cuda matmul: unsupported weight type ", ggml_type_name(m.type));
+}
+
+bool matmul_fused_quant(cudaStream_t s, const MatmulArgs& m, const float* x, int P, float* y) {
+    if (m.rows == 0 || P <= 0 || P > 65535 || act_block(m.type) == 0) return false;
+    bool done = false;
+    with_format(m.type, [&](auto f) {
+        using F = decltype(f);
+        const size_t smem = fused_smem<F>(m, P);
+        if (!smem) return;
+        launch_q8<F, true>(s, m, x, ActQ8{}, P, y, smem);
+        CUDA_CHECK_LAUNCH();
+        done = true;
+    });
+    return done;
 }
 
 bool moe_gate_up(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, ActQ8 act, int P, float* h) {

@@ -11,9 +11,71 @@ namespace strata::cuda::q8 {
 
 constexpr int kWarps = 4;   // warps per block; the launchers in matmul.cu use the same
 
+// One block of BLK activations quantized by one warp (lane l takes values l, l + 32, ...): quantize_act's kernel and
+// the fused-quantization matmuls both call this, so their int8 values and scales are the same bits.
+template <int BLK>
+__device__ __forceinline__ void quantize_act_block(const float* __restrict__ xb, int lane, int8_t* qb, float* d) {
+    constexpr int V = BLK / 32;
+    float v[V];
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        v[k] = xb[lane + 32 * k];
+        amax = fmaxf(amax, fabsf(v[k]));
+    }
+    amax = warp_max(amax);
+    const float dd = amax / 127.0f;
+    const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        float r = rintf(v[k] * id);
+        if (BLK == 256) r = fminf(127.0f, fmaxf(-127.0f, r));   // Q8_K clamps, Q8_0 does not need to
+        qb[lane + 32 * k] = (int8_t)(int)r;
+    }
+    if (lane == 0) *d = BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;   // Q8_0 keeps an fp16 scale
+}
+
+// Fused quantization (FQ kernels): the block quantizes activation rows [a0, a1] of x (f32, n per row) into dynamic
+// shared memory, int8 rows first (16-byte aligned as n % 32 == 0), then the scales; returns the rows' base pointers
+// through aq / ad (local row 0 = a0). Every thread of the block must call this.
+template <int BLK>
+__device__ __forceinline__ void quantize_rows_to_smem(const float* __restrict__ x, int n, int a0, int a1,
+                                                      const int8_t* __restrict__& aq, const float* __restrict__& ad) {
+    extern __shared__ uint4 act_smem[];
+    int8_t* q = (int8_t*)act_smem;
+    const int rows = a1 - a0 + 1;
+    float* d = (float*)(q + (size_t)rows * n);
+    const int per_row = n / BLK, blocks = rows * per_row;
+    for (int b = threadIdx.x >> 5; b < blocks; b += blockDim.x >> 5) {
+        const int r = b / per_row, j = b % per_row;
+        quantize_act_block<BLK>(x + (size_t)(a0 + r) * n + (size_t)j * BLK, threadIdx.x & 31,
+                                q + (size_t)r * n + (size_t)j * BLK, d + b);
+    }
+    __syncthreads();
+    aq = q;
+    ad = d;
+}
+
+// Dynamic shared memory bytes of quantize_rows_to_smem for `rows` rows of n values in blocks of blk.
+inline size_t fused_act_bytes(int rows, int n, int blk) {
+    return (size_t)rows * n + (size_t)rows * (n / blk) * sizeof(float);
+}
+
+// Activation loads: read-only cache for global memory, plain loads for the fused kernels' shared memory.
+template <bool FQ>
+__device__ __forceinline__ int4 load_act4(const int4* p) {
+    if constexpr (FQ) return *p;
+    else return __ldg(p);
+}
+template <bool FQ>
+__device__ __forceinline__ float load_act_scale(const float* p) {
+    if constexpr (FQ) return *p;
+    else return __ldg(p);
+}
+
 // acc[t] += row · activation row arow[t] for t < cnt: lane l takes chunks l, l+32, …; each chunk's weights are
 // decoded once for all cnt rows.
-template <class F, int NT>
+template <class F, int NT, bool FQ = false>
 __device__ __forceinline__ void row_dot_q8(const uint8_t* __restrict__ wr, int n, const void* grid,
                                            const int8_t* __restrict__ aq, const float* __restrict__ ad,
                                            const int (&arow)[NT], int cnt, float (&acc)[NT]) {
@@ -23,10 +85,10 @@ __device__ __forceinline__ void row_dot_q8(const uint8_t* __restrict__ wr, int n
     for (int u = threadIdx.x & 31; u < units; u += 32) {
         const auto act = [&](int t, int (&a)[8]) -> float {
             const int4* q4 = (const int4*)(aq + (size_t)arow[t] * n + 32 * u);
-            const int4 lo = __ldg(q4), hi = __ldg(q4 + 1);
+            const int4 lo = load_act4<FQ>(q4), hi = load_act4<FQ>(q4 + 1);
             a[0] = lo.x; a[1] = lo.y; a[2] = lo.z; a[3] = lo.w;
             a[4] = hi.x; a[5] = hi.y; a[6] = hi.z; a[7] = hi.w;
-            return __ldg(ad + (size_t)arow[t] * nd + (32 * u) / F::ABLK);
+            return load_act_scale<FQ>(ad + (size_t)arow[t] * nd + (32 * u) / F::ABLK);
         };
         QDot<F>::template dot<NT>(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, act, cnt, acc);
     }
@@ -50,22 +112,26 @@ struct GridSmem {   // uint4 words of shared memory for the table (1 when there 
 
 // One matrix: y[p, row] for p in [p0, p0 + NT), activation row p / act_div. Each warp takes rows warp, warp +
 // (all warps of the grid), … so a block stages the grid table once for many rows.
-template <class F, int NT>
+// FQ: aq / ad are ignored and the block quantizes the rows it reads from x itself (quantize_rows_to_smem).
+template <class F, int NT, bool FQ = false>
 __global__ void __launch_bounds__(kWarps * 32)
 matmul_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, int act_div,
-                 const int8_t* __restrict__ aq, const float* __restrict__ ad, int P, float* __restrict__ y) {
+                 const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x, int P,
+                 float* __restrict__ y) {
     __shared__ uint4 smem[GridSmem<F>::kWords];
     const void* grid = stage_grid<F>(smem);
     const int p0 = blockIdx.y * NT;
     const int cnt = min(NT, P - p0);
+    const int a0 = FQ ? p0 / act_div : 0;
+    if constexpr (FQ) quantize_rows_to_smem<F::ABLK>(x, n, a0, (p0 + cnt - 1) / act_div, aq, ad);
     int arow[NT];
 #pragma unroll
-    for (int t = 0; t < NT; ++t) arow[t] = t < cnt ? (p0 + t) / act_div : 0;
+    for (int t = 0; t < NT; ++t) arow[t] = t < cnt ? (p0 + t) / act_div - a0 : 0;
     for (int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * kWarps) {
         float acc[NT];
 #pragma unroll
         for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-        row_dot_q8<F, NT>(W + (size_t)row * row_bytes, n, grid, aq, ad, arow, cnt, acc);
+        row_dot_q8<F, NT, FQ>(W + (size_t)row * row_bytes, n, grid, aq, ad, arow, cnt, acc);
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
             const float v = warp_sum(acc[t]);
@@ -79,10 +145,11 @@ matmul_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, 
 // each chunk would cost more than the weights).
 constexpr int kRows = 4;
 
-template <class F, int NT>
+template <class F, int NT, bool FQ = false>
 __global__ void __launch_bounds__(kWarps * 32)
 matmul_q8_rows_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, int act_div,
-                      const int8_t* __restrict__ aq, const float* __restrict__ ad, int P, float* __restrict__ y) {
+                      const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x, int P,
+                      float* __restrict__ y) {
     using Q = QInt<F>;
     __shared__ uint4 smem[GridSmem<F>::kWords];
     const void* grid = stage_grid<F>(smem);
@@ -91,6 +158,8 @@ matmul_q8_rows_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t r
     const int units = n / 32, nd = n / F::ABLK;
     const int p0 = blockIdx.y * NT;
     const int cnt = min(NT, P - p0);
+    const int a0 = FQ ? p0 / act_div : 0;
+    if constexpr (FQ) quantize_rows_to_smem<F::ABLK>(x, n, a0, (p0 + cnt - 1) / act_div, aq, ad);
     const int64_t stride = (int64_t)gridDim.x * kWarps * kRows;
     for (int64_t r0 = ((int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5)) * kRows; r0 < rows; r0 += stride) {
         const int nr = (int)min((int64_t)kRows, rows - r0);
@@ -107,11 +176,11 @@ matmul_q8_rows_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t r
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
                 if (t >= cnt) break;
-                const size_t ar = (size_t)((p0 + t) / act_div);
+                const size_t ar = (size_t)((p0 + t) / act_div - a0);
                 const int4* q4 = (const int4*)(aq + ar * n + 32 * u);
-                const int4 lo = __ldg(q4), hi = __ldg(q4 + 1);
+                const int4 lo = load_act4<FQ>(q4), hi = load_act4<FQ>(q4 + 1);
                 const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-                const float da = __ldg(ad + ar * nd + (32 * u) / F::ABLK);
+                const float da = load_act_scale<FQ>(ad + ar * nd + (32 * u) / F::ABLK);
 #pragma unroll
                 for (int i = 0; i < kRows; ++i)
                     if (i < nr) acc[i][t] += chunk_term<Q::kSplit, Q::kMin>(c[i], a, da);
@@ -129,11 +198,12 @@ matmul_q8_rows_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t r
 
 // Matrices by id: block column p computes pair p, or with NT > 1 (grouping) every pair with the id of p when p is
 // the first pair with that id (the others' columns return at once), NT pairs per pass over the row.
-template <class F, int NT>
+// FQ: the block quantizes the activation rows it reads (row p / act_div, or with grouping all rows) from x.
+template <class F, int NT, bool FQ = false>
 __global__ void __launch_bounds__(kWarps * 32)
 matmul_q8_ids_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, size_t mat_stride,
                      const int32_t* __restrict__ ids, int act_div, const int8_t* __restrict__ aq,
-                     const float* __restrict__ ad, int P, float* __restrict__ y) {
+                     const float* __restrict__ ad, const float* __restrict__ x, int P, float* __restrict__ y) {
     __shared__ uint4 smem[GridSmem<F>::kWords];
     const int p = blockIdx.y;
     const int32_t e = __ldg(ids + p);
@@ -141,6 +211,8 @@ matmul_q8_ids_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t ro
         for (int q = 0; q < p; ++q)
             if (__ldg(ids + q) == e) return;   // the whole block: p is the same for all its threads
     const void* grid = stage_grid<F>(smem);
+    const int a0 = FQ && NT == 1 ? p / act_div : 0;
+    if constexpr (FQ) quantize_rows_to_smem<F::ABLK>(x, n, a0, NT == 1 ? a0 : (P - 1) / act_div, aq, ad);
     for (int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * kWarps) {
         const uint8_t* wr = W + (size_t)e * mat_stride + (size_t)row * row_bytes;
         int q = p;
@@ -162,8 +234,8 @@ matmul_q8_ids_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t ro
             if (NT == 1) q = P;
             if (cnt == 0) break;
 #pragma unroll
-            for (int t = 0; t < NT; ++t) arow[t] = pair[t] / act_div;
-            row_dot_q8<F, NT>(wr, n, grid, aq, ad, arow, cnt, acc);
+            for (int t = 0; t < NT; ++t) arow[t] = pair[t] / act_div - a0;
+            row_dot_q8<F, NT, FQ>(wr, n, grid, aq, ad, arow, cnt, acc);
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
                 const float v = warp_sum(acc[t]);
