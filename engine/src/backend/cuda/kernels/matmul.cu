@@ -25,13 +25,15 @@ namespace {
 using namespace q8;        // the Q8-activation kernels (matmul_q8.cuh) and kWarps, the warps per block
 constexpr int kTile = 8;   // activation rows per pass when every row uses the same matrix
 
-// ---- activation quantization: one warp per block of BLK values (quantize_act_block, matmul_q8.cuh) ----
+// ---- activation quantization: one warp per block of BLK values (quantize_act_values, matmul_q8.cuh) ----
 template <int BLK>
 __global__ void quantize_act_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ q,
                                     float* __restrict__ d) {
     const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (b >= n_blocks) return;
-    quantize_act_block<BLK>(x + b * BLK, threadIdx.x & 31, q + b * BLK, d + b);
+    float v[BLK / 32];
+    load_act_values<BLK>(x + b * BLK, threadIdx.x & 31, v);
+    quantize_act_values<BLK>(v, threadIdx.x & 31, q + b * BLK, d + b);
 }
 
 // ---- block formats with f32 activations (the reference mode): y[p, row] for p in [p0, p0 + NT) ----

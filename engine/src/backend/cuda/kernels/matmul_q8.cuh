@@ -11,18 +11,14 @@ namespace strata::cuda::q8 {
 
 constexpr int kWarps = 4;   // warps per block; the launchers in matmul.cu use the same
 
-// One block of BLK activations quantized by one warp (lane l takes values l, l + 32, ...): quantize_act's kernel and
-// the fused-quantization matmuls both call this, so their int8 values and scales are the same bits.
+// One block of BLK activations quantized by one warp, lane l holding values l, l + 32, ... in v: quantize_act's
+// kernel and the fused-quantization matmuls both call this, so their int8 values and scales are the same bits.
 template <int BLK>
-__device__ __forceinline__ void quantize_act_block(const float* __restrict__ xb, int lane, int8_t* qb, float* d) {
+__device__ __forceinline__ void quantize_act_values(const float (&v)[BLK / 32], int lane, int8_t* qb, float* d) {
     constexpr int V = BLK / 32;
-    float v[V];
     float amax = 0.0f;
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-        v[k] = xb[lane + 32 * k];
-        amax = fmaxf(amax, fabsf(v[k]));
-    }
+    for (int k = 0; k < V; ++k) amax = fmaxf(amax, fabsf(v[k]));
     amax = warp_max(amax);
     const float dd = amax / 127.0f;
     const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
@@ -35,21 +31,34 @@ __device__ __forceinline__ void quantize_act_block(const float* __restrict__ xb,
     if (lane == 0) *d = BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;   // Q8_0 keeps an fp16 scale
 }
 
-// Fused quantization (FQ kernels): the block quantizes activation rows [a0, a1] of x (f32, n per row) into dynamic
-// shared memory, int8 rows first (16-byte aligned as n % 32 == 0), then the scales; returns the rows' base pointers
-// through aq / ad (local row 0 = a0). Every thread of the block must call this.
+template <int BLK>
+__device__ __forceinline__ void load_act_values(const float* __restrict__ xb, int lane, float (&v)[BLK / 32]) {
+#pragma unroll
+    for (int k = 0; k < BLK / 32; ++k) v[k] = xb[lane + 32 * k];
+}
+
+// Fused quantization (FQ kernels): the block quantizes activation rows [a0, a1] of x (f32, n per row, rows
+// contiguous) into dynamic shared memory, int8 rows first (16-byte aligned as n % 32 == 0), then the scales;
+// returns the rows' base pointers through aq / ad (local row 0 = a0). Each warp loads 256 values per lane step
+// before reducing (8 Q8_0 blocks at once), so the loads overlap. Every thread of the block must call this.
 template <int BLK>
 __device__ __forceinline__ void quantize_rows_to_smem(const float* __restrict__ x, int n, int a0, int a1,
                                                       const int8_t* __restrict__& aq, const float* __restrict__& ad) {
     extern __shared__ uint4 act_smem[];
+    constexpr int kBatch = 256 / BLK;
     int8_t* q = (int8_t*)act_smem;
     const int rows = a1 - a0 + 1;
     float* d = (float*)(q + (size_t)rows * n);
-    const int per_row = n / BLK, blocks = rows * per_row;
-    for (int b = threadIdx.x >> 5; b < blocks; b += blockDim.x >> 5) {
-        const int r = b / per_row, j = b % per_row;
-        quantize_act_block<BLK>(x + (size_t)(a0 + r) * n + (size_t)j * BLK, threadIdx.x & 31,
-                                q + (size_t)r * n + (size_t)j * BLK, d + b);
+    const int blocks = rows * (n / BLK), lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const float* xs = x + (size_t)a0 * n;
+    for (int b0 = (threadIdx.x >> 5) * kBatch; b0 < blocks; b0 += warps * kBatch) {
+        float v[kBatch][BLK / 32];
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i)
+            if (b0 + i < blocks) load_act_values<BLK>(xs + (size_t)(b0 + i) * BLK, lane, v[i]);
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i)   // b0 + i is the same for the whole warp, as warp_max needs
+            if (b0 + i < blocks) quantize_act_values<BLK>(v[i], lane, q + (size_t)(b0 + i) * BLK, d + b0 + i);
     }
     __syncthreads();
     aq = q;
