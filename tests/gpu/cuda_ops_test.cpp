@@ -1,5 +1,5 @@
 // Every Backend op on the CUDA backend against the CPU backend on random inputs: matmul and embed in all 21 weight
-// formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts (both modes), hyper_read (both modes), fused activation quantization == unfused (bits), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
+// formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts and shared_expert (both modes), hyper_read (both modes), fused activation quantization == unfused (bits), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
 // keep-lists), indexer scores. Prints one line per check and writes JSON when given a path. Needs a GPU.
 // usage: cuda_ops_test [results.json]
 #include <algorithm>
@@ -183,6 +183,55 @@ void test_moe_shape(int E, int k, std::initializer_list<int> Ts) {
 void test_moe() {
     test_moe_shape(8, 3, {1, 4, 8});
     test_moe_shape(64, 8, {40, 200});
+}
+
+// shared_expert (y += σ(u·g)·down(silu(gate·u) ⊙ up·u)) on a random y, alone and right after moe_experts of the same
+// u (the CUDA backend hands moe_experts' quantized u to the shared expert). Decode sizes take the fused kernels
+// (gate+up+swiglu, gate and add), T = 40 the primitive ops.
+void test_shared_expert() {
+    const int E = 8, k = 3;
+    const int shapes[][2] = {{256, 256}, {2560, 512}};   // H, Is
+    for (const auto& shape : shapes) {
+        const int H = shape[0], Is = shape[1];
+        for (GgmlType t : {GgmlType::Q2_0, GgmlType::IQ2_XS, GgmlType::Q4_K, GgmlType::F16}) {
+            const GgmlType down_t = t == GgmlType::IQ2_XS ? GgmlType::Q4_K : t;
+            MoeWeights m;
+            m.gate_shexp = make_weight(t, H, Is, 1, "gate_shexp");
+            m.up_shexp = make_weight(t, H, Is, 1, "up_shexp");
+            m.down_shexp = make_weight(down_t, Is, H, 1, "down_shexp");
+            m.shexp_gate_inp = make_f32_vector(randn(H, 0.05f), "shexp_gate_inp." + std::string(ggml_type_name(t)));
+            m.gate_exps = make_weight(t, H, 256, E, "gate_exps");
+            m.up_exps = make_weight(t, H, 256, E, "up_exps");
+            m.down_exps = make_weight(down_t, 256, H, E, "down_exps");
+            for (int T : {1, 3, 8, 40}) {
+                const std::vector<float> u = randn((size_t)T * H), y0 = randn((size_t)T * H);
+                const std::string name = std::string(ggml_type_name(t)) + " H=" + std::to_string(H) + " T=" +
+                                         std::to_string(T) + mode;
+                // 2e-4 as moe_experts: h's Q8 quantization may differ by one step from the CPU's.
+                const double tol = T >= 32 && mode.empty() ? 5e-3 : 2e-4;
+                std::vector<float> want = y0;
+                cpu->shared_expert(m, u.data(), T, want.data());
+                Dev du(u), dy(y0);
+                gpu->shared_expert(m, du, T, dy);
+                report("shared_expert " + name, dy.get(), want, tol);
+
+                std::vector<int32_t> ids((size_t)T * k);
+                std::vector<float> wts((size_t)T * k);
+                for (int p = 0; p < T * k; ++p) {
+                    ids[p] = (p * 5 + p / k) % E;
+                    wts[p] = 0.2f + 0.1f * (p % k);
+                }
+                cpu->moe_experts(m, u.data(), T, k, ids.data(), wts.data(), want.data());
+                cpu->shared_expert(m, u.data(), T, want.data());
+                std::vector<float> ids_bits(ids.size());
+                std::memcpy(ids_bits.data(), ids.data(), ids.size() * 4);
+                Dev d_ids(ids_bits), d_wts(wts), dy2((size_t)T * H);
+                gpu->moe_experts(m, du, T, k, reinterpret_cast<const int32_t*>(d_ids.p), d_wts, dy2);
+                gpu->shared_expert(m, du, T, dy2);
+                report("moe_experts+shared_expert " + name, dy2.get(), want, tol);
+            }
+        }
+    }
 }
 
 // route_topk: the same experts as the CPU (torch.topk's choice, exact ties included) and the same weights. The
@@ -589,6 +638,7 @@ int main(int argc, char** argv) {
             mode = " f32act";
             test_matmul_and_embed();
             test_moe();
+            test_shared_expert();
             test_hyper_read();
         }
         CpuBackend cpu_backend(0);
@@ -599,6 +649,7 @@ int main(int argc, char** argv) {
         std::printf("device: %s\n", gpu->device_name().c_str());
         test_matmul_and_embed();
         test_moe();
+        test_shared_expert();
         test_route_topk();
         test_small_ops();
         test_hyper_read();

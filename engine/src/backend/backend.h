@@ -122,6 +122,10 @@ public:
     // memory (as route_topk writes them). SwiGLU experts from 3-D tensors.
     virtual void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
                              const float* weights, float* y) = 0;
+    // The shared expert added to y: y[t] += σ(u[t] · shexp_gate_inp) · down(silu(gate · u[t]) ⊙ (up · u[t])).
+    // u [T, H], y [T, H]. The default (model/block_moe.cpp) issues exactly those primitive ops; a GPU backend may
+    // fuse them.
+    virtual void shared_expert(const MoeWeights& w, const float* u, int T, float* y);
 };
 
 }  // namespace strata

@@ -1,27 +1,32 @@
 // MoE (MODEL.md §10): softmax router over all experts, top-k, renormalised; SwiGLU experts; shared expert with a
 // sigmoid gate. Routing runs on the backend's device (route_topk), so the pass needs no host round trip.
+// Backend::shared_expert's default body lives here: the composition of primitive ops (the CPU reference).
 #include "model/blocks.h"
 
 namespace strata {
 
-void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float* u, int T, float* y) {
-    const int H = hp.n_embd, E = hp.n_expert, k = hp.n_expert_used, Is = hp.n_ff_shexp;
-    Scratch logits(be, (size_t)T * E), ids(be, (size_t)T * k), weights(be, (size_t)T * k);
+void Backend::shared_expert(const MoeWeights& w, const float* u, int T, float* y) {
+    Backend& be = *this;
+    const int H = (int)w.down_shexp.n_rows(), Is = (int)w.gate_shexp.n_rows();
     Scratch g(be, (size_t)T * Is), up(be, (size_t)T * Is), sh(be, (size_t)T * H), sg(be, (size_t)T);
-    // The products of u first, one after the other (a GPU backend quantizes u once for them).
-    be.matmul(w.router, u, T, logits);
     be.matmul(w.gate_shexp, u, T, g);
     be.matmul(w.up_shexp, u, T, up);
     be.matmul(w.shexp_gate_inp, u, T, sg);
-    int32_t* ids_dev = reinterpret_cast<int32_t*>(ids.get());     // int32 values in float-sized slots
-    be.route_topk(logits, T, E, k, ids_dev, weights);
-    be.moe_experts(w, u, T, k, ids_dev, weights, y);
-
     be.unary(Unary::silu, g, (size_t)T * Is, 1.0f, g);
     be.mul(g, up, (size_t)T * Is, g);
     be.matmul(w.down_shexp, g, T, sh);
     be.unary(Unary::sigmoid, sg, (size_t)T, 1.0f, sg);
     be.hyper_inject(y, sg, sh, T, 1, H);   // y += σ(gate)·shared, one "stream"
+}
+
+void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float* u, int T, float* y) {
+    const int E = hp.n_expert, k = hp.n_expert_used;
+    Scratch logits(be, (size_t)T * E), ids(be, (size_t)T * k), weights(be, (size_t)T * k);
+    be.matmul(w.router, u, T, logits);
+    int32_t* ids_dev = reinterpret_cast<int32_t*>(ids.get());     // int32 values in float-sized slots
+    be.route_topk(logits, T, E, k, ids_dev, weights);
+    be.moe_experts(w, u, T, k, ids_dev, weights, y);
+    be.shared_expert(w, u, T, y);
 }
 
 }  // namespace strata

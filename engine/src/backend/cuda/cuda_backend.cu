@@ -17,6 +17,8 @@
 #include "backend/cuda/hybrid_moe.h"
 #include "backend/cuda/kernels/kernels.h"
 #include "backend/cuda/kernels/matmul_tiled.h"
+#include "backend/cuda/kernels/moe_gate_up.h"
+#include "backend/cuda/kernels/shared_expert.h"
 #include "backend/cuda/pinned_staging.h"
 #include "backend/cuda/stream_graphs.h"
 #include "common/error.h"
@@ -43,6 +45,12 @@ struct CudaBackend::Impl {
 
     bool graphs_on = false;
     std::unique_ptr<cuda::StreamGraphs> graphs;  // created with the stream
+
+    // Decode-sized MoE in fewer launches (gate+up+swiglu as one kernel, the shared expert's tail as one);
+    // STRATA_CUDA_FUSED_MOE=0 turns it off.
+    bool fused_moe = true;
+    int32_t* zero_ids = nullptr;                 // kTiledMinRows zeros: the shared expert as "expert 0"
+    uint64_t ops = 0;                            // Backend ops done, for moe_input's validity
 
     // The device address of a weight's data (also for views inside an uploaded tensor).
     const uint8_t* dev(const Weight& w) const {
@@ -116,6 +124,7 @@ struct CudaBackend::Impl {
 
     // keeps_act: the op wrote only memory outside the cached matmul input (see act_cache).
     void done(const char* op, bool keeps_act = false) {
+        ++ops;
         if (!keeps_act) ++act_epoch;
         if (!sync_each_op) return;
         const cudaError_t err = cudaStreamSynchronize(stream);
@@ -138,6 +147,62 @@ struct CudaBackend::Impl {
         pool.put(act_cache.q);
         pool.put(act_cache.d);
         act_cache = ActCache{};
+    }
+
+    // moe_experts' quantized input, kept for the shared_expert op that follows it directly with the same x (the
+    // down projection in between replaces act_cache). Valid while ops == after_ops.
+    struct MoeInput {
+        ActCache act;
+        uint64_t after_ops = 0;
+    } moe_input;
+
+    void drop_moe_input() {
+        pool.put(moe_input.act.q);
+        pool.put(moe_input.act.d);
+        moe_input = MoeInput{};
+    }
+
+    // x [rows, n] quantized in blocks of blk (blk > 0), through act_cache as matmul_rows does; also takes
+    // moe_input's copy when it is still valid.
+    cuda::ActQ8 quantized(const float* x, int rows, int n, int blk) {
+        ActCache& c = act_cache;
+        auto same = [&](const ActCache& a) { return a.q && a.x == x && a.rows == rows && a.n == n && a.blk == blk; };
+        if (same(c) && c.epoch == act_epoch) return cuda::ActQ8{static_cast<int8_t*>(c.q), static_cast<float*>(c.d)};
+        if (same(moe_input.act) && moe_input.after_ops == ops) {
+            drop_act_cache();
+            c = moe_input.act;
+            c.epoch = act_epoch;
+            moe_input = MoeInput{};
+            return cuda::ActQ8{static_cast<int8_t*>(c.q), static_cast<float*>(c.d)};
+        }
+        STRATA_CHECK(n % blk == 0, "cuda matmul: ", n, " inputs are not a multiple of the activation block ", blk);
+        drop_act_cache();
+        void* q = pool.get((size_t)rows * n);
+        void* d = pool.get((size_t)rows * (n / blk) * sizeof(float));
+        c = ActCache{x, rows, n, blk, act_epoch, q, d};
+        cuda::quantize_act(stream, blk, x, rows, n, cuda::ActQ8{static_cast<int8_t*>(q), static_cast<float*>(d)});
+        return cuda::ActQ8{static_cast<int8_t*>(q), static_cast<float*>(d)};
+    }
+
+    // h[p] = silu(gate_p · x[p / act_div]) ⊙ (up_p · x[p / act_div]): one kernel (moe_gate_up) when fused_moe and
+    // the format allows, else two matmuls and swiglu. gate, up without ids: one matrix each (P == act_rows).
+    void gate_up(cuda::MatmulArgs g, cuda::MatmulArgs u, const float* x, int act_rows, int P, float* h) {
+        const int blk = cuda::act_block(g.type);
+        if (fused_moe && !f32_act && blk && g.type == u.type && act_rows < cuda::kTiledMinRows) {
+            if (!g.ids) {
+                g.ids = u.ids = zero_ids;     // P == act_rows < kTiledMinRows zeros
+                g.mat_stride = u.mat_stride = 0;
+            }
+            if (cuda::moe_gate_up(stream, g, u, quantized(x, act_rows, g.n, blk), P, h)) {
+                wrote(h, (size_t)P * g.rows * sizeof(float));
+                return;
+            }
+            if (g.ids == zero_ids) g.ids = u.ids = nullptr;
+        }
+        Buf up(*this, (size_t)P * u.rows * sizeof(float));
+        matmul_rows(g, x, act_rows, P, h);
+        matmul_rows(u, x, act_rows, P, up.as<float>());
+        cuda::swiglu(stream, h, up.as<float>(), (size_t)P * g.rows, h);
     }
 
     // Marks the cached input stale when [y, y + n) overlaps it.
@@ -222,6 +287,10 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
                 im->matmul_rows(m, x, act_rows, P, y);
             });
     }
+    const char* fused_env = std::getenv("STRATA_CUDA_FUSED_MOE");
+    impl_->fused_moe = !(fused_env && std::strcmp(fused_env, "0") == 0);
+    CUDA_CHECK(cudaMalloc(&impl_->zero_ids, cuda::kTiledMinRows * sizeof(int32_t)));
+    CUDA_CHECK(cudaMemset(impl_->zero_ids, 0, cuda::kTiledMinRows * sizeof(int32_t)));
     // The hybrid path waits for routing on the host mid-pass, which a graph cannot hold.
     impl_->graphs_on = graphs_wanted && !impl_->sync_each_op && !impl_->hybrid;
 }
@@ -234,6 +303,8 @@ CudaBackend::~CudaBackend() {
     impl_->graphs.reset();
     cudaStreamSynchronize(impl_->stream);
     impl_->hybrid.reset();
+    impl_->drop_moe_input();
+    cudaFree(impl_->zero_ids);
     for (auto& [host, up] : impl_->weights) cudaFree(up.dev);
     for (auto& [host, d] : impl_->f32) cudaFree(d);
     cudaStreamDestroy(impl_->stream);
@@ -664,12 +735,53 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
     cuda::ExpertOrder order;
     if (tiled) order = cuda::sort_by_expert(impl_->stream, d_ids, P, E, sort_scratch.p);
     const cuda::ExpertOrder* by_expert = tiled ? &order : nullptr;
-    impl_->matmul_rows(expert_args(w.gate_exps, I, H, k), x, T, P, gate.as<float>(), by_expert);
-    impl_->matmul_rows(expert_args(w.up_exps, I, H, k), x, T, P, up.as<float>(), by_expert);
-    cuda::swiglu(impl_->stream, gate.as<float>(), up.as<float>(), (size_t)P * I, gate.as<float>());
+    if (tiled) {
+        impl_->matmul_rows(expert_args(w.gate_exps, I, H, k), x, T, P, gate.as<float>(), by_expert);
+        impl_->matmul_rows(expert_args(w.up_exps, I, H, k), x, T, P, up.as<float>(), by_expert);
+        cuda::swiglu(impl_->stream, gate.as<float>(), up.as<float>(), (size_t)P * I, gate.as<float>());
+    } else {
+        impl_->gate_up(expert_args(w.gate_exps, I, H, k), expert_args(w.up_exps, I, H, k), x, T, P, gate.as<float>());
+    }
+    // Keep x's quantized form for the shared expert that follows (the down projection replaces act_cache).
+    Impl::ActCache& c = impl_->act_cache;
+    const bool keep_x = !tiled && impl_->fused_moe && c.q && c.x == x && c.rows == T && c.epoch == impl_->act_epoch;
+    if (keep_x) {
+        impl_->drop_moe_input();
+        impl_->moe_input.act = c;
+        c = Impl::ActCache{};
+    }
     impl_->matmul_rows(expert_args(w.down_exps, H, I, 1), gate.as<float>(), P, P, down.as<float>(), by_expert);
     cuda::moe_combine(impl_->stream, down.as<float>(), d_w, T, k, H, y);
     impl_->done("moe_experts");
+    const uint8_t* yb = reinterpret_cast<const uint8_t*>(y);
+    const uint8_t* xb = reinterpret_cast<const uint8_t*>(x);
+    const size_t x_bytes = (size_t)T * H * sizeof(float);
+    if (keep_x && !(yb < xb + x_bytes && xb < yb + x_bytes)) impl_->moe_input.after_ops = impl_->ops;
+}
+
+void CudaBackend::shared_expert(const MoeWeights& w, const float* u, int T, float* y) {
+    const int H = (int)w.down_shexp.n_rows(), Is = (int)w.gate_shexp.n_rows();
+    const bool fused = impl_->fused_moe && T > 0 && T < cuda::kTiledMinRows && w.shexp_gate_inp.type == GgmlType::F32 &&
+                       w.shexp_gate_inp.ne[0] == H && w.shexp_gate_inp.n_rows() == 1 && w.gate_shexp.ne[0] == H;
+    if (!fused) {
+        Backend::shared_expert(w, u, T, y);
+        return;
+    }
+    auto args = [&](const Weight& m) {
+        cuda::MatmulArgs a;
+        a.type = m.type;
+        a.w = impl_->dev(m);
+        a.row_bytes = m.row_bytes;
+        a.rows = m.n_rows();
+        a.n = (int)m.ne[0];
+        return a;
+    };
+    Impl::Buf h(*impl_, (size_t)T * Is * sizeof(float)), sh(*impl_, (size_t)T * H * sizeof(float));
+    impl_->gate_up(args(w.gate_shexp), args(w.up_shexp), u, T, T, h.as<float>());
+    impl_->matmul_rows(args(w.down_shexp), h.as<float>(), T, T, sh.as<float>());
+    const float* g = reinterpret_cast<const float*>(impl_->dev(w.shexp_gate_inp));
+    cuda::shexp_gated_add(impl_->stream, u, g, sh.as<float>(), T, H, y);
+    impl_->done("shared_expert");
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const GpuOptions& opt) {

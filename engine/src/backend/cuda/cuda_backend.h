@@ -85,6 +85,9 @@ public:
     void route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) override;
     void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids, const float* weights,
                      float* y) override;
+    // Decode-sized T: gate+up+swiglu (moe_gate_up), the down matmul and one kernel for the gate and the add;
+    // the primitive ops otherwise (and with STRATA_CUDA_FUSED_MOE=0).
+    void shared_expert(const MoeWeights& w, const float* u, int T, float* y) override;
 
 private:
     struct Impl;
