@@ -39,13 +39,14 @@ __device__ __forceinline__ void load_act_values(const float* __restrict__ xb, in
 
 // Fused quantization (FQ kernels): the block quantizes activation rows [a0, a1] of x (f32, n per row, rows
 // contiguous) into dynamic shared memory, int8 rows first (16-byte aligned as n % 32 == 0), then the scales;
-// returns the rows' base pointers through aq / ad (local row 0 = a0). Each warp loads 256 values per lane step
-// before reducing (8 Q8_0 blocks at once), so the loads overlap. Every thread of the block must call this.
+// returns the rows' base pointers through aq / ad (local row 0 = a0). Each warp loads 512 values (16 per lane:
+// 16 Q8_0 or 2 Q8_K blocks) before reducing, so the loads overlap: one round for a row of 2048 with 4 warps.
+// Every thread of the block must call this.
 template <int BLK>
 __device__ __forceinline__ void quantize_rows_to_smem(const float* __restrict__ x, int n, int a0, int a1,
                                                       const int8_t* __restrict__& aq, const float* __restrict__& ad) {
     extern __shared__ uint4 act_smem[];
-    constexpr int kBatch = 256 / BLK;
+    constexpr int kBatch = 512 / BLK;
     int8_t* q = (int8_t*)act_smem;
     const int rows = a1 - a0 + 1;
     float* d = (float*)(q + (size_t)rows * n);
