@@ -212,8 +212,13 @@ void test_shared_expert() {
                 std::vector<float> want = y0;
                 cpu->shared_expert(m, u.data(), T, want.data());
                 Dev du(u), dy(y0);
+                const int64_t fused_before = CudaBackend::fused_gate_ups();
                 gpu->shared_expert(m, du, T, dy);
+                const int64_t fused = CudaBackend::fused_gate_ups() - fused_before;
                 report("shared_expert " + name, dy.get(), want, tol);
+                // One gate+up kernel at decode sizes with Q8 activations and block formats; none otherwise.
+                const bool fusable = T < 32 && mode.empty() && t != GgmlType::F16;
+                report("shared_expert path " + name, {(float)fused}, {fusable ? 1.0f : 0.0f}, 0.0);
 
                 std::vector<int32_t> ids((size_t)T * k);
                 std::vector<float> wts((size_t)T * k);

@@ -6,6 +6,7 @@
 // STRATA_CUDA_SYNC=1 synchronises after every op (and turns graphs off), so an asynchronous fault names its op.
 #include "backend/cuda/cuda_backend.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -25,6 +26,10 @@
 #include "common/log.h"
 
 namespace strata {
+
+namespace {
+std::atomic<int64_t> fused_gate_up_count{0};   // moe_gate_up launches, all backends (CudaBackend::fused_gate_ups)
+}
 
 struct CudaBackend::Impl {
     int device = 0;
@@ -194,6 +199,7 @@ struct CudaBackend::Impl {
                 g.mat_stride = u.mat_stride = 0;
             }
             if (cuda::moe_gate_up(stream, g, u, quantized(x, act_rows, g.n, blk), P, h)) {
+                ++fused_gate_up_count;
                 wrote(h, (size_t)P * g.rows * sizeof(float));
                 return;
             }
@@ -612,6 +618,7 @@ void CudaBackend::hyper_read(const HyperWeights& w, const float* X, int T, int n
 }
 
 int64_t CudaBackend::fused_hyper_reads() { return cuda::hyper_read_fused_calls(); }
+int64_t CudaBackend::fused_gate_ups() { return fused_gate_up_count.load(); }
 
 void CudaBackend::causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) {
     STRATA_CHECK(w.ne[0] * w.n_rows() == (int64_t)K * C, "cuda causal_conv: weight ", w.tensor ? w.tensor->name : "",

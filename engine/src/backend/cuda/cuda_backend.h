@@ -88,6 +88,7 @@ public:
     // Decode-sized T: gate+up+swiglu (moe_gate_up), the down matmul and one kernel for the gate and the add;
     // the primitive ops otherwise (and with STRATA_CUDA_FUSED_MOE=0).
     void shared_expert(const MoeWeights& w, const float* u, int T, float* y) override;
+    static int64_t fused_gate_ups();   // gate+up+swiglu launches as one kernel (moe_gate_up), all CUDA backends
 
 private:
     struct Impl;
