@@ -7,7 +7,8 @@
 #   speed   the synthetic full-size model: prompt speed tiled off/on (prefill_check.sh), GRAPHS=1 adds graphs
 #           off/on, then bench/decode.py
 # Runs on the copied working tree as it is (the device's .git is not this checkout's: never reset files from it).
-# usage: tests/gpu/issue7_round.sh checks|speed [DECODE_BUDGET_S]
+#   quick   run.sh, then on the synthetic model decode A/B of the fused kernels and bench/decode.py (one call)
+# usage: tests/gpu/issue7_round.sh checks|speed|quick [DECODE_BUDGET_S]
 #        results in /tmp/round/..., packed into $OUT/round-PART.tgz (the device tool returns at most 8 files).
 set -u
 cd "$(dirname "$0")/../.."
@@ -20,7 +21,21 @@ trap 'tar -czf "$PACK/round-$PART.tgz" -C "$ROOT" .' EXIT
 python3 -c "import gguf" 2>/dev/null || {
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/gguf-*.whl && export PYTHONPATH=/tmp/site; }
 export PYTHONPATH=${PYTHONPATH:-}
-if [ "$PART" = checks ]; then
+if [ "$PART" = quick ]; then      # one call when device time is short: run.sh, then the synthetic model's A/B and bench
+  (OUT=$ROOT/gpu timeout 200 bash tests/gpu/run.sh .gpu-models > "$ROOT/gpu_run.log" 2>&1; echo "run.sh rc $?" >> "$ROOT/gpu_run.log")
+  grep -E "^-- |rc " "$ROOT/gpu_run.log"; grep -E "FAIL" "$ROOT/gpu/ops.log" | head -20
+  [ -x build-gpu/engine/strata ] || exit 1
+  MODEL=/tmp/syn-q2_0.gguf
+  ( time timeout 100 python3 engine/tools/make_synthetic.py "$MODEL" --experts q2_0 --workers "$(nproc)" ) > "$ROOT/make_synthetic.log" 2>&1
+  tail -2 "$ROOT/make_synthetic.log"
+  P=$(python3 -c "print(','.join(str(100 + 37 * i) for i in range(32)))")
+  for ab in "default" "STRATA_CUDA_FUSED_QUANT=0" "STRATA_CUDA_FUSED_MOE=0" "STRATA_CUDA_FUSED_HYPER=0"; do
+    env $( [ "$ab" = default ] || echo "$ab" ) timeout 60 build-gpu/engine/strata generate --backend cuda --model "$MODEL" \
+        --prompt-ids "$P" -n 64 --ignore-eos --ctx 256 > "$ROOT/ab_$ab.tokens" 2> "$ROOT/ab_$ab.log"
+    echo "$ab: $(grep -o 'decode: .*tok/s)' "$ROOT/ab_$ab.log") tokens $(md5sum < "$ROOT/ab_$ab.tokens" | cut -c1-8)"
+  done
+  OUT=$ROOT/decode SYN_MODEL=$MODEL BUDGET_S=$BUDGET timeout $((BUDGET + 45)) bash bench/decode/run_h200.sh build-gpu 2>&1 | tail -25
+elif [ "$PART" = checks ]; then
   (OUT=$ROOT/gpu timeout 300 bash tests/gpu/run.sh .gpu-models > "$ROOT/gpu_run.log" 2>&1; echo "run.sh rc $?" >> "$ROOT/gpu_run.log")
   grep -E "^-- |rc " "$ROOT/gpu_run.log"
   [ -x build-gpu/engine/strata ] || exit 1
