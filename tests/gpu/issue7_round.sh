@@ -29,7 +29,7 @@ if [ "$PART" = quick ]; then      # one call when device time is short: run.sh, 
   ( time timeout 100 python3 engine/tools/make_synthetic.py "$MODEL" --experts q2_0 --workers "$(nproc)" ) > "$ROOT/make_synthetic.log" 2>&1
   tail -2 "$ROOT/make_synthetic.log"
   P=$(python3 -c "print(','.join(str(100 + 37 * i) for i in range(32)))")
-  for ab in "default" "STRATA_CUDA_FUSED_QUANT=0" "STRATA_CUDA_FUSED_MOE=0" "STRATA_CUDA_FUSED_HYPER=0"; do
+  for ab in "default" "STRATA_CUDA_FUSED_QUANT=1" "STRATA_CUDA_FUSED_MOE=0" "STRATA_CUDA_FUSED_HYPER=0"; do
     env $( [ "$ab" = default ] || echo "$ab" ) timeout 60 build-gpu/engine/strata generate --backend cuda --model "$MODEL" \
         --prompt-ids "$P" -n 64 --ignore-eos --ctx 256 > "$ROOT/ab_$ab.tokens" 2> "$ROOT/ab_$ab.log"
     echo "$ab: $(grep -o 'decode: .*tok/s)' "$ROOT/ab_$ab.log") tokens $(md5sum < "$ROOT/ab_$ab.tokens" | cut -c1-8)"
