@@ -6,6 +6,7 @@ import base64
 import json
 import mimetypes
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -209,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int,
                         help="the longest answer, in tokens (default: the rest of the context)")
     args = parser.parse_args(argv)
+    # Ctrl+C stops an answer. A process started from a non-interactive shell's background job inherits SIGINT ignored,
+    # and Python then never raises KeyboardInterrupt: take the signal back explicitly.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     return run(ChatSession(args.url, args.api_key, args.think, args.max_tokens))
 
 

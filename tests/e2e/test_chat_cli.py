@@ -30,9 +30,9 @@ MAX_TOKENS = 1500
 
 @pytest.fixture(scope="module")
 def slow_gateway(engine_bin, tiny_models, artifacts_dir):
-    """A gateway on the tiny model with the real 248,320-id vocabulary: its output matrix makes a token take a few ms
-    on one thread, so an answer lasts seconds and a Ctrl+C from the test lands mid-answer even on a loaded machine
-    (the other tiny models answer 1,500 tokens in about a second: on clean-clone CI runs the key arrived too late)."""
+    """A gateway on the tiny model with the real 248,320-id vocabulary on one thread: its output matrix makes a token
+    take a few ms, so an answer is still streaming when the test's Ctrl+C arrives (the other tiny model writes 1,500
+    tokens in about a second)."""
     server = Gateway(Path(tiny_models("realvocab")["gguf"]["f32"]), Path(engine_bin),
                      artifacts_dir / "e2e-gateway-slow.log", "--engine-arg=--threads", "--engine-arg=1")
     yield server
