@@ -1,6 +1,6 @@
 """Before / after table of two cuda_matmul_speed result files (same cases, matched by group, name and type).
 
-usage: python3 bench/cuda_kernels/compare.py speed_before.json speed_after.json
+usage: python3 bench/cuda_kernels/compare.py speed_a.json speed_b.json
 """
 import json
 import sys

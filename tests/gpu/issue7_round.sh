@@ -41,7 +41,7 @@ elif [ "$PART" = checks ]; then
   [ -x build-gpu/engine/strata ] || exit 1
   if [ "${KERNELS:-0}" = 1 ]; then
     OUT=$ROOT/kernels timeout 200 bash bench/cuda_kernels/run.sh > "$ROOT/kernels.log" 2>&1; echo "kernels rc $?"
-    tail -25 "$ROOT/kernels/compare.txt" 2>/dev/null
+    tail -25 "$ROOT/kernels/compare_t1rows.txt" 2>/dev/null
   fi
   OUT=$ROOT/prefill SKIP_OPS=1 OPS_LOG=$ROOT/gpu/ops.log timeout 150 bash tests/gpu/prefill_check.sh build-gpu 2>&1 | tail -20
   OUT=$ROOT/graphs_check SKIP_OPS=1 timeout 150 bash tests/gpu/graphs_check.sh build-gpu 2>&1 | tail -25
