@@ -285,15 +285,19 @@ bool with_hr_format(GgmlType t, Fn&& fn) {
     case GgmlType::F32: fn(FmtF32{}); return true;
     case GgmlType::F16: fn(FmtF16{}); return true;
     case GgmlType::BF16: fn(FmtBF16{}); return true;
-    case GgmlType::Q8_0: fn(FmtQ8_0{}); return true;
-    case GgmlType::Q4_0: fn(FmtQ4_0{}); return true;
-    case GgmlType::IQ4_NL: fn(FmtIQ4_NL{}); return true;
-    case GgmlType::Q2_0: fn(FmtQ2_0{}); return true;
-    case GgmlType::Q2_K: fn(FmtQ2_K{}); return true;
-    case GgmlType::Q3_K: fn(FmtQ3_K{}); return true;
-    case GgmlType::IQ2_XS: fn(FmtIQ2_XS{}); return true;
-    case GgmlType::IQ3_XXS: fn(FmtIQ3_XXS{}); return true;
-    default: return false;
+    default: {
+        bool taken = false;
+        with_block_format(t, [&](auto f) {
+            using F = decltype(f);
+            if constexpr (std::is_same_v<F, FmtQ8_0> || std::is_same_v<F, FmtQ4_0> || std::is_same_v<F, FmtIQ4_NL> ||
+                          std::is_same_v<F, FmtQ2_0> || std::is_same_v<F, FmtQ2_K> || std::is_same_v<F, FmtQ3_K> ||
+                          std::is_same_v<F, FmtIQ2_XS> || std::is_same_v<F, FmtIQ3_XXS>) {
+                fn(f);
+                taken = true;
+            }
+        });
+        return taken;
+    }
     }
 }
 

@@ -393,32 +393,6 @@ void launch_plain(cudaStream_t s, const MatmulArgs& m, const float* x, int P, fl
     else launch_plain_v<TY, 1>(s, m, x, P, y);
 }
 
-// Calls fn(FmtX{}) for the block format t; false when t is not a block format this file decodes.
-template <class Fn>
-bool with_format(GgmlType t, Fn&& fn) {
-    switch (t) {
-    case GgmlType::Q8_0: fn(FmtQ8_0{}); return true;
-    case GgmlType::Q4_0: fn(FmtQ4_0{}); return true;
-    case GgmlType::Q5_0: fn(FmtQ5_0{}); return true;
-    case GgmlType::Q4_1: fn(FmtQ4_1{}); return true;
-    case GgmlType::Q5_1: fn(FmtQ5_1{}); return true;
-    case GgmlType::IQ4_NL: fn(FmtIQ4_NL{}); return true;
-    case GgmlType::Q2_0: fn(FmtQ2_0{}); return true;
-    case GgmlType::Q2_K: fn(FmtQ2_K{}); return true;
-    case GgmlType::Q3_K: fn(FmtQ3_K{}); return true;
-    case GgmlType::Q4_K: fn(FmtQ4_K{}); return true;
-    case GgmlType::Q5_K: fn(FmtQ5_K{}); return true;
-    case GgmlType::Q6_K: fn(FmtQ6_K{}); return true;
-    case GgmlType::IQ4_XS: fn(FmtIQ4_XS{}); return true;
-    case GgmlType::IQ2_XXS: fn(FmtIQ2_XXS{}); return true;
-    case GgmlType::IQ2_XS: fn(FmtIQ2_XS{}); return true;
-    case GgmlType::IQ2_S: fn(FmtIQ2_S{}); return true;
-    case GgmlType::IQ3_XXS: fn(FmtIQ3_XXS{}); return true;
-    case GgmlType::IQ3_S: fn(FmtIQ3_S{}); return true;
-    default: return false;
-    }
-}
-
 }  // namespace
 
 void upload_iq_tables() {
@@ -432,12 +406,12 @@ void upload_iq_tables() {
 }
 
 bool format_supported(GgmlType t) {
-    return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || with_format(t, [](auto) {});
+    return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || with_block_format(t, [](auto) {});
 }
 
 int act_block(GgmlType t) {
     int blk = 0;
-    if (!with_format(t, [&](auto f) { blk = decltype(f)::ABLK; }))
+    if (!with_block_format(t, [&](auto f) { blk = decltype(f)::ABLK; }))
         STRATA_CHECK(t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16,
                      "cuda matmul: unsupported weight type ", ggml_type_name(t));
     return blk;
@@ -462,14 +436,14 @@ void matmul(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int 
     case GgmlType::BF16: launch_plain<kBF16>(s, m, x, P, y); return;
     default: break;
     }
-    if (!with_format(m.type, [&](auto f) { launch_block<decltype(f)>(s, m, x, act, P, y); }))
+    if (!with_block_format(m.type, [&](auto f) { launch_block<decltype(f)>(s, m, x, act, P, y); }))
         fail("cuda matmul: unsupported weight type ", ggml_type_name(m.type));
 }
 
 bool matmul_fused_quant(cudaStream_t s, const MatmulArgs& m, const float* x, int P, float* y) {
     if (m.rows == 0 || P <= 0 || P > 65535 || act_block(m.type) == 0) return false;
     bool done = false;
-    with_format(m.type, [&](auto f) {
+    with_block_format(m.type, [&](auto f) {
         using F = decltype(f);
         const size_t smem = fused_smem<F>(m, P);
         if (!smem) return;
@@ -487,7 +461,7 @@ bool moe_gate_up(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, A
     if (P == 0 || gate.rows == 0) return true;
     STRATA_CHECK(P <= 65535, "cuda moe_gate_up: ", P, " pairs is out of range");
     bool done = false;
-    with_format(gate.type, [&](auto f) {
+    with_block_format(gate.type, [&](auto f) {
         using F = decltype(f);
         if constexpr (QInt<F>::kHas) {
             STRATA_CHECK(gate.n % F::QK == 0, "cuda moe_gate_up: row length ", gate.n, " is not a multiple of the ",
@@ -516,7 +490,7 @@ void dequant_rows(cudaStream_t s, GgmlType type, const uint8_t* w, size_t row_by
     case GgmlType::F16: dequant_rows_plain_kernel<kF16><<<T, threads, 0, s>>>(w, row_bytes, n, ids, y); break;
     case GgmlType::BF16: dequant_rows_plain_kernel<kBF16><<<T, threads, 0, s>>>(w, row_bytes, n, ids, y); break;
     default:
-        if (!with_format(type, [&](auto f) {
+        if (!with_block_format(type, [&](auto f) {
                 STRATA_CHECK(n % decltype(f)::QK == 0, "cuda embed: row length ", n, " is not a multiple of the ",
                              ggml_type_name(type), " block");
                 dequant_rows_kernel<decltype(f)><<<T, threads, 0, s>>>(w, row_bytes, n, ids, y);

@@ -223,25 +223,8 @@ bool with_decoder(GgmlType t, Fn&& fn) {
     case GgmlType::F32: fn(PlainChunks<kF32>{}, 0); return true;
     case GgmlType::F16: fn(PlainChunks<kF16>{}, 0); return true;
     case GgmlType::BF16: fn(PlainChunks<kBF16>{}, 0); return true;
-    case GgmlType::Q8_0: fn(BlockChunks<FmtQ8_0>{}, FmtQ8_0::ABLK); return true;
-    case GgmlType::Q4_0: fn(BlockChunks<FmtQ4_0>{}, FmtQ4_0::ABLK); return true;
-    case GgmlType::Q5_0: fn(BlockChunks<FmtQ5_0>{}, FmtQ5_0::ABLK); return true;
-    case GgmlType::Q4_1: fn(BlockChunks<FmtQ4_1>{}, FmtQ4_1::ABLK); return true;
-    case GgmlType::Q5_1: fn(BlockChunks<FmtQ5_1>{}, FmtQ5_1::ABLK); return true;
-    case GgmlType::IQ4_NL: fn(BlockChunks<FmtIQ4_NL>{}, FmtIQ4_NL::ABLK); return true;
-    case GgmlType::Q2_0: fn(BlockChunks<FmtQ2_0>{}, FmtQ2_0::ABLK); return true;
-    case GgmlType::Q2_K: fn(BlockChunks<FmtQ2_K>{}, FmtQ2_K::ABLK); return true;
-    case GgmlType::Q3_K: fn(BlockChunks<FmtQ3_K>{}, FmtQ3_K::ABLK); return true;
-    case GgmlType::Q4_K: fn(BlockChunks<FmtQ4_K>{}, FmtQ4_K::ABLK); return true;
-    case GgmlType::Q5_K: fn(BlockChunks<FmtQ5_K>{}, FmtQ5_K::ABLK); return true;
-    case GgmlType::Q6_K: fn(BlockChunks<FmtQ6_K>{}, FmtQ6_K::ABLK); return true;
-    case GgmlType::IQ4_XS: fn(BlockChunks<FmtIQ4_XS>{}, FmtIQ4_XS::ABLK); return true;
-    case GgmlType::IQ2_XXS: fn(BlockChunks<FmtIQ2_XXS>{}, FmtIQ2_XXS::ABLK); return true;
-    case GgmlType::IQ2_XS: fn(BlockChunks<FmtIQ2_XS>{}, FmtIQ2_XS::ABLK); return true;
-    case GgmlType::IQ2_S: fn(BlockChunks<FmtIQ2_S>{}, FmtIQ2_S::ABLK); return true;
-    case GgmlType::IQ3_XXS: fn(BlockChunks<FmtIQ3_XXS>{}, FmtIQ3_XXS::ABLK); return true;
-    case GgmlType::IQ3_S: fn(BlockChunks<FmtIQ3_S>{}, FmtIQ3_S::ABLK); return true;
-    default: return false;
+    default:
+        return with_block_format(t, [&](auto f) { fn(BlockChunks<decltype(f)>{}, decltype(f)::ABLK); });
     }
 }
 

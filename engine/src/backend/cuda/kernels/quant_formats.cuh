@@ -7,6 +7,7 @@
 
 #include <cuda_fp16.h>
 
+#include "gguf/ggml_types.h"
 #include "quant/iq_tables.h"
 
 namespace strata::cuda {
@@ -370,5 +371,33 @@ struct FmtIQ3_S {   // d, qs[64], qh[8], signs[32], scales[4]
         }
     }
 };
+
+// Calls fn(FmtX{}) for block format t; false when t is not a block format decoded here. The one format switch of
+// the CUDA kernels (matmul.cu, matmul_tiled.cu, hyper_read.cu); a caller that instantiates fewer formats filters
+// with `if constexpr` inside fn.
+template <class Fn>
+bool with_block_format(GgmlType t, Fn&& fn) {
+    switch (t) {
+    case GgmlType::Q8_0: fn(FmtQ8_0{}); return true;
+    case GgmlType::Q4_0: fn(FmtQ4_0{}); return true;
+    case GgmlType::Q5_0: fn(FmtQ5_0{}); return true;
+    case GgmlType::Q4_1: fn(FmtQ4_1{}); return true;
+    case GgmlType::Q5_1: fn(FmtQ5_1{}); return true;
+    case GgmlType::IQ4_NL: fn(FmtIQ4_NL{}); return true;
+    case GgmlType::Q2_0: fn(FmtQ2_0{}); return true;
+    case GgmlType::Q2_K: fn(FmtQ2_K{}); return true;
+    case GgmlType::Q3_K: fn(FmtQ3_K{}); return true;
+    case GgmlType::Q4_K: fn(FmtQ4_K{}); return true;
+    case GgmlType::Q5_K: fn(FmtQ5_K{}); return true;
+    case GgmlType::Q6_K: fn(FmtQ6_K{}); return true;
+    case GgmlType::IQ4_XS: fn(FmtIQ4_XS{}); return true;
+    case GgmlType::IQ2_XXS: fn(FmtIQ2_XXS{}); return true;
+    case GgmlType::IQ2_XS: fn(FmtIQ2_XS{}); return true;
+    case GgmlType::IQ2_S: fn(FmtIQ2_S{}); return true;
+    case GgmlType::IQ3_XXS: fn(FmtIQ3_XXS{}); return true;
+    case GgmlType::IQ3_S: fn(FmtIQ3_S{}); return true;
+    default: return false;
+    }
+}
 
 }  // namespace strata::cuda
