@@ -8,38 +8,13 @@
 
 #include "check.h"
 #include "serve/serve_loop.h"
+#include "serve_stand_in.h"
 
 namespace {
 
 struct Counters {
     double cpu_ms = 100;        // work before the first request is no request's
     double cpu_bytes = 1 << 20;
-};
-
-class StandIn : public strata::TextGenerator {
-public:
-    explicit StandIn(Counters& c) : c_(c) {}
-    int context_length() const override { return 256; }
-    int vocab_size() const override { return 64; }
-    std::vector<int32_t> stop_ids() const override { return {63}; }
-    const std::vector<int32_t>& session_tokens() const override { return tokens_; }
-    void reset_session() override { tokens_.clear(); }
-    int chunk_tokens() const override { return 8; }
-    std::vector<std::pair<std::string, std::string>> info() const override { return {{"backend", "stand in"}}; }
-    const float* append(std::span<const int32_t> tokens, const ProgressFn& progress, const CancelFn&) override {
-        tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
-        c_.cpu_ms += 1.5 * (double)tokens.size();
-        c_.cpu_bytes += 4096.0 * (double)tokens.size();
-        if (progress) progress((int)tokens.size(), (int)tokens.size());
-        logits_.assign(64, 0.0f);
-        logits_[5] = 1.0f;
-        return logits_.data();
-    }
-
-private:
-    Counters& c_;
-    std::vector<int32_t> tokens_;
-    std::vector<float> logits_;
 };
 
 std::vector<std::string> done_lines(const std::string& text) {
@@ -51,7 +26,10 @@ std::vector<std::string> done_lines(const std::string& text) {
 }
 
 std::string serve(Counters& c, bool with_hook) {
-    StandIn gen(c);
+    test::ServeStandIn gen([&c](int64_t n) {
+        c.cpu_ms += 1.5 * (double)n;
+        c.cpu_bytes += 4096.0 * (double)n;
+    });
     strata::ServeHooks hooks;
     if (with_hook)
         hooks.done_counters = [&c] {

@@ -7,38 +7,12 @@
 
 #include "check.h"
 #include "serve/serve_loop.h"
+#include "serve_stand_in.h"
 
 namespace {
 
 struct Counters {
     int64_t hits = 0, lookups = 0;
-};
-
-class StandIn : public strata::TextGenerator {
-public:
-    explicit StandIn(Counters& c) : c_(c) {}
-    int context_length() const override { return 256; }
-    int vocab_size() const override { return 64; }
-    std::vector<int32_t> stop_ids() const override { return {63}; }
-    const std::vector<int32_t>& session_tokens() const override { return tokens_; }
-    void reset_session() override { tokens_.clear(); }
-    int chunk_tokens() const override { return 8; }
-    std::vector<std::pair<std::string, std::string>> info() const override { return {{"backend", "stand in"}}; }
-    const float* append(std::span<const int32_t> tokens, const ProgressFn& progress, const CancelFn&) override {
-        tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
-        const int64_t n = (int64_t)tokens.size();
-        c_.lookups += 10 * n;
-        c_.hits += n > 1 ? 3 * n : 7;   // prompts hit less than decode steps
-        if (progress) progress((int)n, (int)n);
-        logits_.assign(64, 0.0f);
-        logits_[5] = 1.0f;               // always token 5, never the stop id
-        return logits_.data();
-    }
-
-private:
-    Counters& c_;
-    std::vector<int32_t> tokens_;
-    std::vector<float> logits_;
 };
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -54,7 +28,10 @@ int main() {
     Counters c;
     c.hits = 1000;   // counters from earlier work (e.g. start-up) are not any request's
     c.lookups = 2000;
-    StandIn gen(c);
+    test::ServeStandIn gen([&c](int64_t n) {
+        c.lookups += 10 * n;
+        c.hits += n > 1 ? 3 * n : 7;   // prompts hit less than decode steps
+    });
     strata::ServeHooks hooks;
     hooks.info = {{"expert_cache_slots", "4100"}, {"cpu_workers", "6"}};
     hooks.expert_cache_counts = [&c] { return std::make_pair(c.hits, c.lookups); };
