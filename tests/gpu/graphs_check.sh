@@ -5,7 +5,7 @@
 #   2. the trained demo model (its QSA budget keeps decode on graphs): greedy tokens of CUDA with graphs equal the
 #      CPU's (f32 activations, as parity.py gates) and CUDA's without graphs (default mode); the same with MTP
 #      speculation (verify passes of 2..4 tokens run as graphs)
-#   3. tests/gpu/graph_speed.sh: decode tok/s with graphs off/on (the synthetic model when present, else the demo)
+#   3. tests/gpu/ab_speed.sh STRATA_CUDA_GRAPHS: decode tok/s with graphs off/on (the synthetic model when present, else the demo)
 # Results in $OUT; exits non-zero when a check fails. SKIP_OPS=1 skips step 1 (run.sh has just run cuda_ops_test).
 # usage: tests/gpu/graphs_check.sh BUILD_DIR
 set -u
@@ -49,9 +49,9 @@ for spec in "" "--mtp $MTP --spec 3"; do
   same "cuda_nographs$tag" "cuda_graphs$tag"   # the same kernels with and without graphs: identical tokens
 done
 
-echo "== graph_speed"
+echo "== graph speed (ab_speed.sh STRATA_CUDA_GRAPHS)"
 SYN=${SYN_MODEL:-/tmp/syn-q2_0.gguf}
-if [ -f "$SYN" ]; then tests/gpu/graph_speed.sh "$BUILD" "$SYN" "$DEMO" || fail=1
-else tests/gpu/graph_speed.sh "$BUILD" "$DEMO" || fail=1; fi
+if [ -f "$SYN" ]; then SAME=1 tests/gpu/ab_speed.sh STRATA_CUDA_GRAPHS "$BUILD" "$SYN" "$DEMO" || fail=1
+else SAME=1 tests/gpu/ab_speed.sh STRATA_CUDA_GRAPHS "$BUILD" "$DEMO" || fail=1; fi
 echo "graphs_check: $([ $fail = 0 ] && echo ok || echo FAIL)"
 exit $fail

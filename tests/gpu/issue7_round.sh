@@ -52,6 +52,6 @@ else
   MODEL=/tmp/syn-q2_0.gguf
   [ -f "$MODEL" ] || ( time timeout 200 python3 engine/tools/make_synthetic.py "$MODEL" --experts q2_0 --workers "$(nproc)" ) > "$ROOT/make_synthetic.log" 2>&1
   OUT=$ROOT/prefill_syn SKIP_OPS=1 timeout 240 bash tests/gpu/prefill_check.sh build-gpu "$MODEL" 2>&1 | tail -20
-  [ "${GRAPHS:-0}" = 1 ] && OUT=$ROOT/graphs_syn timeout 150 bash tests/gpu/graph_speed.sh build-gpu "$MODEL" 2>&1 | tail -20
+  [ "${GRAPHS:-0}" = 1 ] && OUT=$ROOT/graphs_syn SAME=1 timeout 150 bash tests/gpu/ab_speed.sh STRATA_CUDA_GRAPHS build-gpu "$MODEL" 2>&1 | tail -20
   OUT=$ROOT/decode SYN_MODEL=$MODEL BUDGET_S=$BUDGET timeout $((BUDGET + 60)) bash bench/decode/run_h200.sh build-gpu 2>&1 | tail -40
 fi
