@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# CPU expert pool on the decode shape (issue #7, hybrid path): runs BUILD_DIR's cpu_pool_bench (builds nothing) and
+# writes JSON + a summary under $OUT. Usage: bash bench/cpu_pool/run.sh BUILD_DIR
+# Env: WORKERS (default 1,2,4,6 capped at the core count), MB (expert blob, default 2048), GAP_US (idle between
+# layers in the second run, default 300: the GPU's share of a hybrid layer). Takes ~10-40 s.
+set -euo pipefail
+BUILD="${1:?usage: bash bench/cpu_pool/run.sh BUILD_DIR}"
+BIN="$BUILD/engine/cpu_pool_bench"
+[ -x "$BIN" ] || { echo "no $BIN: build the target cpu_pool_bench first" >&2; exit 2; }
+OUT="${OUT:-$(mktemp -d /tmp/cpu_pool.XXXX)}"
+mkdir -p "$OUT"
+CORES="$(nproc)"
+WORKERS="${WORKERS:-$(for w in 1 2 4 6; do [ "$w" -le "$CORES" ] && printf '%s,' "$w"; done | sed 's/,$//')}"
+MB="${MB:-2048}"
+GAP_US="${GAP_US:-300}"
+LAST="${WORKERS##*,}"
+
+git -C "$(dirname "$0")" log -1 --format='%H %s' > "$OUT/commit.txt" 2>/dev/null || true
+lscpu > "$OUT/lscpu.txt" 2>/dev/null || true
+# Back to back: the pool's own cost per layer. With a gap: workers idle between layers as in the hybrid decode.
+timeout 120 "$BIN" --workers "$WORKERS" --k 2,3,4,5,6 --mb "$MB" --passes 5 --gap-us 0 > "$OUT/back_to_back.json"
+timeout 120 "$BIN" --workers "$LAST" --k 4 --mb "$MB" --passes 5 --gap-us "$GAP_US" > "$OUT/gap.json"
+python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+for name in ("back_to_back", "gap"):
+    d = json.load(open(f"{out}/{name}.json"))
+    print(f"{name} (gap {d['gap_us']} us, {d['cpu']}, isa {d['isa']}):")
+    print("  workers  k   GB/s  GB/s@median  us/layer median  p90   | DRAM read  gemv stream GB/s")
+    for r in d["runs"]:
+        print(f"  {r['workers']:>7} {r['k']:>2} {r['gbs']:>6.1f} {r['gbs_at_median']:>11.1f} {r['us_per_layer_median']:>16.0f}"
+              f" {r['us_per_layer_p90']:>5.0f}  | {r['dram_read_gbs']:>9.1f} {r['gemv_stream_gbs']:>11.1f}")
+PY
+echo "wrote $OUT"
