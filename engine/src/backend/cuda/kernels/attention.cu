@@ -1,7 +1,14 @@
-// attention: softmax attention of each query over its kept key cells (GQA). One block of 4 warps per (query, head);
-// each warp runs an online softmax over every 4th cell with the head's values spread over its lanes, then the four
-// partial results are merged. (Long contexts at T = 1 would want the cells split over several blocks: next step.)
+// attention: softmax attention of each query over its kept key cells (GQA). A block of 4 warps runs an online
+// softmax over a range of one (query, head)'s cells, each warp 4 cells at a time. Few queries (decode, verify) split
+// the cells over many blocks ("flash decoding") whose partial results a second kernel merges; many queries take one
+// block per (query, head) over all its cells.
+#include <algorithm>
 #include <cfloat>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
@@ -12,16 +19,41 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kMaxHd = 256;
+constexpr int kCellsPerStep = 4;      // cells a warp has in flight at once
+constexpr int kMinChunkCells = 32;    // fewest cells a split block takes
+constexpr int kMaxChunks = 128;       // most blocks one (query, head) is split over
+constexpr int kMaxPartials = 4096;    // partial results of one split launch: T·nh·chunks
 
-template <int E>   // values per lane: hd <= 32·E
+// The partial result of one block: unnormalized sum acc[hd] relative to its max m, and the weight sum l.
+struct Partials {
+    float* acc = nullptr;    // [kMaxPartials][kMaxHd]
+    float2* ml = nullptr;    // [kMaxPartials] (m, l)
+};
+
+// Template E: values per lane (hd <= 32·E). Split: write this block's partial result for chunk blockIdx.x of
+// `chunks`; otherwise the block covers every cell and writes the normalized output.
+template <int E, bool Split>
 __global__ void __launch_bounds__(kWarps * 32)
 attention_kernel(const float* q, const float* K, const float* V, int nh, int nkv, int hd, const int32_t* off,
-                 const int32_t* cells, int n0, float* o) {
+                 const int32_t* cells, int n0, int chunks, float* o, Partials part) {
     __shared__ float s_m[kWarps], s_l[kWarps], s_acc[kWarps][kMaxHd];
-    const int th = blockIdx.x, t = th / nh, h = th % nh, kvh = h / (nh / nkv);
+    const int th = Split ? blockIdx.y : blockIdx.x, t = th / nh, h = th % nh, kvh = h / (nh / nkv);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t kv_row = (size_t)nkv * hd;
+
+    const int n_cells = cells ? off[t + 1] - off[t] : n0 + t;
+    const int32_t* cl = cells ? cells + off[t] : nullptr;
+    int c0 = 0, c1 = n_cells;
+    if (Split) {
+        const int per = max(kMinChunkCells, (n_cells + chunks - 1) / chunks);
+        c0 = min(n_cells, (int)blockIdx.x * per);
+        c1 = min(n_cells, c0 + per);
+        if (c0 == c1) {              // nothing left for this chunk: an empty partial
+            if (threadIdx.x == 0) part.ml[(size_t)th * chunks + blockIdx.x] = make_float2(-FLT_MAX, 0.0f);
+            return;
+        }
+    }
 
     float qv[E], acc[E];
 #pragma unroll
@@ -30,27 +62,44 @@ attention_kernel(const float* q, const float* K, const float* V, int nh, int nkv
         qv[e] = j < hd ? q[(size_t)th * hd + j] : 0.0f;
         acc[e] = 0.0f;
     }
-    const int n_cells = cells ? off[t + 1] - off[t] : n0 + t;
-    const int32_t* cl = cells ? cells + off[t] : nullptr;
     float m = -FLT_MAX, l = 0.0f;
-    for (int c = warp; c < n_cells; c += kWarps) {
-        const size_t p = cl ? (size_t)cl[c] : (size_t)c;
-        const float* kc = K + p * kv_row + (size_t)kvh * hd;
-        const float* vc = V + p * kv_row + (size_t)kvh * hd;
-        float d = 0.0f;
+    for (int c = c0 + warp; c < c1; c += kWarps * kCellsPerStep) {
+        // Load the keys and values of up to kCellsPerStep cells before reducing, so their loads overlap.
+        float kx[kCellsPerStep][E], vx[kCellsPerStep][E];
+        bool valid[kCellsPerStep];
 #pragma unroll
-        for (int e = 0; e < E; ++e) {
-            const int j = lane + 32 * e;
-            if (j < hd) d += qv[e] * kc[j];
+        for (int u = 0; u < kCellsPerStep; ++u) {
+            const int cu = c + u * kWarps;
+            valid[u] = cu < c1;
+            const size_t p = !valid[u] ? 0 : cl ? (size_t)cl[cu] : (size_t)cu;
+            const float* kc = K + p * kv_row + (size_t)kvh * hd;
+            const float* vc = V + p * kv_row + (size_t)kvh * hd;
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                const int j = lane + 32 * e;
+                kx[u][e] = valid[u] && j < hd ? kc[j] : 0.0f;
+                vx[u][e] = valid[u] && j < hd ? vc[j] : 0.0f;
+            }
         }
-        d = warp_sum(d) * scale;
-        const float m_new = fmaxf(m, d);
-        const float corr = expf(m - m_new), pr = expf(d - m_new);
-        l = l * corr + pr;
+        float d[kCellsPerStep], m_new = m;
 #pragma unroll
-        for (int e = 0; e < E; ++e) {
-            const int j = lane + 32 * e;
-            acc[e] = acc[e] * corr + (j < hd ? pr * vc[j] : 0.0f);
+        for (int u = 0; u < kCellsPerStep; ++u) {
+            float s = 0.0f;
+#pragma unroll
+            for (int e = 0; e < E; ++e) s += qv[e] * kx[u][e];
+            d[u] = warp_sum(s) * scale;
+            if (valid[u]) m_new = fmaxf(m_new, d[u]);
+        }
+        const float corr = expf(m - m_new);
+        l *= corr;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[e] *= corr;
+#pragma unroll
+        for (int u = 0; u < kCellsPerStep; ++u) {
+            const float pr = valid[u] ? expf(d[u] - m_new) : 0.0f;
+            l += pr;
+#pragma unroll
+            for (int e = 0; e < E; ++e) acc[e] += pr * vx[u][e];
         }
         m = m_new;
     }
@@ -71,26 +120,126 @@ attention_kernel(const float* q, const float* K, const float* V, int nh, int nkv
         f[w] = s_l[w] > 0.0f ? expf(s_m[w] - M) : 0.0f;
         L += s_l[w] * f[w];
     }
+    const size_t slot = (size_t)th * chunks + blockIdx.x;
     for (int j = threadIdx.x; j < hd; j += blockDim.x) {
         float r = 0.0f;
         for (int w = 0; w < kWarps; ++w) r += s_acc[w][j] * f[w];
-        o[(size_t)th * hd + j] = r / L;
+        if (Split) part.acc[slot * kMaxHd + j] = r;
+        else o[(size_t)th * hd + j] = r / L;
     }
+    if (Split && threadIdx.x == 0) part.ml[slot] = make_float2(M, L);
+}
+
+// One block per (query, head): o = Σ_chunks acc·e^(m−M) / Σ_chunks l·e^(m−M), M the largest chunk max.
+__global__ void attention_merge_kernel(int hd, int chunks, Partials part, float* o) {
+    const size_t th = blockIdx.x;
+    const float2* ml = part.ml + th * chunks;
+    float M = -FLT_MAX;
+    for (int c = 0; c < chunks; ++c)
+        if (ml[c].y > 0.0f) M = fmaxf(M, ml[c].x);
+    float L = 0.0f;
+    for (int c = 0; c < chunks; ++c)
+        if (ml[c].y > 0.0f) L += ml[c].y * expf(ml[c].x - M);
+    for (int j = threadIdx.x; j < hd; j += blockDim.x) {
+        float r = 0.0f;
+        for (int c = 0; c < chunks; ++c)
+            if (ml[c].y > 0.0f) r += part.acc[(th * chunks + c) * kMaxHd + j] * expf(ml[c].x - M);
+        o[th * hd + j] = r / L;
+    }
+}
+
+// Partial-result buffers, one per (device, stream) so that streams never share one; allocated on first use (also
+// inside a graph capture: the allocation is not stream work) and freed at exit.
+class PartialBuffers {
+public:
+    ~PartialBuffers() {
+        for (auto& [key, p] : bufs_) {
+            cudaFree(p.acc);     // errors ignored: at exit the runtime may already be gone
+            cudaFree(p.ml);
+        }
+    }
+    Partials get(cudaStream_t s) {
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        std::lock_guard<std::mutex> lock(mu_);
+        Partials& p = bufs_[{dev, s}];
+        if (!p.acc) {
+            cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;   // allows cudaMalloc during a capture
+            CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+            const cudaError_t e1 = cudaMalloc(&p.acc, sizeof(float) * kMaxPartials * kMaxHd);
+            const cudaError_t e2 = e1 == cudaSuccess ? cudaMalloc(&p.ml, sizeof(float2) * kMaxPartials) : e1;
+            CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+            CUDA_CHECK(e2);
+        }
+        return p;
+    }
+
+private:
+    std::mutex mu_;
+    std::map<std::pair<int, cudaStream_t>, Partials> bufs_;
+};
+
+Partials partials_for(cudaStream_t s) {
+    static PartialBuffers buffers;
+    return buffers.get(s);
+}
+
+int sm_count() {
+    static int count[64] = {};
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev >= 64) return 132;
+    if (!count[dev]) CUDA_CHECK(cudaDeviceGetAttribute(&count[dev], cudaDevAttrMultiProcessorCount, dev));
+    return count[dev];
+}
+
+template <int E>
+void launch(cudaStream_t s, const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
+            const int32_t* off, const int32_t* cells, int n0, int chunks, float* o) {
+    const int pairs = T * nh;
+    if (chunks <= 1) {
+        attention_kernel<E, false><<<pairs, kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0, 1, o, {});
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
+    const Partials part = partials_for(s);
+    attention_kernel<E, true><<<dim3(chunks, pairs), kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0,
+                                                                          chunks, o, part);
+    CUDA_CHECK_LAUNCH();
+    attention_merge_kernel<<<pairs, hd <= 128 ? 128 : 256, 0, s>>>(hd, chunks, part, o);
+    CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
+int attention_chunks(int T, int nh, int max_cells) {
+    static const bool split_off = [] {      // STRATA_CUDA_SPLIT_ATTN=0: one block per (query, head), for A/B runs
+        const char* v = std::getenv("STRATA_CUDA_SPLIT_ATTN");
+        return v && std::string(v) == "0";
+    }();
+    const int pairs = T * nh;
+    if (pairs <= 0 || split_off) return 1;
+    const int target_blocks = 4 * sm_count();           // 4 blocks of 4 warps fit an SM (registers)
+    int chunks = (target_blocks + pairs - 1) / pairs;
+    if (max_cells >= 0) chunks = std::min(chunks, (max_cells + kMinChunkCells - 1) / kMinChunkCells);
+    chunks = std::min({chunks, kMaxChunks, kMaxPartials / pairs});
+    return std::max(chunks, 1);
+}
+
 void attention(cudaStream_t s, const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
-               const int32_t* off, const int32_t* cells, int n0, float* o) {
+               const int32_t* off, const int32_t* cells, int n0, float* o, int chunks) {
     STRATA_CHECK(hd >= 1 && hd <= kMaxHd, "cuda attention: head dim ", hd, " is out of range 1..", kMaxHd);
     STRATA_CHECK(nkv > 0 && nh % nkv == 0, "cuda attention: ", nh, " heads do not group over ", nkv, " kv heads");
     if (!T || !nh) return;
-    const unsigned blocks = (unsigned)(T * nh);
-    if (hd <= 32) attention_kernel<1><<<blocks, kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0, o);
-    else if (hd <= 64) attention_kernel<2><<<blocks, kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0, o);
-    else if (hd <= 128) attention_kernel<4><<<blocks, kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0, o);
-    else attention_kernel<8><<<blocks, kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0, o);
-    CUDA_CHECK_LAUNCH();
+    // Dense lists are known here (n0 + T − 1 cells at most); device lists are not, and their chunks take
+    // at least kMinChunkCells each, so short lists leave the later chunks empty.
+    if (chunks < 0) chunks = attention_chunks(T, nh, cells ? -1 : n0 + T - 1);
+    STRATA_CHECK(chunks <= 1 || (chunks <= kMaxChunks && (size_t)T * nh * chunks <= (size_t)kMaxPartials),
+                 "cuda attention: ", chunks, " chunks for ", T * nh, " (query, head) pairs exceed the partial buffer");
+    if (hd <= 32) launch<1>(s, q, K, V, T, nh, nkv, hd, off, cells, n0, chunks, o);
+    else if (hd <= 64) launch<2>(s, q, K, V, T, nh, nkv, hd, off, cells, n0, chunks, o);
+    else if (hd <= 128) launch<4>(s, q, K, V, T, nh, nkv, hd, off, cells, n0, chunks, o);
+    else launch<8>(s, q, K, V, T, nh, nkv, hd, off, cells, n0, chunks, o);
 }
 
 }  // namespace strata::cuda

@@ -118,14 +118,45 @@ void causal_conv(cudaStream_t s, const float* x, int T, int C, const float* w, i
 void gdn_recurrent(cudaStream_t s, const float* q, const float* k, const float* v, const float* g, const float* beta,
                    int T, int nk, int nv, int dk, int dv, float* S, float* o);
 
+// ---- gdn_fused.cu ---- Backend::gdn_block between its projections (d ≤ 128, K ≤ 8: gdn_fused_supported).
+bool gdn_fused_supported(int d, int K);
+// conv [T, cd] = silu(causal_conv(qkv)), cd = (2·nk + nv)·d: the q heads (first nk·d columns) l2-normed and scaled by
+// 1/√d, the k heads l2-normed, the v heads as they are. qkv rows at stride ld ≥ cd; w [cd, K] f32; hist [K−1, cd]
+// moves on by T rows.
+void gdn_conv_norm(cudaStream_t s, const float* qkv, int ld, int T, int nk, int nv, int d, const float* w, int K,
+                   float* hist, float* conv);
+// The recurrence (as gdn_recurrent) with its gates β = σ(beta), g = a · softplus(alpha + dt_bias) and the gated RMSNorm
+// o[t, h] = rmsnorm(out[t, h]) · norm · σ(z[t, h]) per value head h; q, k, v from conv (as gdn_conv_norm writes it).
+struct GdnGatedArgs {
+    const float* conv = nullptr;
+    int nk = 0, nv = 0, d = 0;
+    const float* beta = nullptr;     // raw projections [T, nv] at row stride ld_ba
+    const float* alpha = nullptr;
+    int ld_ba = 0;
+    const float* z = nullptr;        // raw gate projection [T, nv·d] at row stride ld_z
+    int ld_z = 0;
+    const float* dt_bias = nullptr;  // [nv] f32
+    const float* a = nullptr;        // [nv] f32, −exp(A_log)
+    const float* norm = nullptr;     // [norm_len] f32, value column c of o uses norm[c % norm_len]
+    int norm_len = 0;
+    float eps = 0.0f;
+};
+void gdn_recurrent_gated(cudaStream_t s, const GdnGatedArgs& a, int T, float* S, float* o);
+
 // ---- rope.cu ---- positions pos[t] on the device, or pos0 + t when pos is null.
 void rope(cudaStream_t s, float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos, int pos0);
 
 // ---- attention.cu ---- cells of query t: cells[off[t] … off[t+1]) on the device, or 0 … n0 + t when cells is null.
+// chunks: blocks each (query, head) is split over (1 = one block over all its cells, no merge); −1 picks
+// attention_chunks(T, nh, the most cells of a query when known, else −1).
 void attention(cudaStream_t s, const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
-               const int32_t* off, const int32_t* cells, int n0, float* o);
+               const int32_t* off, const int32_t* cells, int n0, float* o, int chunks = -1);
+int attention_chunks(int T, int nh, int max_cells);
 
-// ---- indexer_scores.cu ----
+// ---- indexer_scores.cu ---- Backend::indexer_scores (one query, nb blocks); di <= 256, ni·di <= 8192.
 void indexer_scores(cudaStream_t s, const float* q, const float* kb, int nb, int ni, int di, float scale, float* out);
+// The same for T queries at positions P … P+T−1 in one launch: out[t·stride + b] for b < (P + t + 1) / cr, q [T, ni·di].
+void indexer_scores_rows(cudaStream_t s, const float* q, const float* kb, int T, int P, int cr, int ni, int di,
+                         float scale, float* out, int stride);
 
 }  // namespace strata::cuda

@@ -1,7 +1,8 @@
-// QSA cell choice on the device (Backend::select_cells), one block per query: a radix select finds the kb-th largest
-// block score, the blocks above it (and as many equal to it as needed) are flagged, listed in ascending order as
-// key cells, then the tail. When the kb-th score is tied with a block left out, one thread redoes the choice with
-// torch.topk's own steps (model/topk_exact.h), as the CPU does.
+// QSA cell choice on the device (Backend::select_cells), one block of 1024 threads per query: a radix select finds
+// the kb-th largest block score (warp-aggregated histogram counts, the digit found by one warp's scan), the blocks
+// above it (and as many equal to it as needed) are flagged, listed in ascending order as key cells, then the tail.
+// When the kb-th score is tied with a block left out, one thread redoes the choice with torch.topk's own steps
+// (model/topk_exact.h), as the CPU does.
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
 #include "common/error.h"
@@ -11,7 +12,8 @@ namespace strata::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 1024;
+constexpr int kWarpsPerBlock = kThreads / 32;
 
 // Order key: a smaller key is a larger score; −0 and +0 share a key (they compare equal).
 __device__ __forceinline__ uint32_t desc_key(float f) {
@@ -21,6 +23,30 @@ __device__ __forceinline__ uint32_t desc_key(float f) {
     return ~ascending;
 }
 
+// Exclusive prefix sum of v over the block's threads (every thread calls it).
+__device__ int block_exclusive_scan(int v, int* s_warp) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int x = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == 31) s_warp[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        int w = lane < kWarpsPerBlock ? s_warp[lane] : 0;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, w, o);
+            if (lane >= o) w += y;
+        }
+        s_warp[lane] = w;
+    }
+    __syncthreads();
+    return x - v + (warp ? s_warp[warp - 1] : 0);
+}
+
 __global__ void __launch_bounds__(kThreads)
 select_cells_kernel(const float* scores, int stride, int P, int cr, int kb, const int32_t* off, int32_t* cells,
                     topk_exact::Elem* scratch) {
@@ -28,7 +54,7 @@ select_cells_kernel(const float* scores, int stride, int P, int cr, int kb, cons
     __shared__ uint32_t hist[256];
     __shared__ uint32_t s_prefix, s_mask;
     __shared__ int s_need, s_equal;
-    __shared__ int s_counts[kThreads];
+    __shared__ int s_warp[kWarpsPerBlock];
     const int t = blockIdx.x, tid = threadIdx.x;
     const int M = P + t + 1, nb = M / cr;
     int32_t* out = cells + off[t];
@@ -47,26 +73,40 @@ select_cells_kernel(const float* scores, int stride, int P, int cr, int kb, cons
     __syncthreads();
 
     // Radix select over the keys, 8 bits at a time from the top: the key of the kb-th largest score.
+    const int lane = tid & 31;
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int b = tid; b < 256; b += kThreads) hist[b] = 0;
         __syncthreads();
         const uint32_t prefix = s_prefix, mask = s_mask;
-        for (int i = tid; i < nb; i += kThreads) {
-            const uint32_t k = desc_key(s[i]);
-            if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+        for (int base = tid - lane; base < nb; base += kThreads) {     // whole warps, so the match is convergent
+            const int i = base + lane;
+            const uint32_t k = i < nb ? desc_key(s[i]) : 0;
+            const bool take = i < nb && (k & mask) == prefix;
+            const uint32_t bin = take ? (k >> shift) & 255u : 256u;
+            const uint32_t peers = __match_any_sync(0xffffffffu, bin);
+            if (take && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (uint32_t)__popc(peers));
         }
         __syncthreads();
-        if (tid == 0) {
-            int need = s_need;
-            uint32_t b = 0;
-            while (need > (int)hist[b]) {
-                need -= (int)hist[b];
-                ++b;
+        if (tid < 32) {    // one warp finds the bin holding the need-th key: 8 bins per lane, a scan over lanes
+            uint32_t c[8], sum = 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) sum += c[j] = hist[lane * 8 + j];
+            uint32_t incl = sum;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += y;
             }
-            s_prefix = prefix | (b << shift);
-            s_mask = mask | (255u << shift);
-            s_need = need;              // of the scores with this key prefix, how many are still to take
-            s_equal = (int)hist[b];
+            const int need = s_need;
+            const int first = __ffs(__ballot_sync(0xffffffffu, (int)incl >= need)) - 1;
+            if (lane == first) {
+                int left = need - (int)(incl - sum), j = 0;
+                while (left > (int)c[j]) left -= (int)c[j++];
+                s_prefix = prefix | ((uint32_t)(lane * 8 + j) << shift);
+                s_mask = mask | (255u << shift);
+                s_need = left;          // of the scores with this key prefix, how many are still to take
+                s_equal = (int)c[j];
+            }
         }
         __syncthreads();
     }
@@ -87,18 +127,7 @@ select_cells_kernel(const float* scores, int stride, int P, int cr, int kb, cons
     const int w0 = min(words, tid * per), w1 = min(words, w0 + per);
     int count = 0;
     for (int w = w0; w < w1; ++w) count += __popc(flags[w]);
-    s_counts[tid] = count;
-    __syncthreads();
-    if (tid == 0) {
-        int sum = 0;
-        for (int i = 0; i < kThreads; ++i) {
-            const int c = s_counts[i];
-            s_counts[i] = sum;
-            sum += c;
-        }
-    }
-    __syncthreads();
-    int rank = s_counts[tid];
+    int rank = block_exclusive_scan(count, s_warp);
     for (int w = w0; w < w1; ++w) {
         uint32_t bits = flags[w];
         while (bits) {

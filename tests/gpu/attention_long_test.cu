@@ -1,0 +1,371 @@
+// CUDA attention, indexer_scores (per query and batched) and select_cells at long contexts (1 … 32K cells, T = 1, 2, 8, 64, GQA, dense and
+// gapped cell lists) against the CPU backend, then µs per call: attention at T = 1 before (the one-block-per-head
+// kernel of commit 6127769, copied below) and now, indexer_scores and select_cells at 32K. Needs a GPU.
+// usage: attention_long_test [results.json]
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/kernels.h"
+
+using namespace strata;
+
+namespace {
+
+std::mt19937 rng(7);
+std::string json_checks, json_timings;
+int n_checks = 0, n_failed = 0;
+
+std::vector<float> randn(size_t n, float sd = 1.0f) {
+    std::normal_distribution<float> d(0.0f, sd);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng);
+    return v;
+}
+
+// max|a − b| / max|b|, as cuda_ops_test measures.
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        const double d = std::fabs((double)a[i] - b[i]);
+        num = std::isnan(d) ? INFINITY : std::max(num, d);
+        den = std::max(den, std::fabs((double)b[i]));
+    }
+    return num / std::max(den, 1e-30);
+}
+
+void report(const std::string& name, double rel, double tol) {
+    const bool ok = rel <= tol;
+    ++n_checks;
+    n_failed += !ok;
+    if (!ok || n_checks % 8 == 1) std::printf("%-58s rel %.3e  %s\n", name.c_str(), rel, ok ? "ok" : "FAIL");
+    char line[256];
+    std::snprintf(line, sizeof line, "%s  {\"name\": \"%s\", \"rel\": %.3e, \"ok\": %s}", json_checks.empty() ? "" : ",\n",
+                  name.c_str(), rel, ok ? "true" : "false");
+    json_checks += line;
+}
+
+void timing(const std::string& name, double us) {
+    std::printf("%-58s %10.1f us\n", name.c_str(), us);
+    char line[256];
+    std::snprintf(line, sizeof line, "%s  {\"name\": \"%s\", \"us\": %.2f}", json_timings.empty() ? "" : ",\n",
+                  name.c_str(), us);
+    json_timings += line;
+}
+
+template <class T>
+struct DevBuf {
+    T* p = nullptr;
+    size_t n = 0;
+    explicit DevBuf(size_t count) : n(std::max<size_t>(count, 1)) { CUDA_CHECK(cudaMalloc(&p, n * sizeof(T))); }
+    DevBuf(const T* h, size_t count) : DevBuf(count) {
+        CUDA_CHECK(cudaMemcpy(p, h, count * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    explicit DevBuf(const std::vector<T>& h) : DevBuf(h.data(), h.size()) {}
+    ~DevBuf() { cudaFree(p); }
+    DevBuf(const DevBuf&) = delete;
+    DevBuf& operator=(const DevBuf&) = delete;
+    std::vector<T> get() const {
+        std::vector<T> h(n);
+        CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+        return h;
+    }
+};
+
+// The attention kernel before the split (commit 6127769), for the timing comparison only.
+template <int E>
+__global__ void __launch_bounds__(128)
+old_attention_kernel(const float* q, const float* K, const float* V, int nh, int nkv, int hd, const int32_t* off,
+                     const int32_t* cells, int n0, float* o) {
+    __shared__ float s_m[4], s_l[4], s_acc[4][256];
+    const int th = blockIdx.x, t = th / nh, h = th % nh, kvh = h / (nh / nkv);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const size_t kv_row = (size_t)nkv * hd;
+    float qv[E], acc[E];
+    for (int e = 0; e < E; ++e) {
+        const int j = lane + 32 * e;
+        qv[e] = j < hd ? q[(size_t)th * hd + j] : 0.0f;
+        acc[e] = 0.0f;
+    }
+    const int n_cells = cells ? off[t + 1] - off[t] : n0 + t;
+    const int32_t* cl = cells ? cells + off[t] : nullptr;
+    float m = -FLT_MAX, l = 0.0f;
+    for (int c = warp; c < n_cells; c += 4) {
+        const size_t p = cl ? (size_t)cl[c] : (size_t)c;
+        const float* kc = K + p * kv_row + (size_t)kvh * hd;
+        const float* vc = V + p * kv_row + (size_t)kvh * hd;
+        float d = 0.0f;
+        for (int e = 0; e < E; ++e) {
+            const int j = lane + 32 * e;
+            if (j < hd) d += qv[e] * kc[j];
+        }
+        d = cuda::warp_sum(d) * scale;
+        const float m_new = fmaxf(m, d);
+        const float corr = expf(m - m_new), pr = expf(d - m_new);
+        l = l * corr + pr;
+        for (int e = 0; e < E; ++e) {
+            const int j = lane + 32 * e;
+            acc[e] = acc[e] * corr + (j < hd ? pr * vc[j] : 0.0f);
+        }
+        m = m_new;
+    }
+    if (lane == 0) {
+        s_m[warp] = m;
+        s_l[warp] = l;
+    }
+    for (int e = 0; e < E; ++e) {
+        const int j = lane + 32 * e;
+        if (j < hd) s_acc[warp][j] = acc[e];
+    }
+    __syncthreads();
+    float M = -FLT_MAX;
+    for (int w = 0; w < 4; ++w) M = fmaxf(M, s_m[w]);
+    float L = 0.0f, f[4];
+    for (int w = 0; w < 4; ++w) {
+        f[w] = s_l[w] > 0.0f ? expf(s_m[w] - M) : 0.0f;
+        L += s_l[w] * f[w];
+    }
+    for (int j = threadIdx.x; j < hd; j += blockDim.x) {
+        float r = 0.0f;
+        for (int w = 0; w < 4; ++w) r += s_acc[w][j] * f[w];
+        o[(size_t)th * hd + j] = r / L;
+    }
+}
+
+// µs per call of f, averaged over enough calls to last ~50 ms (at least 5), after 3 warm-up calls.
+template <class F>
+double time_us(F f) {
+    cudaEvent_t a, b;
+    CUDA_CHECK(cudaEventCreate(&a));
+    CUDA_CHECK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; ++i) f();
+    CUDA_CHECK(cudaEventRecord(a));
+    f();
+    CUDA_CHECK(cudaEventRecord(b));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    const int reps = std::max(5, std::min(2000, (int)(50.0 / std::max(ms, 1e-3f))));
+    CUDA_CHECK(cudaEventRecord(a));
+    for (int i = 0; i < reps; ++i) f();
+    CUDA_CHECK(cudaEventRecord(b));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    CUDA_CHECK(cudaEventDestroy(a));
+    CUDA_CHECK(cudaEventDestroy(b));
+    return 1000.0 * ms / reps;
+}
+
+// Cell lists of T queries whose first sees n0 cells (query t: positions < n0 + t). dense: all of them; qsa: the
+// pattern of select_cells (kb random blocks of cr, ascending, plus the tail) once there are more than kb blocks;
+// gaps: each cell kept with probability 2/3, the query's own position always.
+enum class Cells { dense, qsa, gaps };
+
+std::vector<std::vector<int32_t>> make_cells(Cells kind, int n0, int T, int cr = 4, int kb = 512) {
+    std::vector<std::vector<int32_t>> keep(T);
+    std::uniform_int_distribution<int> coin(0, 2);
+    for (int t = 0; t < T; ++t) {
+        const int M = n0 + t, nb = M / cr;
+        if (kind == Cells::dense || (kind == Cells::qsa && nb <= kb)) {
+            keep[t].resize(M);
+            std::iota(keep[t].begin(), keep[t].end(), 0);
+        } else if (kind == Cells::qsa) {
+            std::vector<int32_t> blocks(nb);
+            std::iota(blocks.begin(), blocks.end(), 0);
+            std::shuffle(blocks.begin(), blocks.end(), rng);
+            blocks.resize(kb);
+            std::sort(blocks.begin(), blocks.end());
+            for (int32_t b : blocks)
+                for (int j = 0; j < cr; ++j) keep[t].push_back(b * cr + j);
+            for (int c = nb * cr; c < M; ++c) keep[t].push_back(c);
+        } else {
+            for (int c = 0; c < M; ++c)
+                if (coin(rng) != 0 || c == M - 1) keep[t].push_back(c);
+        }
+    }
+    return keep;
+}
+
+// Random keys and values shared by the attention cases (drawing 2 × 17M normals per case would take seconds):
+// at least 2·n floats, K the first n, V the next n.
+const float* kv_pool(size_t n) {
+    static std::vector<float> pool;
+    if (pool.size() < 2 * n) pool = randn(2 * n);
+    return pool.data();
+}
+
+struct Shape {
+    int nh, nkv, hd;
+};
+
+// One attention case: the CPU backend's result against the CUDA kernel with the chunk count picked
+// automatically, with one block per (query, head), and with the most chunks allowed.
+void check_attention(CpuBackend& cpu, const Shape& s, Cells kind, int n0, int T) {
+    const size_t kv = (size_t)(n0 + T) * s.nkv * s.hd;
+    const std::vector<float> q = randn((size_t)T * s.nh * s.hd, 2.0f);
+    const float *K = kv_pool(kv), *V = kv_pool(kv) + kv;
+    const auto keep = make_cells(kind, n0, T);
+    std::vector<float> want((size_t)T * s.nh * s.hd);
+    cpu.attention(q.data(), K, V, T, s.nh, s.nkv, s.hd, keep, want.data());
+
+    std::vector<int32_t> flat(T + 1, 0);
+    for (int t = 0; t < T; ++t) flat[t + 1] = flat[t] + (int32_t)keep[t].size();
+    for (int t = 0; t < T; ++t) flat.insert(flat.end(), keep[t].begin(), keep[t].end());
+    DevBuf<float> dq(q), dK(K, kv), dV(V, kv), dout(want.size());
+    DevBuf<int32_t> dflat(flat);
+    const int32_t* off = kind == Cells::dense ? nullptr : dflat.p;
+    const int32_t* cells = kind == Cells::dense ? nullptr : dflat.p + T + 1;
+    const int most = std::min(128, 4096 / (T * s.nh));
+    for (int chunks : {-1, 1, most}) {
+        CUDA_CHECK(cudaMemset(dout.p, 0xff, dout.n * sizeof(float)));     // NaN: every output must be written
+        cuda::attention(nullptr, dq.p, dK.p, dV.p, T, s.nh, s.nkv, s.hd, off, cells, n0, dout.p, chunks);
+        const std::vector<float> got = dout.get();
+        char name[160];
+        std::snprintf(name, sizeof name, "attention %s n0=%d T=%d nh=%d/%d hd=%d chunks=%s",
+                      kind == Cells::dense ? "dense" : kind == Cells::qsa ? "qsa" : "gaps", n0, T, s.nh, s.nkv, s.hd,
+                      chunks < 0 ? "auto" : std::to_string(chunks).c_str());
+        report(name, rel_err(got, want), 1e-5);
+    }
+}
+
+// T = 1 at the model's shape (16 heads over 2 kv heads, hd 256): the old kernel, one block per head, and the split.
+void time_attention(int n0, Cells kind, int T) {
+    const Shape s{16, 2, 256};
+    const int rows = n0 + T;
+    DevBuf<float> dq(randn((size_t)T * s.nh * s.hd)), dK(randn((size_t)rows * s.nkv * s.hd)),
+        dV(randn((size_t)rows * s.nkv * s.hd)), dout((size_t)T * s.nh * s.hd);
+    const auto keep = make_cells(kind, n0, T);
+    std::vector<int32_t> flat(T + 1, 0);
+    for (int t = 0; t < T; ++t) flat[t + 1] = flat[t] + (int32_t)keep[t].size();
+    for (int t = 0; t < T; ++t) flat.insert(flat.end(), keep[t].begin(), keep[t].end());
+    DevBuf<int32_t> dflat(flat);
+    const int32_t* off = kind == Cells::dense ? nullptr : dflat.p;
+    const int32_t* cells = kind == Cells::dense ? nullptr : dflat.p + T + 1;
+    const std::string what = std::string(kind == Cells::dense ? "dense " : "qsa ") + std::to_string(keep[0].size()) +
+                             " cells T=" + std::to_string(T);
+    timing("attention old kernel   " + what, time_us([&] {
+               old_attention_kernel<8><<<T * s.nh, 128>>>(dq.p, dK.p, dV.p, s.nh, s.nkv, s.hd, off, cells, n0, dout.p);
+           }));
+    timing("attention one block    " + what, time_us([&] {
+               cuda::attention(nullptr, dq.p, dK.p, dV.p, T, s.nh, s.nkv, s.hd, off, cells, n0, dout.p, 1);
+           }));
+    timing("attention split (auto) " + what, time_us([&] {
+               cuda::attention(nullptr, dq.p, dK.p, dV.p, T, s.nh, s.nkv, s.hd, off, cells, n0, dout.p, -1);
+           }));
+}
+
+// QSA block scores for T queries at positions P … P+T−1 and the cells select_cells picks, both against the CPU
+// backend (cells exactly), then their µs per call. ties: scores rounded to halves (exact ties at the budget).
+void check_select(CpuBackend& cpu, int P, int T, bool ties, bool timed) {
+    const int cr = 4, kb = 512, ni = 4, di = 128, stride = (P + T) / cr;
+    const float scale = 1.0f / std::sqrt((float)di);
+    const std::vector<float> qi = randn((size_t)T * ni * di), kblock = randn((size_t)stride * di);
+    std::vector<float> scores((size_t)T * stride, 0.0f);
+    for (int t = 0; t < T; ++t) {
+        const int nb = (P + t + 1) / cr;
+        cpu.indexer_scores(qi.data() + (size_t)t * ni * di, kblock.data(), nb, ni, di, scale,
+                           scores.data() + (size_t)t * stride);
+    }
+    DevBuf<float> dqi(qi), dkb(kblock), dscores(scores.size());
+    CUDA_CHECK(cudaMemset(dscores.p, 0, dscores.n * sizeof(float)));
+    auto run_scores = [&] {
+        for (int t = 0; t < T; ++t)
+            cuda::indexer_scores(nullptr, dqi.p + (size_t)t * ni * di, dkb.p, (P + t + 1) / cr, ni, di, scale,
+                                 dscores.p + (size_t)t * stride);
+    };
+    run_scores();
+    const std::string at = " P=" + std::to_string(P) + " T=" + std::to_string(T);
+    report("indexer_scores" + at, rel_err(dscores.get(), scores), 1e-5);
+    DevBuf<float> drows(scores.size());
+    CUDA_CHECK(cudaMemset(drows.p, 0, drows.n * sizeof(float)));
+    auto run_rows = [&] { cuda::indexer_scores_rows(nullptr, dqi.p, dkb.p, T, P, cr, ni, di, scale, drows.p, stride); };
+    run_rows();
+    report("indexer_scores_rows" + at, rel_err(drows.get(), scores), 1e-5);
+
+    if (ties)
+        for (float& v : scores) v = std::round(v * 2) / 2;
+    std::vector<int32_t> off(T + 1, 0);
+    for (int t = 0; t < T; ++t) {
+        const int M = P + t + 1, nb = M / cr;
+        off[t + 1] = off[t] + (nb > kb ? kb * cr + (M - nb * cr) : M);
+    }
+    std::vector<int32_t> want(off[T]);
+    cpu.select_cells(scores.data(), stride, T, P, cr, kb, off.data(), want.data());
+    DevBuf<float> dsel(scores);
+    DevBuf<int32_t> doff(off), dcells(want.size());
+    DevBuf<char> scratch(cuda::select_cells_scratch_bytes(T, stride));
+    auto run_select = [&] {
+        cuda::select_cells(nullptr, dsel.p, stride, T, P, cr, kb, doff.p, dcells.p, scratch.p);
+    };
+    run_select();
+    const std::vector<int32_t> got = dcells.get();
+    size_t wrong = 0;
+    for (size_t i = 0; i < want.size(); ++i) wrong += got[i] != want[i];
+    report("select_cells" + at + (ties ? " ties" : ""), wrong ? 1.0 : 0.0, 0.0);
+    if (!timed) return;
+    timing("indexer_scores (" + std::to_string(T) + " launches)" + at, time_us(run_scores));
+    timing("indexer_scores_rows (1 launch)" + at, time_us(run_rows));
+    timing("select_cells" + at + (ties ? " ties" : ""), time_us(run_select));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        CpuBackend cpu(0);
+        int dev = 0;
+        cudaDeviceProp prop{};
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+        std::printf("device: %s, %d SMs; split chunks at T=1, 16 heads: %d\n", prop.name, prop.multiProcessorCount,
+                    cuda::attention_chunks(1, 16, -1));
+
+        kv_pool((size_t)(32768 + 64) * 2 * 256);      // the largest case first, so the pool is drawn once
+        const Shape model{16, 2, 256};
+        for (int T : {1, 2, 8, 64})
+            for (int n0 : {1, 3, 100, 1024, 4096, 32768})
+                for (Cells kind : {Cells::dense, Cells::qsa, Cells::gaps}) {
+                    if (kind == Cells::qsa && n0 < 4096) continue;                  // qsa == dense below kb blocks
+                    if (T == 64 && n0 == 32768 && kind != Cells::qsa) continue;     // CPU reference too slow
+                    check_attention(cpu, model, kind, n0, T);
+                }
+        for (const Shape s : {Shape{8, 1, 128}, Shape{4, 4, 64}, Shape{6, 2, 32}, Shape{2, 1, 80}})
+            for (int T : {1, 8})
+                for (int n0 : {5, 1000, 32768})
+                    check_attention(cpu, s, n0 > 5 ? Cells::gaps : Cells::dense, n0, T);
+
+        check_select(cpu, 3000, 3, false, false);
+        check_select(cpu, 3000, 3, true, false);
+        check_select(cpu, 32767, 1, false, true);
+        check_select(cpu, 32704, 64, false, true);
+        check_select(cpu, 32767, 1, true, true);
+
+        for (int n0 : {1024, 4096, 32768}) time_attention(n0, Cells::dense, 1);
+        time_attention(32768, Cells::qsa, 1);
+        time_attention(4096, Cells::qsa, 8);
+        time_attention(1024, Cells::dense, 64);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "attention_long_test: error: %s\n", e.what());
+        return 2;
+    }
+    std::printf("attention_long_test: %d checks, %d failed\n", n_checks, n_failed);
+    if (argc > 1) {
+        std::FILE* f = std::fopen(argv[1], "w");
+        if (f) {
+            std::fprintf(f, "{\"checks\": [\n%s\n], \"timings\": [\n%s\n], \"failed\": %d}\n", json_checks.c_str(),
+                         json_timings.c_str(), n_failed);
+            std::fclose(f);
+        }
+    }
+    return n_failed ? 1 : 0;
+}
