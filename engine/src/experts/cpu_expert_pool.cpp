@@ -24,7 +24,7 @@ void CpuExpertPool::compute(const Weight& gate, const Weight& up, const Weight& 
                             const std::vector<ExpertPair>& pairs, float* out) {
     if (pairs.empty()) return;
     const auto t0 = std::chrono::steady_clock::now();
-    compute_experts_cpu(pool_, f32_, gate, up, down, x, pairs, out);
+    compute_experts_cpu(pool_, f32_, gate, up, down, x, pairs, out, scratch_);
     pairs_done_ += (int64_t)pairs.size();
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

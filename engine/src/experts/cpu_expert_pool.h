@@ -30,6 +30,7 @@ public:
 
 private:
     ThreadPool pool_;
+    MoeScratch scratch_;   // compute() is called from one thread at a time
     bool f32_;
     double seconds_ = 0;
     int64_t pairs_done_ = 0;

@@ -1,3 +1,4 @@
+// compute_experts_cpu: the routed experts of one MoE layer on the CPU pool (see moe_cpu.h for the phases).
 #include "backend/cpu/moe_cpu.h"
 
 #include <algorithm>
@@ -23,115 +24,145 @@ void rows_dot_f32(const Weight& w, const uint8_t* matrix, int64_t r0, int64_t r1
     }
 }
 
-// One expert's share of a pass: the tokens it serves and where their rows live in the flat buffers.
-struct Group {
-    int expert;
-    std::vector<int> pair_index;   // indices into pairs, ascending
-    size_t first;                  // index of this group's first (token) row in the flat per-token buffers
+// Thread t's share [begin, end) of `total` items, cut at multiples of 16 (one cache line of floats) so no two
+// threads write the same line of an output row.
+void share_of(int64_t total, int t, int n, int64_t& begin, int64_t& end) {
+    const int64_t lines = (total + 15) / 16;
+    begin = std::min(total, lines * t / n * 16);
+    end = t + 1 == n ? total : std::min(total, lines * (t + 1) / n * 16);
+}
+
+// The experts of a call laid out as groups: group g serves pairs order[first[g] .. first[g+1]), all of one expert.
+struct Groups {
+    const std::vector<ExpertPair>& pairs;
+    const std::vector<int>& order;
+    const std::vector<int>& first;
+    int count() const { return (int)first.size() - 1; }
+    int expert(int g) const { return pairs[order[first[g]]].expert; }
+    int size(int g) const { return first[g + 1] - first[g]; }
 };
 
-// Runs fn(group, r0, r1) over rows [0, rows) of every group, the groups' rows laid end to end and split evenly.
+// fn(g, r0, r1) for thread t's share of rows [0, rows) of every group, the groups' rows laid end to end.
 template <typename Fn>
-void for_group_rows(ThreadPool& pool, const std::vector<Group>& groups, int64_t rows, const Fn& fn) {
-    const int64_t total = rows * (int64_t)groups.size();
-    const int64_t pieces = std::min<int64_t>(pool.size(), std::max<int64_t>(1, total / 16));
-    pool.parallel_for(pieces, [&](int64_t p0, int64_t p1) {
-        const int64_t q0 = total * p0 / pieces, q1 = total * p1 / pieces;
-        for (int64_t gi = q0 / rows; gi < (int64_t)groups.size() && gi * rows < q1; ++gi) {
-            const int64_t r0 = std::max<int64_t>(q0 - gi * rows, 0), r1 = std::min<int64_t>(q1 - gi * rows, rows);
-            if (r0 < r1) fn(groups[gi], r0, r1);
-        }
-    });
+void for_group_rows(const Groups& groups, int64_t rows, int t, int n, const Fn& fn) {
+    int64_t q0, q1;
+    share_of(rows * groups.count(), t, n, q0, q1);
+    for (int64_t g = q0 / rows; g < groups.count() && g * rows < q1; ++g) {
+        const int64_t r0 = std::max<int64_t>(q0 - g * rows, 0), r1 = std::min<int64_t>(q1 - g * rows, rows);
+        if (r0 < r1) fn((int)g, r0, r1);
+    }
+}
+
+size_t padded_act_bytes(GgmlType t, int64_t n) { return (act_bytes(t, n) + 63) / 64 * 64; }
+
+template <typename T>
+T* at_least(std::vector<T>& v, size_t n) {
+    if (v.size() < n) v.resize(n);
+    return v.data();
 }
 
 }  // namespace
 
 void compute_experts_cpu(ThreadPool& pool, bool f32, const Weight& gate, const Weight& up, const Weight& down,
                          const float* x, const std::vector<ExpertPair>& pairs, float* out) {
+    MoeScratch scratch;
+    compute_experts_cpu(pool, f32, gate, up, down, x, pairs, out, scratch);
+}
+
+void compute_experts_cpu(ThreadPool& pool, bool f32, const Weight& gate, const Weight& up, const Weight& down,
+                         const float* x, const std::vector<ExpertPair>& pairs, float* out, MoeScratch& s) {
     if (pairs.empty()) return;
     const int64_t H = gate.ne[0], I = gate.ne[1], E = gate.ne[2];
     STRATA_CHECK(up.ne[0] == H && up.ne[1] == I && down.ne[0] == I && down.ne[1] == H, "experts: tensor shapes ",
                  H, "x", I, " / ", up.ne[0], "x", up.ne[1], " / ", down.ne[0], "x", down.ne[1], " do not match");
-    std::vector<std::vector<int>> users(E);
-    for (size_t i = 0; i < pairs.size(); ++i) {
+    const size_t n_rows = pairs.size();   // one row per (expert, token) pair, in group order
+    s.order.resize(n_rows);
+    for (size_t i = 0; i < n_rows; ++i) {
         STRATA_CHECK(pairs[i].expert >= 0 && pairs[i].expert < E, "experts: expert id ", pairs[i].expert,
                      " is outside 0..", E - 1);
-        users[pairs[i].expert].push_back((int)i);
+        s.order[i] = (int)i;
     }
-    std::vector<Group> groups;
-    size_t n_rows = 0;
-    for (int64_t e = 0; e < E; ++e)
-        if (!users[e].empty()) {
-            groups.push_back({(int)e, std::move(users[e]), n_rows});
-            n_rows += groups.back().pair_index.size();
-        }
+    std::sort(s.order.begin(), s.order.end(), [&](int a, int b) {
+        return pairs[a].expert != pairs[b].expert ? pairs[a].expert < pairs[b].expert : a < b;
+    });
+    s.group_first.clear();
+    for (size_t j = 0; j < n_rows; ++j)
+        if (j == 0 || pairs[s.order[j]].expert != pairs[s.order[j - 1]].expert) s.group_first.push_back((int)j);
+    s.group_first.push_back((int)n_rows);
+    const Groups groups{pairs, s.order, s.group_first};
 
-    // Activations: one row per (expert, token) pair, in group order.
-    const size_t ab_g = (act_bytes(gate.type, H) + 63) / 64 * 64;
-    const size_t ab_u = (act_bytes(up.type, H) + 63) / 64 * 64;
-    const size_t ab_d = (act_bytes(down.type, I) + 63) / 64 * 64;
-    // gate and up read the same quantized rows when they share a format; each token is quantized once per
-    // format and copied to its pairs' rows (a decode token's 10 pairs, a prompt token's k pairs).
-    const bool same_act = gate.type == up.type;
-    std::vector<uint8_t> act_g, act_u, act_h;
-    if (!f32) {
-        int n_tokens = 0;
-        for (const ExpertPair& pr : pairs) n_tokens = std::max(n_tokens, pr.token + 1);
-        std::vector<uint8_t> tok_g(ab_g * n_tokens), tok_u(same_act ? 0 : ab_u * n_tokens);
-        std::vector<char> quantized(n_tokens, 0);
-        act_g.resize(ab_g * n_rows);
-        if (!same_act) act_u.resize(ab_u * n_rows);
-        act_h.resize(ab_d * n_rows);
-        for (const Group& g : groups)
-            for (size_t i = 0; i < g.pair_index.size(); ++i) {
-                const int t = pairs[g.pair_index[i]].token;
-                if (!quantized[t]) {
-                    quantize_act(gate.type, x + (size_t)t * H, tok_g.data() + ab_g * t, H);
-                    if (!same_act) quantize_act(up.type, x + (size_t)t * H, tok_u.data() + ab_u * t, H);
-                    quantized[t] = 1;
+    const size_t ab_g = padded_act_bytes(gate.type, H), ab_u = padded_act_bytes(up.type, H);
+    const size_t ab_d = padded_act_bytes(down.type, I);
+    const bool same_act = gate.type == up.type;   // gate and up then read the same quantized rows
+    uint8_t* act_g = f32 ? nullptr : at_least(s.act_g, ab_g * n_rows);
+    uint8_t* act_u = f32 || same_act ? act_g : at_least(s.act_u, ab_u * n_rows);
+    uint8_t* act_h = f32 ? nullptr : at_least(s.act_h, ab_d * n_rows);
+    float* gv = at_least(s.gv, n_rows * I);   // gate rows, then silu(gate) ⊙ up in place
+    float* uv = at_least(s.uv, n_rows * I);
+    float* ov = at_least(s.ov, n_rows * H);   // down rows of groups that serve several tokens
+
+    const int n = pool.size();
+    SpinBarrier barrier(n);
+    pool.parallel_for(n, [&](int64_t t64, int64_t) {
+        const int t = (int)t64;
+        int64_t j0, j1;
+        if (!f32) {
+            // 1. This thread's rows of quantized inputs: pair j's token in the gate (and up) format.
+            share_of((int64_t)n_rows, t, n, j0, j1);
+            for (int64_t j = j0; j < j1; ++j) {
+                const float* xt = x + (size_t)pairs[s.order[j]].token * H;
+                quantize_act(gate.type, xt, act_g + ab_g * j, H);
+                if (!same_act) quantize_act(up.type, xt, act_u + ab_u * j, H);
+            }
+            barrier.arrive_and_wait();
+        }
+        // 2. This thread's share of all gate and up rows, then silu(gate) ⊙ up on those rows.
+        for_group_rows(groups, I, t, n, [&](int g, int64_t r0, int64_t r1) {
+            const int first = groups.first[g], count = groups.size(g);
+            const uint8_t* wg = gate.matrix(groups.expert(g));
+            const uint8_t* wu = up.matrix(groups.expert(g));
+            if (f32) {
+                for (int i = 0; i < count; ++i) {
+                    const float* xt = x + (size_t)pairs[s.order[first + i]].token * H;
+                    rows_dot_f32(gate, wg, r0, r1, xt, gv + (size_t)(first + i) * I);
+                    rows_dot_f32(up, wu, r0, r1, xt, uv + (size_t)(first + i) * I);
                 }
-                std::memcpy(act_g.data() + ab_g * (g.first + i), tok_g.data() + ab_g * t, ab_g);
-                if (!same_act) std::memcpy(act_u.data() + ab_u * (g.first + i), tok_u.data() + ab_u * t, ab_u);
+            } else {
+                gemv_rows_multi(gate.type, H, wg, gate.row_bytes, r0, r1, act_g + ab_g * first, count, ab_g,
+                                gv + (size_t)first * I, I);
+                gemv_rows_multi(up.type, H, wu, up.row_bytes, r0, r1, act_u + ab_u * first, count, ab_u,
+                                uv + (size_t)first * I, I);
             }
-    }
-    const uint8_t* act_up = same_act ? act_g.data() : act_u.data();
-    std::vector<float> gv(n_rows * I), uv(n_rows * I), hv(n_rows * I), ov(n_rows * H);
-
-    for_group_rows(pool, groups, I, [&](const Group& g, int64_t r0, int64_t r1) {
-        const int n = (int)g.pair_index.size();
-        const uint8_t* wg = gate.matrix(g.expert);
-        const uint8_t* wu = up.matrix(g.expert);
-        if (f32) {
-            for (int i = 0; i < n; ++i) {
-                const float* xt = x + (size_t)pairs[g.pair_index[i]].token * H;
-                rows_dot_f32(gate, wg, r0, r1, xt, gv.data() + (g.first + i) * I);
-                rows_dot_f32(up, wu, r0, r1, xt, uv.data() + (g.first + i) * I);
+            for (int i = 0; i < count; ++i) {
+                float* g_row = gv + (size_t)(first + i) * I;
+                const float* u_row = uv + (size_t)(first + i) * I;
+                for (int64_t r = r0; r < r1; ++r) g_row[r] = g_row[r] / (1.0f + std::exp(-g_row[r])) * u_row[r];
             }
-            return;
+        });
+        barrier.arrive_and_wait();
+        if (!f32) {
+            // 3. This thread's rows of quantized hidden activations.
+            share_of((int64_t)n_rows, t, n, j0, j1);
+            for (int64_t j = j0; j < j1; ++j) quantize_act(down.type, gv + (size_t)j * I, act_h + ab_d * j, I);
+            barrier.arrive_and_wait();
         }
-        gemv_rows_multi(gate.type, H, wg, gate.row_bytes, r0, r1, act_g.data() + ab_g * g.first, n, ab_g,
-                        gv.data() + g.first * I, I);
-        gemv_rows_multi(up.type, H, wu, up.row_bytes, r0, r1, act_up + ab_u * g.first, n, ab_u,
-                        uv.data() + g.first * I, I);
+        // 4. This thread's share of all down rows, straight into out for a one-token group.
+        for_group_rows(groups, H, t, n, [&](int g, int64_t r0, int64_t r1) {
+            const int first = groups.first[g], count = groups.size(g);
+            const uint8_t* wd = down.matrix(groups.expert(g));
+            float* y = count == 1 ? out + (size_t)s.order[first] * H : ov + (size_t)first * H;
+            if (f32) {
+                for (int i = 0; i < count; ++i)
+                    rows_dot_f32(down, wd, r0, r1, gv + (size_t)(first + i) * I, y + (size_t)i * H);
+            } else {
+                gemv_rows_multi(down.type, I, wd, down.row_bytes, r0, r1, act_h + ab_d * first, count, ab_d, y, H);
+            }
+            if (count > 1)
+                for (int i = 0; i < count; ++i)
+                    std::memcpy(out + (size_t)s.order[first + i] * H + r0, y + (size_t)i * H + r0,
+                                (size_t)(r1 - r0) * sizeof(float));
+        });
     });
-    for (size_t i = 0; i < n_rows * I; ++i) hv[i] = gv[i] / (1.0f + std::exp(-gv[i])) * uv[i];   // silu(gate) ⊙ up
-    if (!f32)
-        for (size_t r = 0; r < n_rows; ++r) quantize_act(down.type, hv.data() + r * I, act_h.data() + ab_d * r, I);
-
-    for_group_rows(pool, groups, H, [&](const Group& g, int64_t r0, int64_t r1) {
-        const int n = (int)g.pair_index.size();
-        const uint8_t* wd = down.matrix(g.expert);
-        if (f32) {
-            for (int i = 0; i < n; ++i)
-                rows_dot_f32(down, wd, r0, r1, hv.data() + (g.first + i) * I, ov.data() + (g.first + i) * H);
-            return;
-        }
-        gemv_rows_multi(down.type, I, wd, down.row_bytes, r0, r1, act_h.data() + ab_d * g.first, n, ab_d,
-                        ov.data() + g.first * H, H);
-    });
-    for (const Group& g : groups)
-        for (size_t i = 0; i < g.pair_index.size(); ++i)
-            std::memcpy(out + (size_t)g.pair_index[i] * H, ov.data() + (g.first + i) * H, (size_t)H * sizeof(float));
 }
 
 }  // namespace strata

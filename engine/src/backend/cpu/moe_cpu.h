@@ -1,6 +1,7 @@
 // The routed experts on the CPU, used by the CPU backend and by the hybrid path's CPU pool: one implementation.
-// All experts of a call are computed in two passes over the pool (gate/up rows of every expert, then down rows), each
-// expert's rows read once for all the tokens it serves. Results do not depend on the thread count.
+// One wake-up of the pool per call: every thread quantizes its share of the inputs, computes its share of all gate/up
+// rows, then of all down rows, with spin barriers between; each expert's rows are read once for all the tokens it
+// serves. Results do not depend on the thread count.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -15,11 +16,22 @@ struct ExpertPair {
     int expert = 0;
 };
 
+// Buffers kept from call to call (grown, never shrunk), so a decode step allocates nothing.
+struct MoeScratch {
+    std::vector<int> order;          // pair indices sorted by (expert, index)
+    std::vector<int> group_first;    // per group: its first row in order / the flat per-pair buffers
+    std::vector<uint8_t> act_g, act_u, act_h;
+    std::vector<float> gv, uv, ov;
+};
+
 // out[i] = down_e(silu(gate_e · x[t]) ⊙ (up_e · x[t])) for pairs[i] = (t, e); x [*, H], out [pairs, H].
 // gate, up, down: one layer's 3-D expert tensors ({H, I, E}, {H, I, E}, {I, H, E}) in host memory. With
 // f32_activations the weights are dequantized and multiplied in f32 (the reference mode), else activations are
 // quantized to each weight type's activation format.
 void compute_experts_cpu(ThreadPool& pool, bool f32_activations, const Weight& gate, const Weight& up,
                          const Weight& down, const float* x, const std::vector<ExpertPair>& pairs, float* out);
+void compute_experts_cpu(ThreadPool& pool, bool f32_activations, const Weight& gate, const Weight& up,
+                         const Weight& down, const float* x, const std::vector<ExpertPair>& pairs, float* out,
+                         MoeScratch& scratch);
 
 }  // namespace strata

@@ -73,6 +73,21 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
     job_ = nullptr;
 }
 
+void SpinBarrier::arrive_and_wait() {
+    if (n_ <= 1) return;
+    const uint32_t phase = phase_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
+        // Last to arrive: nobody can reach the next barrier before the phase changes, so the reset is safe.
+        arrived_.store(0, std::memory_order_relaxed);
+        phase_.store(phase + 1, std::memory_order_release);
+        return;
+    }
+    for (int spin = 0; phase_.load(std::memory_order_acquire) == phase; ++spin) {
+        if (spin < kSpinIterations / 8) STRATA_CPU_RELAX();
+        else std::this_thread::yield();
+    }
+}
+
 void ThreadPool::worker(int index) {
     uint64_t seen = 0;
     for (;;) {

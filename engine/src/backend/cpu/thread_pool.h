@@ -12,6 +12,19 @@
 
 namespace strata {
 
+// Every one of n threads waits in arrive_and_wait until all n have arrived (used inside one parallel_for over
+// pool.size() pieces, one per thread, so phases of a job need no second wake-up). Spins, then yields.
+class SpinBarrier {
+public:
+    explicit SpinBarrier(int n) : n_(n) {}
+    void arrive_and_wait();
+
+private:
+    alignas(64) std::atomic<int> arrived_{0};
+    alignas(64) std::atomic<uint32_t> phase_{0};
+    int n_;
+};
+
 class ThreadPool {
 public:
     // n_threads counts the calling thread; 0 = one per physical core but one (at least 1).
@@ -34,9 +47,10 @@ private:
     std::condition_variable cv_start_;
     const RangeFn* job_ = nullptr;       // written before generation_ is bumped
     int64_t job_n_ = 0;
-    std::atomic<uint64_t> generation_{0};
-    std::atomic<int> pending_{0};        // workers still running the current job
     std::atomic<bool> stop_{false};
+    // Own cache lines: idle workers poll generation_ while finishing workers decrement pending_.
+    alignas(64) std::atomic<uint64_t> generation_{0};
+    alignas(64) std::atomic<int> pending_{0};   // workers still running the current job
 };
 
 }  // namespace strata
