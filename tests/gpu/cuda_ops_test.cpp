@@ -1,7 +1,7 @@
 // Every Backend op on the CUDA backend against the CPU backend on random inputs: matmul and embed in all 21 weight
-// formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts and shared_expert (both modes), hyper_read (both modes), fused activation quantization == unfused (bits), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
+// formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts and shared_expert (both modes), hyper_read and gdn_block (both modes), fused activation quantization == unfused (bits), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
 // keep-lists), indexer scores. Prints one line per check and writes JSON when given a path. Needs a GPU.
-// usage: cuda_ops_test [results.json]
+// usage: cuda_ops_test [results.json] [--only GROUP]   (GROUP: part of a test group's name, e.g. gdn_block)
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -27,6 +27,12 @@ std::mt19937 rng(12345);
 CpuBackend* cpu = nullptr;
 CudaBackend* gpu = nullptr;
 std::string mode;   // name suffix of the activation mode under test
+std::string only;   // --only GROUP: run only the test groups whose name contains GROUP
+
+// Runs a test group unless --only names another.
+void group(const char* name, void (*fn)()) {
+    if (only.empty() || std::string(name).find(only) != std::string::npos) fn();
+}
 
 struct Result {
     std::string name;
@@ -522,6 +528,70 @@ void test_hyper_read() {
     }
 }
 
+// Backend::gdn_block: the CUDA path (four projections sharing one quantization, conv + silu + l2 norms in one kernel,
+// recurrence + gates + gated RMSNorm in one) against the CPU composition of primitive ops, on random weights (conv
+// taps, dt_bias, a, the norm weight too) and a random carried state; y, the conv history and the state S are compared.
+// Shapes of a tiny model (d 16, 32) and of the full model (d 128); T = 1, 3, 8 and a prompt chunk of 40. With Q8
+// activations each side quantizes its own o (a last-bit difference may move an int8 one step), hence the wider
+// tolerance there. A backend made with STRATA_CUDA_FUSED_GDN=0 must take the primitive ops.
+void test_gdn_block(const std::string& suffix = "", bool expect_fused = true) {
+    struct Case {
+        int H, nk, nv, d;
+        GgmlType qkv, small, out;
+    };
+    const std::vector<Case> cases = {
+        {64, 2, 4, 16, GgmlType::Q8_0, GgmlType::F16, GgmlType::Q8_0},
+        {256, 2, 6, 32, GgmlType::Q4_K, GgmlType::IQ2_XS, GgmlType::Q2_0},
+        {2048, 16, 48, 128, GgmlType::Q4_K, GgmlType::IQ2_XS, GgmlType::IQ2_XS},
+    };
+    const int K = 4;
+    const double tol = mode.empty() ? 1e-2 : 1e-4;
+    for (const Case& c : cases) {
+        const int kd = c.nk * c.d, vd = c.nv * c.d, cd = 2 * kd + vd;
+        GdnWeights w;
+        w.qkv = make_weight(c.qkv, c.H, cd, 1, "attn_qkv");
+        w.gate = make_weight(c.small, c.H, vd, 1, "attn_gate");
+        w.beta = make_weight(c.small, c.H, c.nv, 1, "ssm_beta");
+        w.alpha = make_weight(c.small, c.H, c.nv, 1, "ssm_alpha");
+        w.out = make_weight(c.out, vd, c.H, 1, "ssm_out");
+        w.conv1d = make_f32_vector(randn((size_t)cd * K, 0.3f), "ssm_conv1d");
+        w.dt_bias = make_f32_vector(randn(c.nv), "ssm_dt.bias");
+        std::vector<float> a = randn(c.nv, 0.5f), norm = randn(c.d, 0.3f);
+        for (float& v : a) v = -std::exp(v);
+        for (float& v : norm) v += 1.0f;
+        w.a = make_f32_vector(a, "ssm_a");
+        w.norm = make_f32_vector(norm, "ssm_norm");
+        Backend::GdnShape shape;
+        shape.nk = c.nk;
+        shape.nv = c.nv;
+        shape.d = c.d;
+        shape.conv_kernel = K;
+        shape.rms_eps = 1e-6f;
+        for (int T : {1, 3, 8, 40}) {
+            const std::string name = std::string("gdn_block ") + ggml_type_name(c.qkv) + "/" + ggml_type_name(c.small) +
+                                     " d=" + std::to_string(c.d) + " T=" + std::to_string(T) + mode + suffix;
+            const std::vector<std::vector<float>> inputs = {randn((size_t)T * c.H), randn((size_t)(K - 1) * cd),
+                                                            randn((size_t)c.nv * c.d * c.d, 0.1f),
+                                                            std::vector<float>((size_t)T * c.H)};
+            const int64_t fused_before = CudaBackend::fused_gdn_blocks();
+            compare(name, inputs, {3, 1, 2},
+                    [&](Backend& b, auto& p) { b.gdn_block(w, shape, p[0], T, p[1], p[2], p[3]); }, tol);
+            const int64_t fused = CudaBackend::fused_gdn_blocks() - fused_before;
+            report(name + " path", {(float)fused}, {expect_fused ? 1.0f : 0.0f}, 0.0);
+        }
+    }
+}
+
+void test_gdn_block_unfused() {
+    setenv("STRATA_CUDA_FUSED_GDN", "0", 1);
+    CudaBackend unfused(0);
+    setenv("STRATA_CUDA_FUSED_GDN", "1", 1);
+    CudaBackend* fused = gpu;
+    gpu = &unfused;
+    test_gdn_block(" unfused", false);
+    gpu = fused;
+}
+
 void test_small_ops() {
     const int T = 6, H = 64, n = 4, nH = n * H;
     for (int width : {16, 20, 33})   // plain formats take any row length (hyper-connection ranks of 16)
@@ -633,6 +703,11 @@ void test_conv_gdn_rope_attention() {
 }  // namespace
 
 int main(int argc, char** argv) {
+    const char* json_path = nullptr;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+        else json_path = argv[i];
+    }
     setenv("STRATA_CUDA_GRAPHS", "1", 1);        // off by default; test_graph_replay needs them
     setenv("STRATA_CUDA_FUSED_QUANT", "1", 1);   // off by default; every matmul check runs the fused kernels
     try {
@@ -642,10 +717,11 @@ int main(int argc, char** argv) {
             cpu = &cpu_f32;
             gpu = &gpu_f32;
             mode = " f32act";
-            test_matmul_and_embed();
-            test_moe();
-            test_shared_expert();
-            test_hyper_read();
+            group("matmul", test_matmul_and_embed);
+            group("moe", test_moe);
+            group("shared_expert", test_shared_expert);
+            group("hyper_read", test_hyper_read);
+            group("gdn_block", [] { test_gdn_block(); });
         }
         CpuBackend cpu_backend(0);
         CudaBackend gpu_backend(0);
@@ -653,17 +729,19 @@ int main(int argc, char** argv) {
         gpu = &gpu_backend;
         mode = "";
         std::printf("device: %s\n", gpu->device_name().c_str());
-        test_matmul_and_embed();
-        test_moe();
-        test_shared_expert();
-        test_route_topk();
-        test_small_ops();
-        test_hyper_read();
-        test_conv_gdn_rope_attention();
-        test_act_reuse();
-        test_fused_quant_bits();
-        test_select_cells();
-        test_graph_replay();
+        group("matmul", test_matmul_and_embed);
+        group("moe", test_moe);
+        group("shared_expert", test_shared_expert);
+        group("route_topk", test_route_topk);
+        group("small_ops", test_small_ops);
+        group("hyper_read", test_hyper_read);
+        group("gdn_block", [] { test_gdn_block(); });
+        group("gdn_block_unfused", test_gdn_block_unfused);
+        group("conv_gdn_rope_attention", test_conv_gdn_rope_attention);
+        group("act_reuse", test_act_reuse);
+        group("fused_quant_bits", test_fused_quant_bits);
+        group("select_cells", test_select_cells);
+        group("graph_replay", test_graph_replay);
         weights.clear();
     } catch (const std::exception& e) {
         std::fprintf(stderr, "cuda_ops_test: error: %s\n", e.what());
@@ -671,8 +749,8 @@ int main(int argc, char** argv) {
     }
     int failed = 0;
     for (const Result& r : results) failed += r.rel > r.tol;
-    if (argc > 1) {
-        std::FILE* f = std::fopen(argv[1], "w");
+    if (json_path) {
+        std::FILE* f = std::fopen(json_path, "w");
         if (f) {
             std::fprintf(f, "{\"checks\": [\n");
             for (size_t i = 0; i < results.size(); ++i)

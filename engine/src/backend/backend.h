@@ -97,6 +97,16 @@ public:
     // q, k [T, nk·dk] (already normalised/scaled), v [T, nv·dv], g, beta [T, nv]; o [T, nv·dv].
     virtual void gdn_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,
                                int T, int nk, int nv, int dk, int dv, float* S, float* o) = 0;
+    // The Gated DeltaNet mixer (MODEL.md §7): y [T, H] from u [T, H] with nk key heads and nv value heads of dimension
+    // d (dk = dv), conv kernel K; updates conv_hist [K−1, 2·nk·d + nv·d] and the state S [nv, d, d]. The default
+    // (model/block_gdn.cpp) issues the primitive ops (four projections, conv, silu, split, l2 norms, gates, recurrence,
+    // gated RMSNorm, out projection); a GPU backend may fuse them.
+    struct GdnShape {
+        int nk = 0, nv = 0, d = 0, conv_kernel = 0;
+        float rms_eps = 0.0f;
+    };
+    virtual void gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
+                           float* y);
     // RoPE (NeoX halves) on the first n_rot dims of each head. x [T, n_heads·hd]; positions on the host.
     virtual void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) = 0;
     // Softmax attention of T queries at positions pos0.. over cached keys; keep[t] lists (on the host) the key

@@ -1,14 +1,17 @@
 // Gated DeltaNet layer (MODEL.md §7) on GGUF weights: value heads in tiled order (head p uses key head p mod nk),
-// ssm_a already −exp(A_log), ssm_norm not folded, sigmoid output gate.
+// ssm_a already −exp(A_log), ssm_norm not folded, sigmoid output gate. Backend::gdn_block's default body lives here:
+// the composition of primitive ops (the CPU reference).
 #include <cmath>
 
 #include "model/blocks.h"
 
 namespace strata {
 
-void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& st, const float* u, int T, float* y) {
-    const int nk = hp.ssm_n_key_head, nv = hp.ssm_n_value_head, d = hp.ssm_head_dim;
-    const int kd = hp.key_dim(), vd = hp.value_dim(), cd = hp.conv_dim();
+void Backend::gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
+                        float* y) {
+    Backend& be = *this;
+    const int nk = s.nk, nv = s.nv, d = s.d;
+    const int kd = nk * d, vd = nv * d, cd = 2 * kd + vd;
     Scratch qkv(be, (size_t)T * cd), conv(be, (size_t)T * cd), z(be, (size_t)T * vd);
     Scratch beta(be, (size_t)T * nv), g(be, (size_t)T * nv);
     be.matmul(w.qkv, u, T, qkv);
@@ -16,7 +19,7 @@ void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& 
     be.matmul(w.beta, u, T, beta);
     be.matmul(w.alpha, u, T, g);
 
-    be.causal_conv(qkv, T, cd, w.conv1d, hp.ssm_conv_kernel, 1, st.conv_hist, conv);
+    be.causal_conv(qkv, T, cd, w.conv1d, s.conv_kernel, 1, conv_hist, conv);
     be.unary(Unary::silu, conv, (size_t)T * cd, 1.0f, conv);
     Scratch q(be, (size_t)T * kd), k(be, (size_t)T * kd), v(be, (size_t)T * vd);
     be.slice_cols(conv, T, cd, 0, kd, q);
@@ -31,13 +34,23 @@ void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& 
     be.mul_row(g, T, nv, w.a);                                       // g = −exp(A_log)·softplus(a + dt_bias) ≤ 0
 
     Scratch o(be, (size_t)T * vd);
-    be.gdn_recurrent(q, k, v, g, beta, T, nk, nv, d, d, st.ssm, o);
+    be.gdn_recurrent(q, k, v, g, beta, T, nk, nv, d, d, S, o);
 
     // Gated RMSNorm per value head: norm(o)·w·σ(z)
-    be.rms_norm(o, &w.norm, T, vd, d, hp.rms_eps, o);
+    be.rms_norm(o, &w.norm, T, vd, d, s.rms_eps, o);
     be.unary(Unary::sigmoid, z, (size_t)T * vd, 1.0f, z);
     be.mul(o, z, (size_t)T * vd, o);
     be.matmul(w.out, o, T, y);
+}
+
+void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& st, const float* u, int T, float* y) {
+    Backend::GdnShape s;
+    s.nk = hp.ssm_n_key_head;
+    s.nv = hp.ssm_n_value_head;
+    s.d = hp.ssm_head_dim;
+    s.conv_kernel = hp.ssm_conv_kernel;
+    s.rms_eps = hp.rms_eps;
+    be.gdn_block(w, s, u, T, st.conv_hist, st.ssm, y);
 }
 
 }  // namespace strata

@@ -15,6 +15,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_pool.h"
+#include "backend/cuda/gpu_op_profile.h"
 #include "backend/cuda/hybrid_moe.h"
 #include "backend/cuda/kernels/kernels.h"
 #include "backend/cuda/kernels/matmul_tiled.h"
@@ -29,6 +30,7 @@ namespace strata {
 
 namespace {
 std::atomic<int64_t> fused_gate_up_count{0};   // moe_gate_up launches, all backends (CudaBackend::fused_gate_ups)
+std::atomic<int64_t> fused_gdn_count{0};       // gdn_block calls on the fused path, all backends
 }
 
 struct CudaBackend::Impl {
@@ -50,6 +52,23 @@ struct CudaBackend::Impl {
 
     bool graphs_on = false;
     std::unique_ptr<cuda::StreamGraphs> graphs;  // created with the stream
+    std::unique_ptr<cuda::GpuOpProfile> prof;    // STRATA_CUDA_PROFILE=1; created with the stream
+
+    // The profile's span of one Backend op (or of a step inside a fused op): open for the scope.
+    struct OpScope {
+        cuda::GpuOpProfile& p;
+        OpScope(Impl& im, const char* op, const char* detail = nullptr) : p(*im.prof) {
+            if (p.on()) p.open(op, detail);
+        }
+        ~OpScope() {
+            if (p.on()) p.close();
+        }
+        OpScope(const OpScope&) = delete;
+        OpScope& operator=(const OpScope&) = delete;
+    };
+
+    // Backend::gdn_block in two kernels between its matmuls (kernels/gdn_fused.cu); STRATA_CUDA_FUSED_GDN=0 turns it off.
+    bool fused_gdn = true;
 
     // Decode-sized MoE in fewer launches (gate+up+swiglu as one kernel, the shared expert's tail as one);
     // STRATA_CUDA_FUSED_MOE=0 turns it off.
@@ -115,6 +134,7 @@ struct CudaBackend::Impl {
     }
 
     bool begin_graph() {
+        prof->pass_begin();
         if (!graphs_on || graphs->capturing()) return false;
         graphs->begin();
         return true;
@@ -279,6 +299,7 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
     impl_->graphs = std::make_unique<cuda::StreamGraphs>(impl_->stream);
+    impl_->prof = std::make_unique<cuda::GpuOpProfile>(impl_->stream);
     cuda::upload_iq_tables();
     cuda::hyper_read_upload_tables();
     cuda::tiled_upload_tables();
@@ -295,21 +316,31 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
                 im->matmul_rows(m, x, act_rows, P, y);
             });
     }
+    const char* gdn_env = std::getenv("STRATA_CUDA_FUSED_GDN");
+    impl_->fused_gdn = !(gdn_env && std::strcmp(gdn_env, "0") == 0);
     const char* fused_env = std::getenv("STRATA_CUDA_FUSED_MOE");
     impl_->fused_moe = !(fused_env && std::strcmp(fused_env, "0") == 0);
     CUDA_CHECK(cudaMalloc(&impl_->zero_ids, cuda::kTiledMinRows * sizeof(int32_t)));
     CUDA_CHECK(cudaMemset(impl_->zero_ids, 0, cuda::kTiledMinRows * sizeof(int32_t)));
-    // The hybrid path waits for routing on the host mid-pass, which a graph cannot hold.
-    impl_->graphs_on = graphs_wanted && !impl_->sync_each_op && !impl_->hybrid;
+    // The hybrid path waits for routing on the host mid-pass, which a graph cannot hold; the profile's events time
+    // ops issued directly.
+    impl_->graphs_on = graphs_wanted && !impl_->sync_each_op && !impl_->hybrid && !impl_->prof->on();
+    if (graphs_wanted && impl_->prof->on()) log_warn("cuda", "STRATA_CUDA_PROFILE=1 turns CUDA graphs off");
 }
 
 CudaBackend::~CudaBackend() {
+    try {
+        impl_->prof->print();
+    } catch (const std::exception& e) {
+        log_warn("cuda", std::string("op profile: ") + e.what());
+    }
     const cuda::StreamGraphs& g = *impl_->graphs;
     if (g.launches)
         log_info("cuda", "graphs: " + std::to_string(g.launches) + " passes, " + std::to_string(g.updates) +
                              " updates, " + std::to_string(g.instantiations) + " instantiations");
     impl_->graphs.reset();
     cudaStreamSynchronize(impl_->stream);
+    impl_->prof.reset();
     impl_->hybrid.reset();
     impl_->drop_moe_input();
     cudaFree(impl_->zero_ids);
@@ -329,6 +360,7 @@ size_t CudaBackend::weight_bytes() const { return impl_->weight_bytes; }
 void CudaBackend::synchronize() {
     impl_->end_graph();
     CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+    impl_->prof->synced();
 }
 
 bool CudaBackend::begin_graph() { return impl_->begin_graph(); }
@@ -450,6 +482,7 @@ void CudaBackend::release(float* p) {
 }
 
 void CudaBackend::to_device(float* dst, const float* host, size_t n) {
+    Impl::OpScope prof_op(*impl_, "to_device");
     ++impl_->act_epoch;
     impl_->upload(dst, host, n * sizeof(float));
 }
@@ -457,16 +490,20 @@ void CudaBackend::to_device(float* dst, const float* host, size_t n) {
 void CudaBackend::to_host(float* host, const float* src, size_t n) {
     if (!n) return;
     impl_->end_graph();     // a value needed mid-pass: run what was captured, issue the rest directly
+    impl_->prof->pass_host_done();
     CUDA_CHECK(cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDeviceToHost, impl_->stream));
     CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+    impl_->prof->synced();
 }
 
 void CudaBackend::fill(float* x, float value, size_t n) {
+    Impl::OpScope prof_op(*impl_, "fill");
     cuda::fill(impl_->stream, x, value, n);
     impl_->done("fill");
 }
 
 void CudaBackend::copy(float* dst, const float* src, size_t n) {
+    Impl::OpScope prof_op(*impl_, "copy");
     if (!n || dst == src) return;
     const size_t bytes = n * sizeof(float);
     if (dst < src + n && src < dst + n) {     // overlapping (memmove): through scratch
@@ -480,6 +517,7 @@ void CudaBackend::copy(float* dst, const float* src, size_t n) {
 }
 
 void CudaBackend::embed(const Weight& table, const int32_t* ids, int T, float* y) {
+    Impl::OpScope prof_op(*impl_, "embed");
     for (int t = 0; t < T; ++t)
         STRATA_CHECK(ids[t] >= 0 && ids[t] < table.ne[1], "token id ", ids[t], " is outside the vocabulary of ", table.ne[1]);
     Impl::Buf d_ids(*impl_, (size_t)T * sizeof(int32_t));
@@ -490,6 +528,7 @@ void CudaBackend::embed(const Weight& table, const int32_t* ids, int T, float* y
 }
 
 void CudaBackend::matmul(const Weight& w, const float* x, int T, float* y) {
+    Impl::OpScope prof_op(*impl_, "matmul", ggml_type_name(w.type));
     cuda::MatmulArgs m;
     m.type = w.type;
     m.w = impl_->dev(w);
@@ -501,6 +540,7 @@ void CudaBackend::matmul(const Weight& w, const float* x, int T, float* y) {
 }
 
 void CudaBackend::rms_norm(const float* x, const Weight* w, int rows, int width, int group, float eps, float* y) {
+    Impl::OpScope prof_op(*impl_, "rms_norm");
     const float* wf = w ? impl_->dev_f32(*w) : nullptr;
     const int w_len = w ? (int)(w->ne[0] * w->n_rows()) : 0;
     cuda::rms_norm(impl_->stream, x, wf, w_len, rows, width, group, eps, y);
@@ -508,31 +548,37 @@ void CudaBackend::rms_norm(const float* x, const Weight* w, int rows, int width,
 }
 
 void CudaBackend::l2_norm(const float* x, int rows, int width, int group, float eps, float scale, float* y) {
+    Impl::OpScope prof_op(*impl_, "l2_norm");
     cuda::l2_norm(impl_->stream, x, rows, width, group, eps, scale, y);
     impl_->done("l2_norm");
 }
 
 void CudaBackend::unary(Unary f, const float* x, size_t n, float scale, float* y) {
+    Impl::OpScope prof_op(*impl_, "unary");
     cuda::unary(impl_->stream, f, x, n, scale, y);
     impl_->done("unary");
 }
 
 void CudaBackend::mul(const float* a, const float* b, size_t n, float* y) {
+    Impl::OpScope prof_op(*impl_, "mul");
     cuda::mul(impl_->stream, a, b, n, y);
     impl_->done("mul");
 }
 
 void CudaBackend::add(float* y, const float* x, size_t n) {
+    Impl::OpScope prof_op(*impl_, "add");
     cuda::add(impl_->stream, y, x, n);
     impl_->done("add");
 }
 
 void CudaBackend::scale(float* x, size_t n, float s) {
+    Impl::OpScope prof_op(*impl_, "scale");
     cuda::scale(impl_->stream, x, n, s);
     impl_->done("scale");
 }
 
 void CudaBackend::add_row(float* x, int T, int width, const Weight& v) {
+    Impl::OpScope prof_op(*impl_, "add_row");
     STRATA_CHECK(v.ne[0] * v.n_rows() == width, "cuda add_row: weight ", v.tensor ? v.tensor->name : "", " has ",
                  v.ne[0] * v.n_rows(), " values for a row of ", width);
     cuda::row_op(impl_->stream, false, x, T, width, impl_->dev_f32(v));
@@ -540,6 +586,7 @@ void CudaBackend::add_row(float* x, int T, int width, const Weight& v) {
 }
 
 void CudaBackend::mul_row(float* x, int T, int width, const Weight& v) {
+    Impl::OpScope prof_op(*impl_, "mul_row");
     STRATA_CHECK(v.ne[0] * v.n_rows() == width, "cuda mul_row: weight ", v.tensor ? v.tensor->name : "", " has ",
                  v.ne[0] * v.n_rows(), " values for a row of ", width);
     cuda::row_op(impl_->stream, true, x, T, width, impl_->dev_f32(v));
@@ -547,47 +594,56 @@ void CudaBackend::mul_row(float* x, int T, int width, const Weight& v) {
 }
 
 void CudaBackend::slice_cols(const float* x, int T, int width, int c0, int nc, float* y) {
+    Impl::OpScope prof_op(*impl_, "slice_cols");
     cuda::slice_cols(impl_->stream, x, T, width, c0, nc, y);
     impl_->done("slice_cols");
 }
 
 void CudaBackend::concat_cols(const float* a, const float* b, int rows, int wa, int wb, float* y) {
+    Impl::OpScope prof_op(*impl_, "concat_cols");
     cuda::concat_cols(impl_->stream, a, b, rows, wa, wb, y);
     impl_->done("concat_cols");
 }
 
 void CudaBackend::deinterleave(const float* x, int T, int n_heads, int la, int lb, float* a, float* b) {
+    Impl::OpScope prof_op(*impl_, "deinterleave");
     cuda::deinterleave(impl_->stream, x, T, n_heads, la, lb, a, b);
     impl_->done("deinterleave");
 }
 
 void CudaBackend::mean_rows(const float* x, int rows, int width, float* y) {
+    Impl::OpScope prof_op(*impl_, "mean_rows");
     cuda::mean_rows(impl_->stream, x, rows, width, y);
     impl_->done("mean_rows");
 }
 
 void CudaBackend::repeat_streams(const float* e, int T, int n, int H, float* X) {
+    Impl::OpScope prof_op(*impl_, "repeat_streams");
     cuda::repeat_streams(impl_->stream, e, T, n, H, X);
     impl_->done("repeat_streams");
 }
 
 void CudaBackend::ple_gate(const float* K, const float* Q, const float* v, int T, int n, int H, float* gv) {
+    Impl::OpScope prof_op(*impl_, "ple_gate");
     cuda::ple_gate(impl_->stream, K, Q, v, T, n, H, gv);
     impl_->done("ple_gate");
 }
 
 void CudaBackend::hyper_mix(const float* xn, const float* m, int T, int n, int H, float* u) {
+    Impl::OpScope prof_op(*impl_, "hyper_mix");
     cuda::hyper_mix(impl_->stream, xn, m, T, n, H, u);
     impl_->done("hyper_mix");
 }
 
 void CudaBackend::hyper_inject(float* X, const float* inj, const float* y, int T, int n, int H) {
+    Impl::OpScope prof_op(*impl_, "hyper_inject");
     cuda::hyper_inject(impl_->stream, X, inj, y, T, n, H);
     impl_->done("hyper_inject");
 }
 
 void CudaBackend::hyper_read(const HyperWeights& w, const float* X, int T, int n, int H, float eps, float* u,
                              float* inj) {
+    Impl::OpScope prof_op(*impl_, "hyper_read");
     cuda::HyperReadArgs a;
     a.norm = impl_->dev_f32(w.norm);
     a.norm_len = (int)(w.norm.ne[0] * w.norm.n_rows());
@@ -623,6 +679,7 @@ int64_t CudaBackend::fused_hyper_reads() { return cuda::hyper_read_fused_calls()
 int64_t CudaBackend::fused_gate_ups() { return fused_gate_up_count.load(); }
 
 void CudaBackend::causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) {
+    Impl::OpScope prof_op(*impl_, "causal_conv");
     STRATA_CHECK(w.ne[0] * w.n_rows() == (int64_t)K * C, "cuda causal_conv: weight ", w.tensor ? w.tensor->name : "",
                  " has ", w.ne[0] * w.n_rows(), " taps for ", C, " channels of ", K);
     Impl::Buf tmp(*impl_, std::max<size_t>(1, (size_t)(K - 1) * dil * C) * sizeof(float));
@@ -632,11 +689,82 @@ void CudaBackend::causal_conv(const float* x, int T, int C, const Weight& w, int
 
 void CudaBackend::gdn_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,
                                 int T, int nk, int nv, int dk, int dv, float* S, float* o) {
+    Impl::OpScope prof_op(*impl_, "gdn_recurrent");
     cuda::gdn_recurrent(impl_->stream, q, k, v, g, beta, T, nk, nv, dk, dv, S, o);
     impl_->done("gdn_recurrent");
 }
 
+void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
+                            float* y) {
+    const int nk = s.nk, nv = s.nv, d = s.d, K = s.conv_kernel;
+    const int kd = nk * d, vd = nv * d, cd = 2 * kd + vd;
+    auto values = [](const Weight& v) { return v.present() ? v.ne[0] * v.n_rows() : 0; };
+    const bool fused = impl_->fused_gdn && T > 0 && cuda::gdn_fused_supported(d, K) && values(w.conv1d) == (int64_t)cd * K &&
+                       values(w.dt_bias) == nv && values(w.a) == nv && values(w.norm) > 0 && w.qkv.n_rows() == cd &&
+                       w.gate.n_rows() == vd && w.beta.n_rows() == nv && w.alpha.n_rows() == nv;
+    if (!fused) {
+        Backend::gdn_block(w, s, u, T, conv_hist, S, y);
+        return;
+    }
+    Impl::OpScope prof_op(*impl_, "gdn_block");
+    ++fused_gdn_count;
+    auto args = [&](const Weight& m) {
+        cuda::MatmulArgs a;
+        a.type = m.type;
+        a.w = impl_->dev(m);
+        a.row_bytes = m.row_bytes;
+        a.rows = m.n_rows();
+        a.n = (int)m.ne[0];
+        return a;
+    };
+    // Projections [T, cd | vd | nv | nv] in one buffer; consecutive matmuls of u share its quantization (act_cache).
+    Impl::Buf proj(*impl_, (size_t)T * (cd + vd + 2 * nv) * sizeof(float));
+    float* qkv = proj.as<float>();
+    float* z = qkv + (size_t)T * cd;
+    float* beta = z + (size_t)T * vd;
+    float* alpha = beta + (size_t)T * nv;
+    {
+        Impl::OpScope step(*impl_, "gdn_block in_proj");
+        impl_->matmul_rows(args(w.qkv), u, T, T, qkv);
+        impl_->matmul_rows(args(w.gate), u, T, T, z);
+        impl_->matmul_rows(args(w.beta), u, T, T, beta);
+        impl_->matmul_rows(args(w.alpha), u, T, T, alpha);
+    }
+    Impl::Buf conv(*impl_, (size_t)T * cd * sizeof(float)), o(*impl_, (size_t)T * vd * sizeof(float));
+    {
+        Impl::OpScope step(*impl_, "gdn_block conv_norm");
+        cuda::gdn_conv_norm(impl_->stream, qkv, cd, T, nk, nv, d, impl_->dev_f32(w.conv1d), K, conv_hist, conv.as<float>());
+    }
+    {
+        Impl::OpScope step(*impl_, "gdn_block recurrent_gated");
+        cuda::GdnGatedArgs a;
+        a.conv = conv.as<float>();
+        a.nk = nk;
+        a.nv = nv;
+        a.d = d;
+        a.beta = beta;
+        a.alpha = alpha;
+        a.ld_ba = nv;
+        a.z = z;
+        a.ld_z = vd;
+        a.dt_bias = impl_->dev_f32(w.dt_bias);
+        a.a = impl_->dev_f32(w.a);
+        a.norm = impl_->dev_f32(w.norm);
+        a.norm_len = (int)values(w.norm);
+        a.eps = s.rms_eps;
+        cuda::gdn_recurrent_gated(impl_->stream, a, T, S, o.as<float>());
+    }
+    {
+        Impl::OpScope step(*impl_, "gdn_block out_proj");
+        impl_->matmul_rows(args(w.out), o.as<float>(), T, T, y);
+    }
+    impl_->done("gdn_block");
+}
+
+int64_t CudaBackend::fused_gdn_blocks() { return fused_gdn_count.load(); }
+
 void CudaBackend::rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) {
+    Impl::OpScope prof_op(*impl_, "rope");
     bool consecutive = true;
     for (int t = 1; t < T && consecutive; ++t) consecutive = pos[t] == pos[0] + t;
     if (consecutive) {
@@ -651,6 +779,7 @@ void CudaBackend::rope(float* x, int T, int n_heads, int hd, int n_rot, float th
 
 void CudaBackend::attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                             const std::vector<std::vector<int32_t>>& keep, float* o) {
+    Impl::OpScope prof_op(*impl_, "attention");
     STRATA_CHECK((int)keep.size() >= T, "cuda attention: ", keep.size(), " keep-lists for ", T, " queries");
     // The dense causal pattern (query t sees 0 … n0 + t − 1) needs no upload.
     const int n0 = T ? (int)keep[0].size() : 0;
@@ -674,12 +803,14 @@ void CudaBackend::attention(const float* q, const float* K, const float* V, int 
 }
 
 void CudaBackend::indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) {
+    Impl::OpScope prof_op(*impl_, "indexer_scores");
     cuda::indexer_scores(impl_->stream, q, kb, nb, ni, di, scale, s);
     impl_->done("indexer_scores");
 }
 
 void CudaBackend::select_cells(const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
                                int32_t* cells) {
+    Impl::OpScope prof_op(*impl_, "select_cells");
     STRATA_CHECK((P + T) / cr <= stride, "cuda select_cells: score rows of ", stride, " for ", (P + T) / cr, " blocks");
     Impl::Buf scratch(*impl_, cuda::select_cells_scratch_bytes(T, stride));
     cuda::select_cells(impl_->stream, scores, stride, T, P, cr, kb, off, cells, scratch.p);
@@ -688,11 +819,13 @@ void CudaBackend::select_cells(const float* scores, int stride, int T, int P, in
 
 void CudaBackend::attention_cells(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                                   const int32_t* off, const int32_t* cells, float* o) {
+    Impl::OpScope prof_op(*impl_, "attention_cells");
     cuda::attention(impl_->stream, q, K, V, T, nh, nkv, hd, off, cells, 0, o);
     impl_->done("attention_cells");
 }
 
 void CudaBackend::route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) {
+    Impl::OpScope prof_op(*impl_, "route_topk");
     cuda::route_topk(impl_->stream, logits, T, E, k, ids, weights);
     impl_->wrote(ids, (size_t)T * k * 4);
     impl_->wrote(weights, (size_t)T * k * 4);
@@ -701,6 +834,7 @@ void CudaBackend::route_topk(const float* logits, int T, int E, int k, int32_t* 
 
 void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* d_ids,
                               const float* d_w, float* y) {
+    Impl::OpScope prof_op(*impl_, "moe_experts");
     const int H = (int)w.gate_exps.ne[0], I = (int)w.gate_exps.ne[1], E = (int)w.gate_exps.ne[2];
     const int P = T * k;   // (token, expert) pairs
     if (!P) return;
@@ -769,6 +903,7 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
 }
 
 void CudaBackend::shared_expert(const MoeWeights& w, const float* u, int T, float* y) {
+    Impl::OpScope prof_op(*impl_, "shared_expert");
     const int H = (int)w.down_shexp.n_rows(), Is = (int)w.gate_shexp.n_rows();
     const bool fused = impl_->fused_moe && T > 0 && T < cuda::kTiledMinRows && w.shexp_gate_inp.type == GgmlType::F32 &&
                        w.shexp_gate_inp.ne[0] == H && w.shexp_gate_inp.n_rows() == 1 && w.gate_shexp.ne[0] == H;

@@ -1,0 +1,78 @@
+// Per-op GPU time of the CUDA backend's decode passes, on with STRATA_CUDA_PROFILE=1: CUDA events around each op, read
+// back only after the stream has been synchronised anyway (to_host), and per pass the host's enqueue time against the
+// GPU's busy time. The table goes to stderr when the backend is destroyed. Costs one branch per op when off.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+namespace strata::cuda {
+
+class GpuOpProfile {
+public:
+    explicit GpuOpProfile(cudaStream_t stream);
+    ~GpuOpProfile();   // prints the table (call print() first where the stream may be gone)
+    GpuOpProfile(const GpuOpProfile&) = delete;
+    GpuOpProfile& operator=(const GpuOpProfile&) = delete;
+    bool on() const { return on_; }
+
+    // An op's span on the stream and on the host clock. Nested spans: only the innermost are counted (a fused op that
+    // falls back to primitive ops shows those ops).
+    void open(const char* op, const char* detail);
+    void close();
+
+    // A pass runs from pass_begin (Backend::begin_graph, decode-sized passes) to the first to_host after it, which
+    // calls pass_host_done before its wait and synced after it.
+    void pass_begin();
+    void pass_host_done();
+    void synced();     // the stream is idle: read every recorded event
+
+    void print();      // once; synchronises the stream
+
+private:
+    using Clock = std::chrono::steady_clock;
+    struct Open {
+        std::string name;
+        cudaEvent_t start;
+        Clock::time_point t0;
+        bool has_child = false;
+    };
+    struct Span {
+        std::string name;
+        cudaEvent_t start, end;
+        double host_us;
+        bool in_pass;    // issued inside a decode pass (the table); others are summed in one line
+    };
+    struct Entry {
+        uint64_t calls = 0;
+        double gpu_ms = 0, host_ms = 0;
+    };
+    struct PassTotals {
+        uint64_t passes = 0;
+        double enqueue_ms = 0, wall_ms = 0, span_ms = 0, busy_ms = 0, op_host_ms = 0;
+    };
+
+    cudaEvent_t event();
+    void resolve();
+
+    cudaStream_t stream_;
+    bool on_ = false, printed_ = false;
+    std::vector<cudaEvent_t> free_;
+    std::vector<Open> open_;
+    std::vector<Span> pending_;
+    std::map<std::string, Entry> entries_;
+    Entry outside_;      // ops outside decode passes (prompt chunks, state copies)
+    // The pass in flight: its start (event, clock), its end event once the host is done, its ops' GPU and host time.
+    bool in_pass_ = false, pass_enqueued_ = false;
+    cudaEvent_t pass_start_ = nullptr, pass_end_ = nullptr;
+    Clock::time_point pass_t0_;
+    double pass_enqueue_ms_ = 0, pass_busy_ms_ = 0, pass_op_host_ms_ = 0;
+    size_t pass_first_span_ = 0;   // index in pending_ of the pass's first op
+    PassTotals totals_;
+};
+
+}  // namespace strata::cuda

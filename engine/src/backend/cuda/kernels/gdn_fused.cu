@@ -1,0 +1,137 @@
+// Backend::gdn_block's steps between the projections in two kernels: conv + silu + the q/k l2 norms (with the
+// history update), and the recurrence with its β/g gates and the gated RMSNorm. Same formulas and summation order
+// per value as the primitive ops (causal_conv, unary, l2_norm, gdn_recurrent, rms_norm, mul).
+#include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/kernels.h"
+
+namespace strata::cuda {
+
+namespace {
+
+constexpr int kMaxTaps = 8;
+
+__device__ __forceinline__ float sigmoid_f(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+// One block per head-sized group of d channels (q heads, k heads, then v heads), one thread per channel; the
+// channel's K − 1 history values stay in registers while the block walks the T tokens.
+__global__ void conv_norm_kernel(const float* __restrict__ qkv, int ld, int T, int nk, int d, int cd,
+                                 const float* __restrict__ w, int K, float* __restrict__ hist, float* __restrict__ conv) {
+    const int group = blockIdx.x, j = threadIdx.x;
+    const bool active = j < d;
+    const int c = group * d + j;
+    float win[kMaxTaps], taps[kMaxTaps];
+#pragma unroll
+    for (int i = 0; i < kMaxTaps; ++i) {
+        win[i] = active && i < K - 1 ? hist[(size_t)i * cd + c] : 0.0f;
+        taps[i] = active && i < K ? w[(size_t)c * K + i] : 0.0f;
+    }
+    // q heads: l2 norm scaled by 1/√d; k heads: l2 norm; v heads: none.
+    const bool is_q = group < nk, is_k = !is_q && group < 2 * nk;
+    const float scale = is_q ? 1.0f / sqrtf((float)d) : 1.0f;
+    for (int t = 0; t < T; ++t) {
+        const float xt = active ? qkv[(size_t)t * ld + c] : 0.0f;
+        float acc = 0.0f;                                    // taps oldest first, as CpuBackend::causal_conv
+#pragma unroll
+        for (int i = 0; i < kMaxTaps; ++i)
+            if (i < K) acc += taps[i] * (i < K - 1 ? win[i] : xt);
+#pragma unroll
+        for (int i = 0; i < kMaxTaps; ++i)
+            if (i < K - 2) win[i] = win[i + 1];
+            else if (i == K - 2) win[i] = xt;
+        float v = acc / (1.0f + expf(-acc));                 // silu
+        if (is_q || is_k) {
+            const float ss = block_sum(active ? v * v : 0.0f);
+            v *= scale / sqrtf(ss + 1e-6f);                  // transformers' l2norm eps, as block_gdn.cpp
+        }
+        if (active) conv[(size_t)t * cd + c] = v;
+    }
+    if (active)
+#pragma unroll
+        for (int i = 0; i < kMaxTaps; ++i)
+            if (i < K - 1) hist[(size_t)i * cd + c] = win[i];
+}
+
+// One block per value head h, one thread per state column j (as gdn_recurrent.cu); q, k, v read from conv.
+template <int DK>
+__global__ void recurrent_gated_kernel(GdnGatedArgs a, int T, float* __restrict__ S, float* __restrict__ o) {
+    __shared__ float qs[DK], ks[DK];
+    const int h = blockIdx.x, j = threadIdx.x, d = a.d, kh = h % a.nk;
+    const bool active = j < d;
+    const int kd = a.nk * d, cd = 2 * kd + a.nv * d;
+    float* Sh = S + (size_t)h * d * d;
+    float s[DK];
+#pragma unroll
+    for (int i = 0; i < DK; ++i) s[i] = active && i < d ? Sh[(size_t)i * d + j] : 0.0f;
+    const float dt_bias = a.dt_bias[h], decay_rate = a.a[h];
+    const float norm_w = active ? a.norm[((size_t)h * d + j) % a.norm_len] : 0.0f;   // column h·d + j, as rms_norm
+    for (int t = 0; t < T; ++t) {
+        const float* row = a.conv + (size_t)t * cd;
+        __syncthreads();                                       // previous token's q/k are no longer read
+        for (int i = j; i < d; i += blockDim.x) {
+            qs[i] = row[(size_t)kh * d + i];
+            ks[i] = row[kd + (size_t)kh * d + i];
+        }
+        __syncthreads();
+        const float b = sigmoid_f(a.beta[(size_t)t * a.ld_ba + h]);
+        const float ga = a.alpha[(size_t)t * a.ld_ba + h] + dt_bias;
+        const float g = (ga > 20.0f ? ga : log1pf(expf(ga))) * decay_rate;   // softplus, then · (−exp(A_log))
+        const float decay = expf(g);
+        float kv = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DK; ++i)
+            if (i < d) {
+                s[i] *= decay;
+                kv += s[i] * ks[i];
+            }
+        const float delta = active ? b * (row[2 * kd + (size_t)h * d + j] - kv) : 0.0f;
+        float out = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DK; ++i)
+            if (i < d) {
+                s[i] += ks[i] * delta;
+                out += s[i] * qs[i];
+            }
+        // Gated RMSNorm of the head: out · rsqrt(mean(out²) + eps) · norm · σ(z)
+        const float ss = block_sum(active ? out * out : 0.0f);
+        const float r = 1.0f / sqrtf(ss / d + a.eps);
+        if (active) {
+            const float z = a.z[(size_t)t * a.ld_z + (size_t)h * d + j];
+            o[(size_t)t * a.nv * d + (size_t)h * d + j] = out * r * norm_w * sigmoid_f(z);
+        }
+    }
+    if (active)
+#pragma unroll
+        for (int i = 0; i < DK; ++i)
+            if (i < d) Sh[(size_t)i * d + j] = s[i];
+}
+
+inline int threads_for_head(int d) { return (d + 31) / 32 * 32; }
+
+}  // namespace
+
+bool gdn_fused_supported(int d, int K) { return d >= 1 && d <= 128 && K >= 1 && K <= kMaxTaps; }
+
+void gdn_conv_norm(cudaStream_t s, const float* qkv, int ld, int T, int nk, int nv, int d, const float* w, int K,
+                   float* hist, float* conv) {
+    STRATA_CHECK(gdn_fused_supported(d, K), "cuda gdn_conv_norm: head dim ", d, " or conv kernel ", K,
+                 " is outside 1..128 / 1..", kMaxTaps);
+    const int cd = (2 * nk + nv) * d;
+    STRATA_CHECK(ld >= cd, "cuda gdn_conv_norm: row stride ", ld, " is below the ", cd, " conv channels");
+    if (!T || !cd) return;
+    conv_norm_kernel<<<2 * nk + nv, threads_for_head(d), 0, s>>>(qkv, ld, T, nk, d, cd, w, K, hist, conv);
+    CUDA_CHECK_LAUNCH();
+}
+
+void gdn_recurrent_gated(cudaStream_t s, const GdnGatedArgs& a, int T, float* S, float* o) {
+    STRATA_CHECK(a.d >= 1 && a.d <= 128, "cuda gdn_recurrent_gated: head dim ", a.d, " is outside 1..128");
+    STRATA_CHECK(a.norm_len > 0, "cuda gdn_recurrent_gated: the norm weight is empty");
+    if (!T || !a.nv) return;
+    const int threads = threads_for_head(a.d);
+    if (a.d <= 16) recurrent_gated_kernel<16><<<a.nv, threads, 0, s>>>(a, T, S, o);
+    else if (a.d <= 32) recurrent_gated_kernel<32><<<a.nv, threads, 0, s>>>(a, T, S, o);
+    else if (a.d <= 64) recurrent_gated_kernel<64><<<a.nv, threads, 0, s>>>(a, T, S, o);
+    else recurrent_gated_kernel<128><<<a.nv, threads, 0, s>>>(a, T, S, o);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace strata::cuda
