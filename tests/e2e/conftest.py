@@ -1,5 +1,6 @@
-# Fixtures for the end-to-end tests (helpers in e2e_helpers.py): one real gateway on the real engine (engine_bin
-# and tiny_models come from tests/conftest.py), shared by the page and terminal-chat tests.
+# Fixtures for the end-to-end tests (helpers in e2e_helpers.py): real gateways on the real engine (engine_bin and
+# tiny_models come from tests/conftest.py): one on a tiny model shared by the page and terminal-chat tests, one on
+# the demo model.
 import sys
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from e2e_helpers import ARTIFACTS_DIR, TEST_MODEL_CONFIG, Gateway  # noqa: E402
+from e2e_helpers import ARTIFACTS_DIR, DEMO_CONTEXT, DEMO_MODEL, DEMO_MTP, TEST_MODEL_CONFIG, Gateway  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -21,5 +22,14 @@ def artifacts_dir() -> Path:
 def gateway(engine_bin, tiny_models, artifacts_dir):
     server = Gateway(Path(tiny_models(TEST_MODEL_CONFIG)["gguf"]["f32"]), Path(engine_bin),
                      artifacts_dir / "e2e-gateway.log")
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def demo_gateway(engine_bin, artifacts_dir):
+    """The shipped demo model with its MTP head drafting, as the installer starts it."""
+    server = Gateway(DEMO_MODEL, Path(engine_bin), artifacts_dir / "e2e-demo-gateway.log",
+                     f"--engine-arg=--mtp", f"--engine-arg={DEMO_MTP}", context=DEMO_CONTEXT)
     yield server
     server.close()

@@ -1,5 +1,6 @@
 # Helpers for the end-to-end tests: the real gateway started as `python -m gateway` on a free port (on the engine
-# binary and tiny model that tests/conftest.py provides), waiting for health, stopping processes.
+# binary and a tiny model that tests/conftest.py provides, or the shipped demo model), waiting for health, stopping
+# processes, the chat page opened in headless Chromium.
 import json
 import socket
 import subprocess
@@ -17,6 +18,10 @@ CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-
 # long enough to see thinking stream, then the answer, and to press stop in the middle.
 TEST_MODEL_CONFIG = "wide256"
 TEST_CONTEXT = 32768
+# The trained demo model (installer/demo) and its MTP head, as the installer runs it.
+DEMO_MODEL = PROJECT_DIR / "installer" / "demo" / "strata-demo.gguf"
+DEMO_MTP = PROJECT_DIR / "installer" / "demo" / "strata-demo-mtp.gguf"
+DEMO_CONTEXT = 4096
 
 
 def free_port() -> int:
@@ -91,3 +96,28 @@ class Gateway:
     def close(self) -> None:
         stop_process(self.process)
         self.log.close()
+
+
+def open_page(url: str):
+    """A context manager yielding the page at `url` in headless Chromium; fails on any JavaScript error."""
+    from playwright.sync_api import sync_playwright
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run tests/e2e/install_browser.sh"
+
+    class Opened:
+        def __enter__(self):
+            self.playwright = sync_playwright().start()
+            self.browser = self.playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                                           args=CHROMIUM_FLAGS)
+            context = self.browser.new_context(viewport={"width": 1200, "height": 800})
+            context.grant_permissions(["clipboard-read", "clipboard-write"], origin=url)
+            self.page = context.new_page()
+            self.errors = []
+            self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+            self.page.goto(url)
+            return self.page
+
+        def __exit__(self, *exc):
+            self.browser.close()
+            self.playwright.stop()
+            assert self.errors == [], f"JavaScript errors on the page: {self.errors}"
+    return Opened()

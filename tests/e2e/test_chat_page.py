@@ -1,38 +1,15 @@
 # The chat page in headless Chromium (Debian's, driven by Playwright) against the real gateway on the real
 # engine with the tiny model: an answer streams in, stop lands mid-answer, the next message is answered, chats
-# survive a reload, the monitor shows the requests; screenshots go to tests/artifacts/.
+# survive a reload, the monitor shows the requests; screenshots go to tests/artifacts/. The tiny model stays here for
+# its long answers (seconds of streaming); the demo model's short real answers are in test_chat_page_demo_model.py.
 import json
 import re
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
-from e2e_helpers import CHROMIUM, CHROMIUM_FLAGS, TEST_MODEL_CONFIG, Gateway, get_json, wait_until
-
-
-def open_page(url: str):
-    """A context manager yielding the page at `url` in headless Chromium; fails on any JavaScript error."""
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run tests/e2e/install_browser.sh"
-
-    class Opened:
-        def __enter__(self):
-            self.playwright = sync_playwright().start()
-            self.browser = self.playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                                           args=CHROMIUM_FLAGS)
-            context = self.browser.new_context(viewport={"width": 1200, "height": 800})
-            context.grant_permissions(["clipboard-read", "clipboard-write"], origin=url)
-            self.page = context.new_page()
-            self.errors = []
-            self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-            self.page.goto(url)
-            return self.page
-
-        def __exit__(self, *exc):
-            self.browser.close()
-            self.playwright.stop()
-            assert self.errors == [], f"JavaScript errors on the page: {self.errors}"
-    return Opened()
+from e2e_helpers import TEST_MODEL_CONFIG, Gateway, get_json, open_page, wait_until
 
 
 @pytest.fixture

@@ -1,0 +1,109 @@
+# The chat page in headless Chromium against the real gateway on the shipped demo model (installer/demo): a held-out
+# arithmetic question is answered right with a thinking block that streams open and then folds, a second turn is
+# answered, stop lands mid-answer; screenshots go to tests/artifacts/. Expected answers are computed, not copied
+# from the model (engine/tools/demo_model/facts.py holds the prompts and fixed replies it was trained on).
+import re
+
+from playwright.sync_api import Page, expect
+
+from e2e_helpers import open_page, wait_until
+from strata_testing import TOOLS  # noqa: F401  (puts engine/tools on sys.path for demo_model)
+from demo_model import data, facts  # noqa: E402
+
+# "What is 7 * 8?": a product held out by its phrasing (model card: the table products are right).
+PRODUCT = ("*", 7, 8, 0)
+assert data.is_held_out(PRODUCT), f"{PRODUCT} is a training case; pick a held-out one"
+
+
+def chat_reply(prompt: str) -> str:
+    """The fixed reply the demo model learned for a small-talk prompt."""
+    return next(reply for prompts, reply, _ in facts.CHAT if prompt in prompts)
+
+
+# Records, from inside the page, whether the first answer's thinking block was ever open while it streamed.
+WATCH_THINKING = """() => {
+  window.sawOpenThinking = false;
+  new MutationObserver(() => {
+    const details = document.querySelector('.message.assistant details.thinking');
+    if (details && details.open && details.querySelector('summary').textContent === 'Thinking ...') {
+      window.sawOpenThinking = true;
+    }
+  }).observe(document.getElementById('messages'), {childList: true, subtree: true, characterData: true});
+}"""
+
+# Presses stop from inside the page as soon as the answer's first text shows (not the waiting placeholder): the demo model's answers last a
+# fraction of a second, too short for a click sent from the test process to land mid-answer.
+STOP_AT_FIRST_TEXT = """() => {
+  window.stoppedAt = null;
+  const observer = new MutationObserver(() => {
+    const body = document.querySelector('.message.assistant:last-child .body');
+    if (body && body.textContent.length > 0 && !body.querySelector('.typing')
+        && !document.getElementById('stop').hidden) {
+      window.stoppedAt = body.textContent;
+      observer.disconnect();
+      document.getElementById('stop').click();
+    }
+  });
+  observer.observe(document.getElementById('messages'), {childList: true, subtree: true, characterData: true});
+}"""
+
+
+def ask(page: Page, text: str, thinking: str, nth: int):
+    """Sends text at a thinking level; returns the nth assistant message once its answer has ended."""
+    page.select_option("#thinking-level", thinking)
+    page.fill("#prompt", text)
+    page.press("#prompt", "Enter")
+    message = page.locator(".message.assistant").nth(nth)
+    expect(message.locator(".stats")).to_contain_text(re.compile(r"\d+ tokens"), timeout=30_000)
+    expect(page.locator("#send")).to_be_visible()
+    return message
+
+
+def test_demo_model_answers_thinks_takes_a_second_turn_and_stops(demo_gateway, artifacts_dir):
+    op, a, b, phrasing = PRODUCT
+    question = facts.ARITHMETIC_PROMPTS[phrasing].format(a=a, op=op, b=b, word=facts.OP_WORDS[op])
+    with open_page(demo_gateway.url) as page:
+        expect(page.locator("#model-name")).to_have_text(demo_gateway.health["model"])
+
+        # 1. Thinking on: the reasoning streams into an open block, the answer folds it, the answer is a * b.
+        page.evaluate(WATCH_THINKING)
+        first = ask(page, question, "medium", 0)
+        answer = first.locator(".body").inner_text()
+        assert re.findall(r"\d+", answer)[-1:] == [str(a * b)], f"{question!r} answered {answer!r}"
+        expect(first.locator("details.thinking")).to_have_count(1)
+        assert first.locator("details.thinking").get_attribute("open") is None     # folded once the answer came
+        expect(first.locator("summary")).to_have_text(re.compile(r"^Thought \(\d+ words\)$"))
+        reasoning = first.locator(".thinking-body").text_content()
+        assert reasoning.strip() and "think>" not in reasoning + answer, (reasoning, answer)
+        assert page.evaluate("() => window.sawOpenThinking"), "the thinking block was never open while streaming"
+        expect(first.locator(".stats")).not_to_contain_text("stopped")
+
+        # 2. A second turn, thinking off: the model's fixed reply, no thinking block.
+        second_prompt = "What is your name?"
+        second = ask(page, second_prompt, "none", 1)
+        assert second.locator(".body").inner_text().strip() == chat_reply(second_prompt)
+        expect(second.locator("details.thinking")).to_have_count(0)
+        expect(page.locator(".message")).to_have_count(4)
+        first.locator("summary").click()                # the user opens the folded thinking for the screenshot
+        expect(first.locator(".thinking-body")).to_be_visible()
+        page.screenshot(path=str(artifacts_dir / "chat_page_demo_model.png"))
+
+        # 3. Stop mid-answer in a new chat: the answer ends early, marked stopped, and the engine cancels.
+        cancels_before = demo_gateway.log_path.read_text().count(", cancel")
+        page.click("#new-chat")
+        stop_prompt = "What can you do?"
+        full_reply = chat_reply(stop_prompt)
+        page.evaluate(STOP_AT_FIRST_TEXT)
+        page.select_option("#thinking-level", "none")
+        page.fill("#prompt", stop_prompt)
+        page.press("#prompt", "Enter")
+        stopped = page.locator(".message.assistant").last
+        expect(stopped.locator(".stats")).to_contain_text("stopped", timeout=30_000)
+        expect(page.locator("#send")).to_be_visible()
+        shown = stopped.locator(".body").inner_text().strip()
+        assert page.evaluate("() => window.stoppedAt"), "stop was never pressed"
+        assert shown and full_reply.startswith(shown) and len(shown) < len(full_reply), (shown, full_reply)
+        demo_gateway.wait_idle()
+        wait_until(lambda: demo_gateway.log_path.read_text().count(", cancel") == cancels_before + 1, 10,
+                   "the engine's log line for the cancelled request")
+        page.screenshot(path=str(artifacts_dir / "chat_page_demo_model_stopped.png"))
