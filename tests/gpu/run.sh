@@ -8,6 +8,7 @@
 #                      experts) and on cuda_ops_test                                     -> sanitizer.log
 #   cuda_matmul_speed  matmul GB/s: 512 MB matrices at T = 1..8, real dense and expert shapes -> speed.json
 # Results go to $OUT (default tests/gpu/results/latest); summary.json says which steps passed.
+# SKIP_SANITIZER=1 skips memcheck (minutes) in a round that has no time for it.
 # usage: tests/gpu/run.sh [MODELS_DIR]    (MODELS_DIR from tests/gpu/prepare_models.py, default .gpu-models)
 set -u
 cd "$(dirname "$0")/../.."
@@ -51,6 +52,7 @@ PYTHONUNBUFFERED=1 timeout 300 python3 tests/gpu/cache_parity.py --strata "$BIN/
     --out "$OUT/cache_parity.json" && record cache_parity ok || record cache_parity FAIL
 
 step compute-sanitizer
+if [ "${SKIP_SANITIZER:-0}" = 1 ]; then record sanitizer skipped; else
 SAN="compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3"
 TINY=$(python3 -c "import json,sys; m=json.load(open('$MODELS/manifest.json'))['tiny']; print(m.get('iq2_xs') or next(iter(m.values())))")
 TINY_F32=$(python3 -c "import json,sys; m=json.load(open('$MODELS/manifest.json'))['tiny']; print(m.get('f32') or next(iter(m.values())))")
@@ -74,6 +76,7 @@ echo "memcheck: cuda_ops_test" | tee -a "$OUT/sanitizer.log"
 timeout 300 $SAN "$BIN/cuda_ops_test" >> "$OUT/sanitizer.log" 2>&1 || san_ok=0
 tail -3 "$OUT/sanitizer.log"
 [ $san_ok = 1 ] && record sanitizer ok || record sanitizer FAIL
+fi
 
 step cuda_matmul_speed
 timeout 180 "$BIN/cuda_matmul_speed" "$OUT/speed.json" && record speed ok || record speed FAIL

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One device call's worth of GPU work (issue #7): builds every CUDA target once, writes the synthetic full-size model
+# (in parallel with the build), then runs the named steps, each with its own time limit, results under /tmp/round/NAME/STEP,
+# packed into $OUT/round-NAME.tgz (the device tool returns at most 8 files). Steps:
+#   checks     tests/gpu/run.sh (ops, tiny-model parity, expert-cache parity, matmul speed; memcheck when SANITIZER=1)
+#   gdn        tests/gpu/gdn_fused.sh         attn     tests/gpu/attention_long.sh
+#   cpupool    bench/cpu_pool/run.sh          hybrid   tests/gpu/hybrid_speed.sh + hybrid_checks.sh
+#   graphs     tests/gpu/graphs_check.sh      decode   bench/decode/run_h200.sh (BUDGET_S, default 240)
+# usage: tests/gpu/round.sh NAME STEP[:SECONDS] ...
+set -u
+cd "$(dirname "$0")/../.."
+NAME=$1; shift
+ROOT=/tmp/round/$NAME
+PACK=${OUT:-.}
+MODEL=/tmp/syn-q2_0.gguf
+rm -rf "$ROOT"; mkdir -p "$ROOT"
+trap 'tar -czf "$PACK/round-$NAME.tgz" -C "$ROOT" .' EXIT
+python3 -c "import gguf" 2>/dev/null || {
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/gguf-*.whl && export PYTHONPATH=/tmp/site; }
+export PYTHONPATH=${PYTHONPATH:-}
+START=$(date +%s)
+( git log -1 --format='%H %s' 2>/dev/null; cat .snap/commit.txt 2>/dev/null; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
+  lscpu | grep -E "Model name|^CPU\(s\)" ) > "$ROOT/machine.txt"
+[ -f "$MODEL" ] || ( time timeout 200 python3 engine/tools/make_synthetic.py "$MODEL" --experts q2_0 --workers 8 ) \
+    > "$ROOT/make_synthetic.log" 2>&1 &
+SYN_PID=$!
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > "$ROOT/build.log" 2>&1 &&
+  cmake --build build-gpu -j "$(nproc)" >> "$ROOT/build.log" 2>&1 || { tail -40 "$ROOT/build.log"; echo "round: build FAILED"; exit 1; }
+echo "round: built in $(( $(date +%s) - START )) s"
+wait $SYN_PID; tail -3 "$ROOT/make_synthetic.log"
+for spec in "$@"; do
+  step=${spec%%:*}; limit=${spec#*:}; [ "$limit" = "$spec" ] && limit=120
+  dir=$ROOT/$step; mkdir -p "$dir"
+  echo "== $step (limit $limit s, at $(( $(date +%s) - START )) s)"
+  case $step in
+    checks)  cmd=(env OUT=$dir BUILD=build-gpu SKIP_SANITIZER=$([ "${SANITIZER:-0}" = 1 ] && echo 0 || echo 1) bash tests/gpu/run.sh .gpu-models) ;;
+    gdn)     cmd=(env OUT=$dir bash tests/gpu/gdn_fused.sh build-gpu "$MODEL") ;;
+    attn)    cmd=(env OUT=$dir bash tests/gpu/attention_long.sh build-gpu "$MODEL") ;;
+    cpupool) cmd=(env OUT=$dir WORKERS=1,2,4,6,8 bash bench/cpu_pool/run.sh build-gpu) ;;
+    hybrid)  cmd=(bash -c "OUT=$dir bash tests/gpu/hybrid_speed.sh build-gpu $MODEL; OUT=$dir/checks bash tests/gpu/hybrid_checks.sh") ;;
+    graphs)  cmd=(env OUT=$dir SKIP_OPS=1 bash tests/gpu/graphs_check.sh build-gpu) ;;
+    decode)  cmd=(env OUT=$dir SYN_MODEL=$MODEL BUDGET_S=$(( limit - 30 )) bash bench/decode/run_h200.sh build-gpu) ;;
+    *) echo "round: unknown step $step"; continue ;;
+  esac
+  timeout "$limit" "${cmd[@]}" > "$dir/stdout.txt" 2>&1; echo "rc $?" >> "$dir/stdout.txt"
+  grep -E "^-- |rc [0-9]|FAIL|tok/s|GB/s|summary|ok$" "$dir/stdout.txt" | head -40
+done
+echo "round: done in $(( $(date +%s) - START )) s"
