@@ -23,4 +23,4 @@ if [ ! -f "$MODEL" ]; then
   timeout 150 python3 engine/tools/make_synthetic.py "$MODEL" --experts q2_0 --workers "$(nproc)" 2>&1 |
     tee "$OUT/make_synthetic.log" || exit 1
 fi
-python3 bench/decode.py --strata "$BUILD/engine/strata" --model "$MODEL" --out "$OUT" --budget-s "${BUDGET_S:-150}" "$@"
+python3 bench/decode.py --strata "$BUILD/engine/strata" --model "$MODEL" --out "$OUT" --budget-s "${BUDGET_S:-280}" "$@"

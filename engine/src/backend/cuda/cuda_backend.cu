@@ -181,6 +181,15 @@ struct CudaBackend::Impl {
         uint64_t after_ops = 0;
     } moe_input;
 
+    // The shared expert's output computed before the hybrid join (shared_expert with y null), for the
+    // shared_expert call that follows with the same weights, input and T.
+    struct EarlyShexp {
+        const MoeWeights* w = nullptr;
+        const float* u = nullptr;
+        int T = 0;
+        void* sh = nullptr;
+    } early_shexp;
+
     void drop_moe_input() {
         pool.put(moe_input.act.q);
         pool.put(moe_input.act.d);
@@ -311,9 +320,10 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
         Impl* im = impl_.get();
         impl_->hybrid = std::make_unique<cuda::HybridMoe>(
             opt, impl_->stream, impl_->pool,
-            [im](const cuda::MatmulArgs& m, const float* x, int act_rows, int P, float* y) {
+            [im](const cuda::MatmulArgs& m, const float* x, int act_rows, int P, float* y,
+                 const cuda::ExpertOrder* order) {
                 ++im->act_epoch;     // the hybrid path rewrites its gathered inputs between matmuls
-                im->matmul_rows(m, x, act_rows, P, y);
+                im->matmul_rows(m, x, act_rows, P, y, order);
             });
     }
     const char* gdn_env = std::getenv("STRATA_CUDA_FUSED_GDN");
@@ -844,13 +854,15 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
         auto* host = static_cast<uint32_t*>(impl_->route_host.get((size_t)2 * P * 4));
         CUDA_CHECK(cudaMemcpyAsync(host, d_ids, (size_t)P * 4, cudaMemcpyDeviceToHost, impl_->stream));
         CUDA_CHECK(cudaMemcpyAsync(host + P, d_w, (size_t)P * 4, cudaMemcpyDeviceToHost, impl_->stream));
+        if (impl_->hybrid->handles(w)) impl_->hybrid->input_to_host(w, x, T);   // a CPU job can start at once
         CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
         const int32_t* ids = reinterpret_cast<const int32_t*>(host);
         const float* weights = reinterpret_cast<const float*>(host + P);
         for (int p = 0; p < P; ++p)
             STRATA_CHECK(ids[p] >= 0 && ids[p] < E, "cuda moe: expert id ", ids[p], " is outside 0..", E - 1);
         if (impl_->hybrid->handles(w)) {
-            impl_->hybrid->moe_experts(w, x, T, k, ids, weights, y);
+            // The shared expert's matmuls run while the CPU computes the misses (shared_expert then only adds).
+            impl_->hybrid->moe_experts(w, x, T, k, ids, weights, y, [&] { shared_expert(w, x, T, nullptr); });
             impl_->done("moe_experts (expert cache)");
             return;
         }
@@ -907,8 +919,22 @@ void CudaBackend::shared_expert(const MoeWeights& w, const float* u, int T, floa
     const int H = (int)w.down_shexp.n_rows(), Is = (int)w.gate_shexp.n_rows();
     const bool fused = impl_->fused_moe && T > 0 && T < cuda::kTiledMinRows && w.shexp_gate_inp.type == GgmlType::F32 &&
                        w.shexp_gate_inp.ne[0] == H && w.shexp_gate_inp.n_rows() == 1 && w.gate_shexp.ne[0] == H;
-    if (!fused) {
+    // y null (the hybrid join, before it waits for the CPU): the output is computed and kept for the next call.
+    Impl::EarlyShexp& early = impl_->early_shexp;
+    if (!y) {
+        if (early.sh) impl_->pool.put(early.sh);
+        early = Impl::EarlyShexp{};
+        if (!fused) return;
+    } else if (!fused) {
         Backend::shared_expert(w, u, T, y);
+        return;
+    }
+    const float* g = reinterpret_cast<const float*>(impl_->dev(w.shexp_gate_inp));
+    if (y && early.sh && early.w == &w && early.u == u && early.T == T) {
+        cuda::shexp_gated_add(impl_->stream, u, g, static_cast<const float*>(early.sh), T, H, y);
+        impl_->pool.put(early.sh);
+        early = Impl::EarlyShexp{};
+        impl_->done("shared_expert");
         return;
     }
     auto args = [&](const Weight& m) {
@@ -920,11 +946,16 @@ void CudaBackend::shared_expert(const MoeWeights& w, const float* u, int T, floa
         a.n = (int)m.ne[0];
         return a;
     };
-    Impl::Buf h(*impl_, (size_t)T * Is * sizeof(float)), sh(*impl_, (size_t)T * H * sizeof(float));
+    Impl::Buf h(*impl_, (size_t)T * Is * sizeof(float));
+    float* sh = static_cast<float*>(impl_->pool.get((size_t)T * H * sizeof(float)));
     impl_->gate_up(args(w.gate_shexp), args(w.up_shexp), u, T, T, h.as<float>());
-    impl_->matmul_rows(args(w.down_shexp), h.as<float>(), T, T, sh.as<float>());
-    const float* g = reinterpret_cast<const float*>(impl_->dev(w.shexp_gate_inp));
-    cuda::shexp_gated_add(impl_->stream, u, g, sh.as<float>(), T, H, y);
+    impl_->matmul_rows(args(w.down_shexp), h.as<float>(), T, T, sh);
+    if (!y) {
+        early = Impl::EarlyShexp{&w, u, T, sh};
+        return;
+    }
+    cuda::shexp_gated_add(impl_->stream, u, g, sh, T, H, y);
+    impl_->pool.put(sh);
     impl_->done("shared_expert");
 }
 

@@ -87,6 +87,7 @@ void HybridMoe::harvest_join_timings(bool wait) {
 HybridCounters HybridMoe::counters() {
     if (cpu_thread_.joinable()) wait_cpu_idle();
     harvest_join_timings(true);
+    harvest_copy_timings(true);
     HybridCounters c = counters_;
     c.hits = hits();
     c.lookups = lookups();

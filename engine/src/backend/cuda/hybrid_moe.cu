@@ -6,9 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <cstdlib>
 #include <cstring>
-#include <new>
 #include <new>
 
 #include "backend/cuda/cuda_check.h"
@@ -78,6 +76,7 @@ HybridMoe::~HybridMoe() {
     cudaStreamSynchronize(copy_stream_);
     try {
         harvest_join_timings(true);
+        harvest_copy_timings(true);
     } catch (const Error& e) {
         log_warn("experts", e.what());
     }
@@ -93,6 +92,8 @@ HybridMoe::~HybridMoe() {
     for (PendingMoves& p : pending_) cudaEventDestroy(p.done);
     for (JoinTiming& t : timings_) { cudaEventDestroy(t.hits_done); cudaEventDestroy(t.misses_in); }
     for (JoinTiming& t : free_timings_) { cudaEventDestroy(t.hits_done); cudaEventDestroy(t.misses_in); }
+    for (JoinTiming& t : copy_timings_) { cudaEventDestroy(t.hits_done); cudaEventDestroy(t.misses_in); }
+    for (JoinTiming& t : free_copy_timings_) { cudaEventDestroy(t.hits_done); cudaEventDestroy(t.misses_in); }
     for (Layer& L : layers_) {
         cudaFree(L.d_gate);
         cudaFree(L.d_up);
@@ -161,32 +162,7 @@ void HybridMoe::prepare() {
     cpu_ = std::make_unique<CpuExpertPool>(opt_.cpu_workers, opt_.f32_activations);
     stage_slots_ = std::max(1, std::min(64, n_experts_ / 4));
 
-    // Every expert in page-locked host memory: the mapped file's expert span locked in place where the driver can
-    // (no copy, no second 34 GB in RAM), else copied into pinned pieces, one per layer; a layer whose piece cannot
-    // be pinned keeps reading the mapped file (moves from it may then block the host briefly).
-    const auto t0 = std::chrono::steady_clock::now();
-    pinned_all_ = true;
-    const bool in_place = register_mapped();
-    for (Layer& L : layers_) {
-        if (in_place) break;
-        const size_t g = L.gate_bytes * n_experts_, u = L.up_bytes * n_experts_, d = L.down_bytes * n_experts_;
-        void* p = nullptr;
-        if (cudaHostAlloc(&p, g + u + d, cudaHostAllocDefault) != cudaSuccess) {
-            cudaGetLastError();
-            pinned_all_ = false;
-            continue;
-        }
-        uint8_t* b = static_cast<uint8_t*>(p);
-        cpu_->copy(b, L.gate.data, g);
-        cpu_->copy(b + g, L.up.data, u);
-        cpu_->copy(b + g + u, L.down.data, d);
-        L.pinned = p;
-        L.gate.data = b;
-        L.up.data = b + g;
-        L.down.data = b + g + u;
-    }
-    const double pin_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!pinned_all_) log_warn("experts", "some layers' experts could not be pinned; they are read from the mapped file");
+    pin_experts();
 
     for (int l = 0; l < L_n; ++l) {
         Layer& L = layers_[l];
@@ -201,40 +177,9 @@ void HybridMoe::prepare() {
     log_info("experts", fmt("expert cache: ", cache_->total_slots(), " of ", (int64_t)L_n * n_experts_,
                             " experts in VRAM (", (cache_->total_slots() * expert_bytes_) >> 20, " MiB, ",
                             expert_bytes_, " bytes each), ", free_b >> 20, " MiB were free; ", cpu_->workers(),
-                            " CPU workers; experts pinned in ", (int)(pin_s * 1000), " ms",
-                            in_place ? " (the mapped file, in place)" : " (copied)",
+                            " CPU workers; experts pinned in ", (int)(pin_s_ * 1000), " ms",
+                            registered_ ? " (the mapped file, in place)" : " (copied)",
                             profile ? ", filled from " + opt_.routing_profile : std::string(", filled by expert id")));
-}
-
-bool HybridMoe::register_mapped() {
-    const char* env = std::getenv("STRATA_PIN");
-    if (env && std::strcmp(env, "copy") == 0) return false;
-    int device = 0, read_only = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    if (cudaDeviceGetAttribute(&read_only, cudaDevAttrHostRegisterReadOnlySupported, device) != cudaSuccess ||
-        !read_only) {
-        cudaGetLastError();
-        return false;
-    }
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (const Layer& L : layers_)
-        for (const Weight* w : {&L.gate, &L.up, &L.down}) {
-            lo = std::min(lo, (uintptr_t)w->data);
-            hi = std::max(hi, (uintptr_t)w->data + matrix_bytes(*w) * (size_t)n_experts_);
-        }
-    constexpr uintptr_t kPage = 4096;
-    lo &= ~(kPage - 1);
-    hi = (hi + kPage - 1) & ~(kPage - 1);
-    const cudaError_t st = cudaHostRegister(reinterpret_cast<void*>(lo), hi - lo,
-                                            cudaHostRegisterReadOnly | cudaHostRegisterPortable);
-    if (st != cudaSuccess) {
-        cudaGetLastError();
-        log_info("experts", fmt("locking the mapped experts in place failed (", cudaGetErrorString(st),
-                                "); copying them into pinned memory"));
-        return false;
-    }
-    registered_ = reinterpret_cast<void*>(lo);
-    return true;
 }
 
 void HybridMoe::copy_expert(const Layer& L, int slot, int expert, cudaStream_t s) {
@@ -288,106 +233,157 @@ void HybridMoe::start_moves(int layer) {
     pending_.push_back(PendingMoves{std::move(moves), done});
 }
 
+void HybridMoe::input_to_host(const MoeWeights& w, const float* x, int T) {
+    x_on_host_ = nullptr;
+    const int l = layer_of(w);
+    if (l < 0 || !cache_ || T <= 0 || T >= opt_.gpu_miss_min_tokens) return;
+    // h_x_ may be reallocated below: the previous layer's CPU job must be done with it (the stream waits for that
+    // job anyway before this copy can run, so the host gives up nothing here).
+    if (cpu_thread_.joinable()) wait_cpu_idle();
+    const size_t bytes = (size_t)T * layers_[l].gate.ne[0] * 4;
+    CUDA_CHECK(cudaMemcpyAsync(h_x_.get(bytes), x, bytes, cudaMemcpyDeviceToHost, stream_));
+    x_on_host_ = x;
+    x_on_host_T_ = T;
+}
+
 void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
-                            const float* weights, float* y) {
+                            const float* weights, float* y, const std::function<void()>& gpu_work_before_join) {
     const int l = layer_of(w);
     STRATA_ASSERT(l >= 0 && cache_);
     const Layer& L = layers_[l];
     const int H = (int)L.gate.ne[0], I = (int)L.gate.ne[1];
     const int P = T * k;
+    // input_to_host copied x before the caller synchronised the stream for the routing: it is on the host now.
+    const bool x_here = x_on_host_ == x && x_on_host_T_ == T;
+    x_on_host_ = nullptr;
     if (!P) return;
     if (cpu_thread_.joinable()) wait_cpu_idle();   // the previous layer's job (long done: its join gated routing)
     STRATA_CHECK(!h_timed_out_ || *h_timed_out_ == 0, "experts: the GPU gave up waiting for the CPU pool's results");
     land_moves();
     harvest_join_timings(false);
+    harvest_copy_timings(false);
     note_routing(w, ids, P);
     cache_->record(l, ids, P);
     ++passes_;
     ++counters_.passes;
 
-    // Pairs: hits grouped by slot, rows 0 … Ph−1 of the expert outputs; misses after them, grouped by expert (a
-    // prompt chunk's pairs of one expert then run next to each other and share its weights in L2).
-    std::vector<int32_t> hit_slot, hit_token, row_of_pair(P);
+    // Misses grouped by expert (a prompt chunk's pairs of one expert run next to each other and share its weights);
+    // hits grouped by slot. Rows of the expert outputs: hits 0 … Ph−1, then the misses.
     std::vector<std::pair<int, int>> hit_pairs;   // (slot, pair)
-    std::vector<ExpertPair> misses;
     std::vector<int> miss_pair;
     for (int p = 0; p < P; ++p) {
         const int s = cache_->slot_of(l, ids[p]);
-        if (s >= 0) {
-            hit_pairs.push_back({s, p});
-        } else {
-            misses.push_back(ExpertPair{p / k, ids[p]});
-            miss_pair.push_back(p);
-        }
+        if (s >= 0) hit_pairs.push_back({s, p});
+        else miss_pair.push_back(p);
     }
-    std::stable_sort(hit_pairs.begin(), hit_pairs.end(),
-                     [](const std::pair<int, int>& a, const std::pair<int, int>& b) { return a.first < b.first; });
-    for (const auto& [slot, p] : hit_pairs) {
-        row_of_pair[p] = (int32_t)hit_slot.size();
-        hit_slot.push_back(slot);
-        hit_token.push_back(p / k);
-    }
-    const int Ph = (int)hit_slot.size(), Pm = (int)misses.size();
-    std::vector<int> order(Pm);
-    for (int i = 0; i < Pm; ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return misses[a].expert < misses[b].expert; });
-    std::vector<ExpertPair> grouped(Pm);
+    std::stable_sort(miss_pair.begin(), miss_pair.end(), [&](int a, int b) { return ids[a] < ids[b]; });
+    const int Pm = (int)miss_pair.size();
+    std::vector<ExpertPair> misses(Pm);
     int distinct = 0;
     for (int i = 0; i < Pm; ++i) {
-        grouped[i] = misses[order[i]];
-        row_of_pair[miss_pair[order[i]]] = Ph + i;
-        distinct += i == 0 || grouped[i].expert != grouped[i - 1].expert;
+        misses[i] = ExpertPair{miss_pair[i] / k, ids[miss_pair[i]]};
+        distinct += i == 0 || misses[i].expert != misses[i - 1].expert;
     }
-    misses.swap(grouped);
     miss_pairs_ += Pm;
     const bool gpu_misses = Pm && T >= opt_.gpu_miss_min_tokens;
+    const bool cpu_misses = Pm && !gpu_misses;
 
-    // Staging buffers of the previous call are free once its uploads ran (long done: routing synchronised since).
-    CUDA_CHECK(cudaEventSynchronize(staging_free_));
-    // slots, tokens of the hits; row_of_pair; weights; then for GPU misses their staging slots and tokens.
-    const size_t route_words = 2 * (size_t)Ph + 2 * (size_t)P + (gpu_misses ? 2 * (size_t)Pm : 0);
-    int32_t* h_route = static_cast<int32_t*>(h_route_.get(route_words * 4));
-    std::memcpy(h_route, hit_slot.data(), (size_t)Ph * 4);
-    std::memcpy(h_route + Ph, hit_token.data(), (size_t)Ph * 4);
-    std::memcpy(h_route + 2 * Ph, row_of_pair.data(), (size_t)P * 4);
-    std::memcpy(h_route + 2 * Ph + P, weights, (size_t)P * 4);
+    // CPU misses start first: the job needs only x on the host and the list of misses.
+    float* h_x = nullptr;
+    float* h_out = nullptr;
+    uint32_t seq = 0;
+    if (cpu_misses) {
+        h_x = static_cast<float*>(h_x_.get((size_t)T * H * 4));   // input_to_host's buffer when x_here
+        h_out = static_cast<float*>(h_miss_.get((size_t)Pm * H * 4));
+        counters_.cpu_pairs += Pm;
+        counters_.cpu_bytes += (int64_t)distinct * (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes);
+        if (cpu_thread_.joinable()) {
+            seq = ++seq_;
+            if (x_here) x_flag_->store(seq, std::memory_order_release);
+            else publish_to_host(stream_, x, (size_t)T * H, static_cast<float*>(h_x_.device()), d_x_flag_, seq);
+            submit_cpu_job(CpuJob{&L, h_x, misses, h_out, seq});
+        } else if (!x_here) {
+            CUDA_CHECK(cudaMemcpyAsync(h_x, x, (size_t)T * H * 4, cudaMemcpyDeviceToHost, stream_));
+            CUDA_CHECK(cudaEventRecord(x_ready_, stream_));
+        }
+    }
+
+    std::stable_sort(hit_pairs.begin(), hit_pairs.end(),
+                     [](const std::pair<int, int>& a, const std::pair<int, int>& b) { return a.first < b.first; });
+    const int Ph = (int)hit_pairs.size();
+    // Prompt-sized calls run the tiled kernels, tiles built here (the pairs are grouped already).
+    const bool tiled = T >= kTiledMinRows && tiled_enabled() && tiled_supported(L.gate.type, H) &&
+                       tiled_supported(L.up.type, H) && tiled_supported(L.down.type, I);
+
+    // The route upload, in 32-bit words: slots and tokens of the hits, row_of_pair, weights, then for GPU misses
+    // their staging slots and tokens; then (tiled) the tiles of the hits and of each miss batch, and their counts.
+    std::vector<int32_t> words((size_t)2 * Ph + 2 * (size_t)P + (gpu_misses ? 2 * (size_t)Pm : 0));
+    int32_t* hit_slot = words.data();
+    int32_t* hit_token = hit_slot + Ph;
+    int32_t* row_of_pair = hit_token + Ph;
+    std::memcpy(row_of_pair + P, weights, (size_t)P * 4);
+    for (int i = 0; i < Ph; ++i) {
+        hit_slot[i] = hit_pairs[i].first;
+        hit_token[i] = hit_pairs[i].second / k;
+        row_of_pair[hit_pairs[i].second] = i;
+    }
+    for (int i = 0; i < Pm; ++i) row_of_pair[miss_pair[i]] = Ph + i;
+    const size_t stage_word = (size_t)2 * Ph + 2 * (size_t)P;
+    std::vector<MissBatch> batches;
     if (gpu_misses) {
-        int32_t* stage = h_route + 2 * Ph + 2 * P;
+        // Batches of stage_slots_ distinct experts; a pair's staging slot is its expert's place in the batch.
+        int32_t* stage = words.data() + stage_word;
         for (int i = 0, d = -1; i < Pm; ++i) {
-            d += i == 0 || misses[i].expert != misses[i - 1].expert;
+            const bool first = i == 0 || misses[i].expert != misses[i - 1].expert;
+            d += first;
+            if (first && d % stage_slots_ == 0) batches.push_back(MissBatch{(size_t)i, (size_t)i});
+            batches.back().end = (size_t)i + 1;
+            batches.back().experts += first;
             stage[i] = d % stage_slots_;
             stage[Pm + i] = misses[i].token;
         }
     }
-    Scratch route(pool_, route_words * 4);
-    CUDA_CHECK(cudaMemcpyAsync(route.p, h_route, route_words * 4, cudaMemcpyHostToDevice, stream_));
-    const int32_t* d_slot = route.as<int32_t>();
+    size_t hit_item_word = 0, count_word = 0;
+    int hit_items = 0;
+    if (tiled) {
+        std::vector<int32_t> tiles;   // built apart: appending to words would move the groups read
+        hit_items = append_tiles(hit_slot, 0, (size_t)Ph, tiles);
+        for (MissBatch& b : batches) {
+            b.item_word = tiles.size();
+            b.n_items = append_tiles(words.data() + stage_word, b.begin, b.end, tiles);
+        }
+        words.resize((words.size() + 3) / 4 * 4);   // tiles are int4: 16-byte aligned
+        hit_item_word = words.size();
+        for (MissBatch& b : batches) b.item_word += hit_item_word;
+        words.insert(words.end(), tiles.begin(), tiles.end());
+        count_word = words.size();
+        words.push_back(hit_items);
+        for (MissBatch& b : batches) {
+            b.count_word = words.size();
+            words.push_back(b.n_items);
+        }
+    }
+
+    // Staging buffers of the previous call are free once its uploads ran (long done: routing synchronised since).
+    CUDA_CHECK(cudaEventSynchronize(staging_free_));
+    int32_t* h_route = static_cast<int32_t*>(h_route_.get(words.size() * 4));
+    std::memcpy(h_route, words.data(), words.size() * 4);
+    Scratch route(pool_, words.size() * 4);
+    CUDA_CHECK(cudaMemcpyAsync(route.p, h_route, words.size() * 4, cudaMemcpyHostToDevice, stream_));
+    const int32_t* d_route = route.as<int32_t>();
+    const int32_t* d_slot = d_route;
     const int32_t* d_token = d_slot + Ph;
     const int32_t* d_row = d_slot + 2 * Ph;
-    const float* d_w = reinterpret_cast<const float*>(d_slot + 2 * Ph + P);
-    const int32_t* d_stage = d_slot + 2 * Ph + 2 * P;
+    const float* d_w = reinterpret_cast<const float*>(d_row + P);
+    const int32_t* d_stage = d_route + stage_word;
 
-    // CPU misses: the activations go to the host first, and the CPU job starts before the hits are queued.
-    const bool cpu_misses = Pm && !gpu_misses;
-    float* h_x = nullptr;
-    float* h_out = nullptr;
-    if (cpu_misses) {
-        h_x = static_cast<float*>(h_x_.get((size_t)T * H * 4));
-        h_out = static_cast<float*>(h_miss_.get((size_t)Pm * H * 4));
-        counters_.cpu_pairs += Pm;
-        counters_.cpu_bytes += (int64_t)distinct * (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes);
-    }
-    uint32_t seq = 0;
-    if (cpu_misses && cpu_thread_.joinable()) {
-        seq = ++seq_;
-        publish_to_host(stream_, x, (size_t)T * H, static_cast<float*>(h_x_.device()), d_x_flag_, seq);
-        submit_cpu_job(CpuJob{&L, h_x, misses, h_out, seq});
-    } else if (cpu_misses) {
-        CUDA_CHECK(cudaMemcpyAsync(h_x, x, (size_t)T * H * 4, cudaMemcpyDeviceToHost, stream_));
-        CUDA_CHECK(cudaEventRecord(x_ready_, stream_));
-    }
     Scratch out(pool_, (size_t)P * H * 4);   // expert outputs: hits, then misses
     if (Ph) {
+        ExpertOrder hit_order;
+        hit_order.items = reinterpret_cast<int4*>(const_cast<int32_t*>(d_route + hit_item_word));
+        hit_order.n_items = const_cast<int32_t*>(d_route + count_word);
+        hit_order.max_items = hit_items;
+        const ExpertOrder* order = tiled ? &hit_order : nullptr;
         Scratch xg(pool_, (size_t)Ph * H * 4), gate(pool_, (size_t)Ph * I * 4), up(pool_, (size_t)Ph * I * 4);
         gather_rows(stream_, x, d_token, Ph, H, xg.as<float>());
         auto args = [&](const Weight& e, const uint8_t* arena, int rows, int n) {
@@ -402,17 +398,19 @@ void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, c
             m.act_div = 1;
             return m;
         };
-        matmul_(args(L.gate, L.d_gate, I, H), xg.as<float>(), Ph, Ph, gate.as<float>());
-        matmul_(args(L.up, L.d_up, I, H), xg.as<float>(), Ph, Ph, up.as<float>());
+        matmul_(args(L.gate, L.d_gate, I, H), xg.as<float>(), Ph, Ph, gate.as<float>(), order);
+        matmul_(args(L.up, L.d_up, I, H), xg.as<float>(), Ph, Ph, up.as<float>(), order);
         swiglu(stream_, gate.as<float>(), up.as<float>(), (size_t)Ph * I, gate.as<float>());
-        matmul_(args(L.down, L.d_down, H, I), gate.as<float>(), Ph, Ph, out.as<float>());
+        matmul_(args(L.down, L.d_down, H, I), gate.as<float>(), Ph, Ph, out.as<float>(), order);
     }
     if (gpu_misses) {
-        misses_on_gpu(L, x, misses, d_stage, d_stage + Pm, out.as<float>() + (size_t)Ph * H);
+        misses_on_gpu(L, x, misses, batches, tiled ? d_route : nullptr, d_stage, d_stage + Pm,
+                      out.as<float>() + (size_t)Ph * H);
     } else if (cpu_misses) {
-        // The CPU pool computes the misses while the GPU works on the hits; the results meet on the GPU: the stream
-        // waits for the mapped flag the CPU job sets, then copies them in. The host returns at once and queues the
-        // work after this layer (shared expert, next mixer) behind the wait.
+        // The CPU pool computes the misses while the GPU works on the hits and the caller's shared expert; the
+        // results meet on the GPU: the stream waits for the mapped flag the CPU job sets, then copies them in. The
+        // host returns at once and queues the work after this layer behind the wait.
+        if (gpu_work_before_join) gpu_work_before_join();
         JoinTiming jt;
         if (!free_timings_.empty()) {
             jt = free_timings_.back();
@@ -426,7 +424,7 @@ void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, c
             wait_host_flag(stream_, d_flag_, seq, d_timed_out_);
         } else {
             const auto t0 = std::chrono::steady_clock::now();
-            CUDA_CHECK(cudaEventSynchronize(x_ready_));
+            if (!x_here) CUDA_CHECK(cudaEventSynchronize(x_ready_));
             counters_.host_wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             cpu_->compute(L.gate, L.up, L.down, h_x, misses, h_out);
         }
@@ -461,7 +459,11 @@ std::string HybridMoe::summary() const {
                " workers; CPU read ", counters_.cpu_bytes >> 20, " MiB of experts (",
                (int)(cpu_->seconds() > 0 ? counters_.cpu_bytes / cpu_->seconds() / 1e9 * 10 : 0) / 10.0,
                " GB/s); GPU waited ", (int)counters_.gpu_wait_ms, " ms for the CPU; ", counters_.pcie_bytes >> 20,
-               " MiB of missed experts over PCIe for prompt chunks; join ", async_join_ ? "async" : "host");
+               " MiB of missed experts over PCIe for prompt chunks in ", (int)counters_.pcie_ms, " ms of copies (",
+               (int)(counters_.pcie_ms > 0 ? counters_.pcie_bytes / counters_.pcie_ms / 1e5 : 0) / 10.0,
+               " GB/s); experts pinned in ", (int)(pin_s_ * 1000), " ms (",
+               (int)(pin_s_ > 0 ? pinned_bytes_ / pin_s_ / 1e8 : 0) / 10.0, " GB/s); join ",
+               async_join_ ? "async" : "host");
 }
 
 }  // namespace strata::cuda

@@ -21,6 +21,7 @@
 
 #include "backend/cuda/device_pool.h"
 #include "backend/cuda/kernels/kernels.h"
+#include "backend/cuda/kernels/matmul_tiled.h"
 #include "experts/cpu_expert_pool.h"
 #include "experts/expert_cache.h"
 #include "experts/gpu_options.h"
@@ -29,8 +30,10 @@
 
 namespace strata::cuda {
 
-// y[p] = W_p · x[p / act_div] for P rows (the backend's matmul with its activation quantization).
-using MatmulFn = std::function<void(const MatmulArgs& m, const float* x, int act_rows, int P, float* y)>;
+// y[p] = W_p · x[p / act_div] for P rows (the backend's matmul with its activation quantization); order non-null:
+// the pairs grouped into tiles of one matrix each, run by the tiled prompt kernels (matmul_tiled_experts).
+using MatmulFn = std::function<void(const MatmulArgs& m, const float* x, int act_rows, int P, float* y,
+                                    const ExpertOrder* order)>;
 
 // kernels/moe_hybrid.cu: the stream waits until *flag (host memory mapped into the device) reaches seq (wrapping
 // compare); after ~60 s it gives up and sets *timed_out (device memory) so a lost CPU job cannot hang the GPU.
@@ -59,6 +62,7 @@ struct HybridCounters {
     double gpu_wait_ms = 0;      // GPU idle at the join, waiting for the CPU's results (timed with events)
     double host_wait_ms = 0;     // the CPU job waiting for the layer's activations to reach the host
     int64_t pcie_bytes = 0;      // expert bytes copied over PCIe to compute misses on the GPU (prompt chunks)
+    double pcie_ms = 0;          // copy-stream time of those copies (events around each batch's copies)
     int64_t passes = 0;          // moe_experts calls (one per MoE layer per pass)
 };
 
@@ -100,8 +104,13 @@ public:
     bool handles(const MoeWeights& w) const { return caching_ && layer_of(w) >= 0; }
     // Records the routing for --routing-profile-out (every MoE call of a known layer).
     void note_routing(const MoeWeights& w, const int32_t* ids, int n);
+    // Queues x's copy to the host before the caller waits for the routing, so a decode-sized call's CPU job can
+    // start the moment the routing is known (moe_experts then finds x there). Call before moe_experts, same x, T.
+    void input_to_host(const MoeWeights& w, const float* x, int T);
+    // gpu_work_before_join: queued after the cached experts and before the stream waits for the CPU's misses (the
+    // caller's shared expert), so the GPU works while the CPU does; only called when the CPU computes misses.
     void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids, const float* weights,
-                     float* y);
+                     float* y, const std::function<void()>& gpu_work_before_join = {});
 
     int64_t hits() const { return cache_ ? cache_->hits() : 0; }
     int64_t lookups() const { return cache_ ? cache_->lookups() : 0; }
@@ -134,6 +143,17 @@ private:
     struct JoinTiming {
         cudaEvent_t hits_done = nullptr, misses_in = nullptr;   // GPU idle for the CPU = the time between them
     };
+    // One prompt-chunk batch of missed experts: pairs [begin, end) of the grouped misses, staged in one half of the
+    // arena; for the tiled kernels its n_items tiles at word item_word of the route upload, the count at count_word.
+    struct MissBatch {
+        size_t begin = 0, end = 0;
+        int experts = 0;
+        size_t item_word = 0, count_word = 0;
+        int n_items = 0;
+    };
+    // Tiles (group, first − begin, count ≤ kTilePairs, 0) over pairs [begin, end) grouped in runs of group[i],
+    // appended to words (int4 each); returns how many.
+    static int append_tiles(const int32_t* group, size_t begin, size_t end, std::vector<int32_t>& words);
     int layer_of(const MoeWeights& w) const;
     bool register_mapped();   // page-locks the mapped file's expert span in place; false: copy instead
     void copy_expert(const Layer& L, int slot, int expert, cudaStream_t s);
@@ -147,8 +167,11 @@ private:
     // Prompt chunks: the missed experts are copied into a staging arena and computed on the GPU (batches of
     // stage_slots_ experts, copies overlapping the previous batch's kernels), rows out[0 …) in the order of
     // `misses` (grouped by expert).
-    void misses_on_gpu(const Layer& L, const float* x, const std::vector<ExpertPair>& misses, const int32_t* d_stage,
+    void misses_on_gpu(const Layer& L, const float* x, const std::vector<ExpertPair>& misses,
+                       const std::vector<MissBatch>& batches, const int32_t* d_route, const int32_t* d_stage,
                        const int32_t* d_token, float* out);
+    void pin_experts();          // every layer's experts into a pinned piece, several layers at a time
+    void harvest_copy_timings(bool wait);
     void cpu_thread_main();
     void submit_cpu_job(CpuJob job);
     void wait_cpu_idle();        // the previous job has finished (and rethrows its error)
@@ -176,6 +199,12 @@ private:
     PinnedBuffer h_route_, h_x_{true}, h_miss_;   // h_x_ mapped: publish_to_host writes it
     int64_t miss_pairs_ = 0, passes_ = 0;
     HybridCounters counters_;
+    double pin_s_ = 0;                        // time to pin and fill the experts at start
+    int64_t pinned_bytes_ = 0;
+    int pin_threads_ = 0;
+    const float* x_on_host_ = nullptr;        // input_to_host queued x's copy for the next moe_experts (T rows)
+    int x_on_host_T_ = 0;
+    std::vector<JoinTiming> copy_timings_, free_copy_timings_;   // around prompt-chunk copy batches
 
     // Staging arena for prompt chunks' misses (allocated at first use): two halves of stage_slots_ experts.
     int stage_slots_ = 0;

@@ -1,0 +1,147 @@
+// HybridMoe's routed experts in page-locked host memory, loaded once at start: the mapped file locked in place where
+// the driver allows it, else one pinned piece per layer (gate | up | down), allocated and filled by several loader
+// threads at once. The rest of the class is in hybrid_moe.cu.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/hybrid_moe.h"
+#include "common/error.h"
+#include "common/log.h"
+
+namespace strata::cuda {
+
+namespace {
+size_t matrix_bytes(const Weight& w) { return (size_t)w.ne[1] * w.row_bytes; }
+
+// Asks the kernel to read a mapped range ahead (the loader then copies from the page cache, not page by page).
+void read_ahead(const void* p, size_t bytes) {
+#ifdef __linux__
+    const uintptr_t page = 4096, lo = (uintptr_t)p & ~(page - 1);
+    madvise(reinterpret_cast<void*>(lo), (uintptr_t)p + bytes - lo, MADV_WILLNEED);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+}  // namespace
+
+void HybridMoe::pin_experts() {
+    const auto t0 = std::chrono::steady_clock::now();
+    pinned_all_ = true;
+    pinned_bytes_ = 0;
+    for (const Layer& L : layers_) pinned_bytes_ += (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes) * n_experts_;
+    if (register_mapped()) {
+        pin_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        pin_threads_ = 1;
+        return;
+    }
+    // Loader threads each take the next layer: cudaHostAlloc of its piece, then a plain copy from the mapped file.
+    // Several layers at once overlap one thread's page locking (in the driver) with the others' copies.
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    const char* env = std::getenv("STRATA_PIN_THREADS");
+    const int hw = (int)std::max(1u, std::thread::hardware_concurrency());
+    pin_threads_ = std::max(1, std::min<int>(env ? std::atoi(env) : std::min(hw, 16), (int)layers_.size()));
+    std::atomic<int> next{0}, failed{0};
+    std::mutex mu;
+    double alloc_s = 0, fill_s = 0;   // summed over threads
+    std::string first_error;
+    auto loader = [&] {
+        if (cudaSetDevice(device) != cudaSuccess) {
+            cudaGetLastError();
+            return;   // the other threads take its layers
+        }
+        double a_s = 0, f_s = 0;
+        for (int l; (l = next.fetch_add(1)) < (int)layers_.size();) {
+            Layer& L = layers_[l];
+            const size_t g = L.gate_bytes * n_experts_, u = L.up_bytes * n_experts_, d = L.down_bytes * n_experts_;
+            for (const auto& [src, n] : {std::pair{L.gate.data, g}, {L.up.data, u}, {L.down.data, d}})
+                read_ahead(src, n);
+            const auto ta = std::chrono::steady_clock::now();
+            void* p = nullptr;
+            const cudaError_t st = cudaHostAlloc(&p, g + u + d, cudaHostAllocDefault);
+            const auto tb = std::chrono::steady_clock::now();
+            a_s += std::chrono::duration<double>(tb - ta).count();
+            if (st != cudaSuccess) {
+                cudaGetLastError();
+                ++failed;
+                std::lock_guard<std::mutex> lk(mu);
+                if (first_error.empty())
+                    first_error = fmt("layer ", l, ": cudaHostAlloc of ", (g + u + d) >> 20, " MiB: ", cudaGetErrorString(st));
+                continue;
+            }
+            uint8_t* b = static_cast<uint8_t*>(p);
+            std::memcpy(b, L.gate.data, g);
+            std::memcpy(b + g, L.up.data, u);
+            std::memcpy(b + g + u, L.down.data, d);
+            f_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - tb).count();
+            L.pinned = p;
+            L.gate.data = b;
+            L.up.data = b + g;
+            L.down.data = b + g + u;
+        }
+        std::lock_guard<std::mutex> lk(mu);
+        alloc_s += a_s;
+        fill_s += f_s;
+    };
+    std::vector<std::thread> threads;
+    for (int t = 0; t < pin_threads_; ++t) threads.emplace_back(loader);
+    for (std::thread& t : threads) t.join();
+    STRATA_CHECK(next.load() >= (int)layers_.size(), "experts: no loader thread could select CUDA device ", device);
+    pin_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (failed) {
+        // Those layers stay in the mapped file: the CPU pool reads them as before, but their prompt-chunk copies
+        // and cache moves go through the driver's pageable staging (slower, and they block the host).
+        pinned_all_ = false;
+        log_warn("experts", fmt(failed.load(), " of ", layers_.size(), " layers' experts could not be pinned (",
+                                first_error, "); they are read from the mapped file"));
+    }
+    log_info("experts", fmt("experts pinned: ", pinned_bytes_ >> 20, " MiB in ", (int)(pin_s_ * 1000), " ms (",
+                            (int)(pinned_bytes_ / std::max(pin_s_, 1e-9) / 1e8) / 10.0, " GB/s), ", pin_threads_,
+                            " loader threads; cudaHostAlloc ", (int)(alloc_s * 1000), " ms, copies ",
+                            (int)(fill_s * 1000), " ms (summed over threads)"));
+}
+
+bool HybridMoe::register_mapped() {
+    const char* env = std::getenv("STRATA_PIN");
+    if (env && std::strcmp(env, "copy") == 0) return false;
+    int device = 0, read_only = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    if (cudaDeviceGetAttribute(&read_only, cudaDevAttrHostRegisterReadOnlySupported, device) != cudaSuccess ||
+        !read_only) {
+        cudaGetLastError();
+        return false;
+    }
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (const Layer& L : layers_)
+        for (const Weight* w : {&L.gate, &L.up, &L.down}) {
+            lo = std::min(lo, (uintptr_t)w->data);
+            hi = std::max(hi, (uintptr_t)w->data + matrix_bytes(*w) * (size_t)n_experts_);
+        }
+    constexpr uintptr_t kPage = 4096;
+    lo &= ~(kPage - 1);
+    hi = (hi + kPage - 1) & ~(kPage - 1);
+    const cudaError_t st = cudaHostRegister(reinterpret_cast<void*>(lo), hi - lo,
+                                            cudaHostRegisterReadOnly | cudaHostRegisterPortable);
+    if (st != cudaSuccess) {
+        cudaGetLastError();
+        log_info("experts", fmt("locking the mapped experts in place failed (", cudaGetErrorString(st),
+                                "); copying them into pinned memory"));
+        return false;
+    }
+    registered_ = reinterpret_cast<void*>(lo);
+    return true;
+}
+
+}  // namespace strata::cuda
