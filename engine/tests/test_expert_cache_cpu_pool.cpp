@@ -3,6 +3,7 @@
 // f32 activations, Q8_0 / Q2_0 / mixed formats, any worker count; plus ThreadPool and SpinBarrier semantics.
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -209,6 +210,12 @@ void check_mode(bool f32_act, int workers) {
 }  // namespace
 
 int main() {
+    // The chunked, prefetching row loop (read once, at the first call) with a distance shorter than a share.
+#ifdef _WIN32
+    _putenv_s("STRATA_CPU_PREFETCH_KB", "1");
+#else
+    setenv("STRATA_CPU_PREFETCH_KB", "1", 1);
+#endif
     check_thread_pool();
     for (bool f32_act : {false, true})
         for (int workers : {1, 3}) check_mode(f32_act, workers);

@@ -27,6 +27,7 @@ public:
 
     double seconds() const { return seconds_; }          // wall time spent in compute() so far
     int64_t pairs_done() const { return pairs_done_; }
+    const double* phase_seconds() const { return scratch_.phase_seconds; }   // see MoeScratch
 
 private:
     ThreadPool pool_;

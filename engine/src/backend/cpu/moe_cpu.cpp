@@ -2,8 +2,18 @@
 #include "backend/cpu/moe_cpu.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define STRATA_PREFETCH_L2(p) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1)
+#else
+#define STRATA_PREFETCH_L2(p) ((void)(p))
+#endif
 
 #include "common/error.h"
 #include "quant/quant.h"
@@ -11,6 +21,9 @@
 namespace strata {
 
 namespace {
+
+constexpr int kDefaultPrefetchKb = 0;
+constexpr size_t kStartPrefetchBytes = 16384;
 
 // y[r] = row r of W · x for r in [r0, r1), dequantized weight rows times f32 activations.
 void rows_dot_f32(const Weight& w, const uint8_t* matrix, int64_t r0, int64_t r1, const float* x, float* y) {
@@ -50,6 +63,56 @@ void for_group_rows(const Groups& groups, int64_t rows, int t, int n, const Fn& 
     for (int64_t g = q0 / rows; g < groups.count() && g * rows < q1; ++g) {
         const int64_t r0 = std::max<int64_t>(q0 - g * rows, 0), r1 = std::min<int64_t>(q1 - g * rows, rows);
         if (r0 < r1) fn((int)g, r0, r1);
+    }
+}
+
+// How far ahead of the rows being computed a thread prefetches its rows into L2 (STRATA_CPU_PREFETCH_KB, 0 = off).
+// The kernels' own prefetch runs 4 rows ahead: ~3 KB for 720-byte Q2_0 rows of 2560, 720 bytes for rows of 640.
+size_t prefetch_bytes() {
+    static const size_t bytes = [] {
+        const char* v = std::getenv("STRATA_CPU_PREFETCH_KB");
+        return (v ? (size_t)std::strtoul(v, nullptr, 10) : (size_t)kDefaultPrefetchKb) * 1024;
+    }();
+    return bytes;
+}
+
+// gemv_rows_multi over rows [r0, r1) of one matrix in ~4 KB chunks, each preceded by an L2 prefetch of the chunk
+// prefetch_bytes() further on (within [r0, r1)). Same kernel per row, so the same bits.
+void gemv_rows_ahead(const Weight& w, const uint8_t* matrix, int64_t r0, int64_t r1, const uint8_t* acts, int n_act,
+                     size_t act_stride, float* y, size_t y_stride) {
+    const size_t ahead = prefetch_bytes();
+    if (ahead == 0) {
+        gemv_rows_multi(w.type, w.ne[0], matrix, w.row_bytes, r0, r1, acts, n_act, act_stride, y, y_stride);
+        return;
+    }
+    const uint8_t* end = matrix + (size_t)r1 * w.row_bytes;
+    const uint8_t* next = matrix + (size_t)r0 * w.row_bytes;   // first byte not yet prefetched
+    const int64_t chunk = std::max<int64_t>(1, (int64_t)(4096 / w.row_bytes));
+    for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
+        const int64_t c1 = std::min(r1, c0 + chunk);
+        const uint8_t* until = std::min(end, matrix + (size_t)c1 * w.row_bytes + ahead);
+        for (; next < until; next += 64) STRATA_PREFETCH_L2(next);
+        gemv_rows_multi(w.type, w.ne[0], matrix, w.row_bytes, c0, c1, acts, n_act, act_stride, y, y_stride);
+    }
+}
+
+// Thread t's share [begin, end) of `total` items (tokens, pair rows), as even as whole items allow.
+void even_share(int64_t total, int t, int n, int64_t& begin, int64_t& end) {
+    begin = total * t / n;
+    end = total * (t + 1) / n;
+}
+
+// L2 prefetch of the first kStartPrefetchBytes of thread t's share of rows [0, rows) of each matrix in ws, issued
+// before a phase whose inputs one thread is still quantizing.
+void prefetch_share_start(const Groups& groups, std::initializer_list<const Weight*> ws, int64_t rows, int t, int n) {
+    for (const Weight* w : ws) {
+        size_t budget = kStartPrefetchBytes;
+        for_group_rows(groups, rows, t, n, [&](int g, int64_t r0, int64_t r1) {
+            const uint8_t* p = w->matrix(groups.expert(g)) + (size_t)r0 * w->row_bytes;
+            const size_t bytes = std::min(budget, (size_t)(r1 - r0) * w->row_bytes);
+            for (size_t off = 0; off < bytes; off += 64) STRATA_PREFETCH_L2(p + off);
+            budget -= bytes;
+        });
     }
 }
 
@@ -94,27 +157,42 @@ void compute_experts_cpu(ThreadPool& pool, bool f32, const Weight& gate, const W
     const size_t ab_g = padded_act_bytes(gate.type, H), ab_u = padded_act_bytes(up.type, H);
     const size_t ab_d = padded_act_bytes(down.type, I);
     const bool same_act = gate.type == up.type;   // gate and up then read the same quantized rows
-    uint8_t* act_g = f32 ? nullptr : at_least(s.act_g, ab_g * n_rows);
-    uint8_t* act_u = f32 || same_act ? act_g : at_least(s.act_u, ab_u * n_rows);
+    int n_tokens = 0;
+    for (const ExpertPair& pr : pairs) n_tokens = std::max(n_tokens, pr.token + 1);
+    s.token_used.assign(n_tokens, 0);
+    for (const ExpertPair& pr : pairs) s.token_used[pr.token] = 1;
+    uint8_t* tok_g = f32 ? nullptr : at_least(s.tok_g, ab_g * n_tokens);
+    uint8_t* tok_u = f32 || same_act ? tok_g : at_least(s.tok_u, ab_u * n_tokens);
     uint8_t* act_h = f32 ? nullptr : at_least(s.act_h, ab_d * n_rows);
     float* gv = at_least(s.gv, n_rows * I);   // gate rows, then silu(gate) ⊙ up in place
     float* uv = at_least(s.uv, n_rows * I);
     float* ov = at_least(s.ov, n_rows * H);   // down rows of groups that serve several tokens
 
     const int n = pool.size();
+    if ((int)s.gather.size() < n) s.gather.resize(n);
     SpinBarrier barrier(n);
     pool.parallel_for(n, [&](int64_t t64, int64_t) {
         const int t = (int)t64;
+        auto mark = std::chrono::steady_clock::now();
+        const auto end_phase = [&](int phase) {   // the calling thread (t = 0) times the phases
+            if (t != 0) return;
+            const auto now = std::chrono::steady_clock::now();
+            s.phase_seconds[phase] += std::chrono::duration<double>(now - mark).count();
+            mark = now;
+        };
         int64_t j0, j1;
         if (!f32) {
-            // 1. This thread's rows of quantized inputs: pair j's token in the gate (and up) format.
-            share_of((int64_t)n_rows, t, n, j0, j1);
-            for (int64_t j = j0; j < j1; ++j) {
-                const float* xt = x + (size_t)pairs[s.order[j]].token * H;
-                quantize_act(gate.type, xt, act_g + ab_g * j, H);
-                if (!same_act) quantize_act(up.type, xt, act_u + ab_u * j, H);
+            // 1. This thread's tokens quantized to the gate (and up) format; while one thread quantizes a decode
+            //    token, the others start fetching their first weight rows.
+            prefetch_share_start(groups, {&gate, &up}, I, t, n);
+            even_share(n_tokens, t, n, j0, j1);
+            for (int64_t tok = j0; tok < j1; ++tok) {
+                if (!s.token_used[tok]) continue;
+                quantize_act(gate.type, x + (size_t)tok * H, tok_g + ab_g * tok, H);
+                if (!same_act) quantize_act(up.type, x + (size_t)tok * H, tok_u + ab_u * tok, H);
             }
             barrier.arrive_and_wait();
+            end_phase(0);
         }
         // 2. This thread's share of all gate and up rows, then silu(gate) ⊙ up on those rows.
         for_group_rows(groups, I, t, n, [&](int g, int64_t r0, int64_t r1) {
@@ -128,10 +206,21 @@ void compute_experts_cpu(ThreadPool& pool, bool f32, const Weight& gate, const W
                     rows_dot_f32(up, wu, r0, r1, xt, uv + (size_t)(first + i) * I);
                 }
             } else {
-                gemv_rows_multi(gate.type, H, wg, gate.row_bytes, r0, r1, act_g + ab_g * first, count, ab_g,
-                                gv + (size_t)first * I, I);
-                gemv_rows_multi(up.type, H, wu, up.row_bytes, r0, r1, act_u + ab_u * first, count, ab_u,
-                                uv + (size_t)first * I, I);
+                // One token: its quantized row as is; several: their rows gathered at a fixed stride.
+                const uint8_t* ag = tok_g + ab_g * pairs[s.order[first]].token;
+                const uint8_t* au = tok_u + ab_u * pairs[s.order[first]].token;
+                if (count > 1) {
+                    uint8_t* buf = at_least(s.gather[t], (ab_g + (same_act ? 0 : ab_u)) * count);
+                    for (int i = 0; i < count; ++i) {
+                        const int tok = pairs[s.order[first + i]].token;
+                        std::memcpy(buf + ab_g * i, tok_g + ab_g * tok, ab_g);
+                        if (!same_act) std::memcpy(buf + ab_g * count + ab_u * i, tok_u + ab_u * tok, ab_u);
+                    }
+                    ag = buf;
+                    au = same_act ? buf : buf + ab_g * count;
+                }
+                gemv_rows_ahead(gate, wg, r0, r1, ag, count, ab_g, gv + (size_t)first * I, I);
+                gemv_rows_ahead(up, wu, r0, r1, au, count, ab_u, uv + (size_t)first * I, I);
             }
             for (int i = 0; i < count; ++i) {
                 float* g_row = gv + (size_t)(first + i) * I;
@@ -140,11 +229,14 @@ void compute_experts_cpu(ThreadPool& pool, bool f32, const Weight& gate, const W
             }
         });
         barrier.arrive_and_wait();
+        end_phase(1);
         if (!f32) {
-            // 3. This thread's rows of quantized hidden activations.
-            share_of((int64_t)n_rows, t, n, j0, j1);
+            // 3. This thread's rows of quantized hidden activations, its first down rows fetched meanwhile.
+            prefetch_share_start(groups, {&down}, H, t, n);
+            even_share((int64_t)n_rows, t, n, j0, j1);
             for (int64_t j = j0; j < j1; ++j) quantize_act(down.type, gv + (size_t)j * I, act_h + ab_d * j, I);
             barrier.arrive_and_wait();
+            end_phase(2);
         }
         // 4. This thread's share of all down rows, straight into out for a one-token group.
         for_group_rows(groups, H, t, n, [&](int g, int64_t r0, int64_t r1) {
@@ -155,13 +247,14 @@ void compute_experts_cpu(ThreadPool& pool, bool f32, const Weight& gate, const W
                 for (int i = 0; i < count; ++i)
                     rows_dot_f32(down, wd, r0, r1, gv + (size_t)(first + i) * I, y + (size_t)i * H);
             } else {
-                gemv_rows_multi(down.type, I, wd, down.row_bytes, r0, r1, act_h + ab_d * first, count, ab_d, y, H);
+                gemv_rows_ahead(down, wd, r0, r1, act_h + ab_d * first, count, ab_d, y, H);
             }
             if (count > 1)
                 for (int i = 0; i < count; ++i)
                     std::memcpy(out + (size_t)s.order[first + i] * H + r0, y + (size_t)i * H + r0,
                                 (size_t)(r1 - r0) * sizeof(float));
         });
+        end_phase(3);
     });
 }
 

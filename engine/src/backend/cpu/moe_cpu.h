@@ -20,8 +20,13 @@ struct ExpertPair {
 struct MoeScratch {
     std::vector<int> order;          // pair indices sorted by (expert, index)
     std::vector<int> group_first;    // per group: its first row in order / the flat per-pair buffers
-    std::vector<uint8_t> act_g, act_u, act_h;
+    std::vector<char> token_used;
+    std::vector<uint8_t> tok_g, tok_u, act_h;     // quantized inputs per token, hidden rows per pair
+    std::vector<std::vector<uint8_t>> gather;     // per thread: the inputs of a group of several tokens
     std::vector<float> gv, uv, ov;
+    // Seconds the calling thread spent per phase, its barrier waits included (benchmarks): input quantization,
+    // gate/up rows + silu, hidden quantization, down rows.
+    double phase_seconds[4] = {0, 0, 0, 0};
 };
 
 // out[i] = down_e(silu(gate_e · x[t]) ⊙ (up_e · x[t])) for pairs[i] = (t, e); x [*, H], out [pairs, H].
