@@ -2,7 +2,9 @@
 # CPU expert pool on the decode shape (issue #7, hybrid path): runs BUILD_DIR's cpu_pool_bench (builds nothing) and
 # writes JSON + a summary under $OUT. Usage: bash bench/cpu_pool/run.sh BUILD_DIR
 # Env: WORKERS (default 1,2,4,6 capped at the core count), MB (expert blob, default 2048), GAP_US (idle between
-# layers in the second run, default 300: the GPU's share of a hybrid layer). Takes ~10-40 s.
+# layers in the second run, default 300: the GPU's share of a hybrid layer), PREFETCH_KB (the L2 prefetch distances
+# tried for the last worker count at k=4 through STRATA_CPU_PREFETCH_KB, default "0 8 16 32"; the other runs use the
+# engine's default). Takes ~15-40 s.
 set -euo pipefail
 BUILD="${1:?usage: bash bench/cpu_pool/run.sh BUILD_DIR}"
 BIN="$BUILD/engine/cpu_pool_bench"
@@ -20,15 +22,22 @@ lscpu > "$OUT/lscpu.txt" 2>/dev/null || true
 # Back to back: the pool's own cost per layer. With a gap: workers idle between layers as in the hybrid decode.
 timeout 120 "$BIN" --workers "$WORKERS" --k 2,3,4,5,6 --mb "$MB" --passes 5 --gap-us 0 > "$OUT/back_to_back.json"
 timeout 120 "$BIN" --workers "$LAST" --k 4 --mb "$MB" --passes 5 --gap-us "$GAP_US" > "$OUT/gap.json"
-python3 - "$OUT" <<'PY'
+NAMES="back_to_back gap"
+for kb in ${PREFETCH_KB:-0 8 16 32}; do
+  STRATA_CPU_PREFETCH_KB="$kb" timeout 120 "$BIN" --workers "$LAST" --k 4 --mb "$MB" --passes 5 > "$OUT/prefetch_$kb.json"
+  NAMES="$NAMES prefetch_$kb"
+done
+python3 - "$OUT" $NAMES <<'PY' | tee "$OUT/summary.txt"
 import json, sys
 out = sys.argv[1]
-for name in ("back_to_back", "gap"):
+for name in sys.argv[2:]:
     d = json.load(open(f"{out}/{name}.json"))
     print(f"{name} (gap {d['gap_us']} us, {d['cpu']}, isa {d['isa']}):")
-    print("  workers  k   GB/s  GB/s@median  us/layer median  p90   | DRAM read  gemv stream GB/s")
+    print("  workers  k   GB/s  GB/s@median  us/layer median  p90 | phases us: quant_x gate_up down"
+          " | DRAM read  gemv stream GB/s")
     for r in d["runs"]:
+        ph = r["phase_us_per_layer"]
         print(f"  {r['workers']:>7} {r['k']:>2} {r['gbs']:>6.1f} {r['gbs_at_median']:>11.1f} {r['us_per_layer_median']:>16.0f}"
-              f" {r['us_per_layer_p90']:>5.0f}  | {r['dram_read_gbs']:>9.1f} {r['gemv_stream_gbs']:>11.1f}")
+              f" {r['us_per_layer_p90']:>5.0f} | {ph['quantize_x']:>17.1f} {ph['gate_up']:>7.1f} {ph['down']:>5.1f} | {r['dram_read_gbs']:>9.1f} {r['gemv_stream_gbs']:>11.1f}")
 PY
 echo "wrote $OUT"

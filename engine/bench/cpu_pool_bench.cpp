@@ -204,9 +204,9 @@ int main(int argc, char** argv) {
             std::vector<float> out((size_t)o.tokens * k * H);
             std::vector<ExpertPair> pairs;
             std::vector<double> layer_us;
-            double total_s = 0, caller_cpu_s = 0, phase0[4];
+            double total_s = 0, caller_cpu_s = 0, phase0[3];
             for (int pass = 0; pass < o.passes + 1; ++pass) {   // pass 0 warms the pool and its buffers
-                if (pass == 1) std::copy(pool.phase_seconds(), pool.phase_seconds() + 4, phase0);
+                if (pass == 1) std::copy(pool.phase_seconds(), pool.phase_seconds() + 3, phase0);
                 double pass_s = 0;
                 for (int l = 0; l < o.layers; ++l) {
                     pairs.clear();
@@ -232,12 +232,11 @@ int main(int argc, char** argv) {
                         "\"us_per_layer_median\": %.1f, \"us_per_layer_p90\": %.1f, \"us_per_layer_min\": %.1f, "
                         "\"gbs_at_median\": %.2f, \"caller_cpu_us_per_layer\": %.1f, "
                         "\"mb_per_layer\": %.2f, \"dram_read_gbs\": %.2f, \"gemv_stream_gbs\": %.2f, "
-                        "\"phase_us_per_layer\": {\"quantize_x\": %.1f, \"gate_up\": %.1f, \"quantize_h\": %.1f, "
-                        "\"down\": %.1f}}",
+                        "\"phase_us_per_layer\": {\"quantize_x\": %.1f, \"gate_up\": %.1f, \"down\": %.1f}}",
                         first ? "" : ",\n", workers, k, bytes / total_s / 1e9, total_s * 1e6 / (o.layers * o.passes),
                         pct(0.5), pct(0.9), layer_us.front(), expert_bytes * k / pct(0.5) / 1e3,
                         caller_cpu_s * 1e6 / (o.layers * o.passes), expert_bytes * k / 1e6, dram, stream,
-                        phase_us(0), phase_us(1), phase_us(2), phase_us(3));
+                        phase_us(0), phase_us(1), phase_us(2));
             std::fflush(stdout);
             first = false;
         }

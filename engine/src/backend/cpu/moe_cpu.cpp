@@ -22,8 +22,22 @@ namespace strata {
 
 namespace {
 
-constexpr int kDefaultPrefetchKb = 0;
-constexpr size_t kStartPrefetchBytes = 16384;
+// Software L2 prefetch on top of the kernels' own (which runs 4 rows ahead: ~3 KB for 720-byte Q2_0 rows of 2560,
+// 720 bytes for rows of 640). STRATA_CPU_PREFETCH_KB=N (for A/B runs) sets both distances to N KB, 0 = none.
+struct PrefetchDistances {
+    size_t start;   // the first bytes of a thread's share, fetched while it waits for inputs
+    size_t ahead;   // within a share, how far ahead of the rows being computed
+};
+
+const PrefetchDistances& prefetch_distances() {
+    static const PrefetchDistances d = [] {
+        const char* v = std::getenv("STRATA_CPU_PREFETCH_KB");
+        if (!v) return PrefetchDistances{16384, 0};
+        const size_t bytes = (size_t)std::strtoul(v, nullptr, 10) * 1024;
+        return PrefetchDistances{bytes, bytes};
+    }();
+    return d;
+}
 
 // y[r] = row r of W · x for r in [r0, r1), dequantized weight rows times f32 activations.
 void rows_dot_f32(const Weight& w, const uint8_t* matrix, int64_t r0, int64_t r1, const float* x, float* y) {
@@ -66,21 +80,11 @@ void for_group_rows(const Groups& groups, int64_t rows, int t, int n, const Fn& 
     }
 }
 
-// How far ahead of the rows being computed a thread prefetches its rows into L2 (STRATA_CPU_PREFETCH_KB, 0 = off).
-// The kernels' own prefetch runs 4 rows ahead: ~3 KB for 720-byte Q2_0 rows of 2560, 720 bytes for rows of 640.
-size_t prefetch_bytes() {
-    static const size_t bytes = [] {
-        const char* v = std::getenv("STRATA_CPU_PREFETCH_KB");
-        return (v ? (size_t)std::strtoul(v, nullptr, 10) : (size_t)kDefaultPrefetchKb) * 1024;
-    }();
-    return bytes;
-}
-
 // gemv_rows_multi over rows [r0, r1) of one matrix in ~4 KB chunks, each preceded by an L2 prefetch of the chunk
-// prefetch_bytes() further on (within [r0, r1)). Same kernel per row, so the same bits.
+// prefetch_distances().ahead further on (within [r0, r1)). Same kernel per row, so the same bits.
 void gemv_rows_ahead(const Weight& w, const uint8_t* matrix, int64_t r0, int64_t r1, const uint8_t* acts, int n_act,
                      size_t act_stride, float* y, size_t y_stride) {
-    const size_t ahead = prefetch_bytes();
+    const size_t ahead = prefetch_distances().ahead;
     if (ahead == 0) {
         gemv_rows_multi(w.type, w.ne[0], matrix, w.row_bytes, r0, r1, acts, n_act, act_stride, y, y_stride);
         return;
@@ -102,11 +106,11 @@ void even_share(int64_t total, int t, int n, int64_t& begin, int64_t& end) {
     end = total * (t + 1) / n;
 }
 
-// L2 prefetch of the first kStartPrefetchBytes of thread t's share of rows [0, rows) of each matrix in ws, issued
+// L2 prefetch of the first prefetch_distances().start bytes of thread t's share of rows [0, rows) of each matrix in ws, issued
 // before a phase whose inputs one thread is still quantizing.
 void prefetch_share_start(const Groups& groups, std::initializer_list<const Weight*> ws, int64_t rows, int t, int n) {
     for (const Weight* w : ws) {
-        size_t budget = kStartPrefetchBytes;
+        size_t budget = prefetch_distances().start;
         for_group_rows(groups, rows, t, n, [&](int g, int64_t r0, int64_t r1) {
             const uint8_t* p = w->matrix(groups.expert(g)) + (size_t)r0 * w->row_bytes;
             const size_t bytes = std::min(budget, (size_t)(r1 - r0) * w->row_bytes);
@@ -161,18 +165,21 @@ void compute_experts_cpu(ThreadPool& pool, bool f32, const Weight& gate, const W
     for (const ExpertPair& pr : pairs) n_tokens = std::max(n_tokens, pr.token + 1);
     s.token_used.assign(n_tokens, 0);
     for (const ExpertPair& pr : pairs) s.token_used[pr.token] = 1;
-    uint8_t* tok_g = f32 ? nullptr : at_least(s.tok_g, ab_g * n_tokens);
-    uint8_t* tok_u = f32 || same_act ? tok_g : at_least(s.tok_u, ab_u * n_tokens);
-    uint8_t* act_h = f32 ? nullptr : at_least(s.act_h, ab_d * n_rows);
+    // One token (decode): every thread quantizes it for itself, no barrier. Several: each token once, split over
+    // the threads, then a barrier.
+    const bool shared_tokens = !f32 && n_tokens > 1;
+    uint8_t* tok_g = shared_tokens ? at_least(s.tok_g, ab_g * n_tokens) : nullptr;
+    uint8_t* tok_u = same_act ? tok_g : shared_tokens ? at_least(s.tok_u, ab_u * n_tokens) : nullptr;
     float* gv = at_least(s.gv, n_rows * I);   // gate rows, then silu(gate) ⊙ up in place
     float* uv = at_least(s.uv, n_rows * I);
     float* ov = at_least(s.ov, n_rows * H);   // down rows of groups that serve several tokens
 
     const int n = pool.size();
-    if ((int)s.gather.size() < n) s.gather.resize(n);
+    if ((int)s.per_thread.size() < n) s.per_thread.resize(n);
     SpinBarrier barrier(n);
     pool.parallel_for(n, [&](int64_t t64, int64_t) {
         const int t = (int)t64;
+        MoeScratch::ThreadBuffers& own = s.per_thread[t];
         auto mark = std::chrono::steady_clock::now();
         const auto end_phase = [&](int phase) {   // the calling thread (t = 0) times the phases
             if (t != 0) return;
@@ -180,20 +187,26 @@ void compute_experts_cpu(ThreadPool& pool, bool f32, const Weight& gate, const W
             s.phase_seconds[phase] += std::chrono::duration<double>(now - mark).count();
             mark = now;
         };
-        int64_t j0, j1;
-        if (!f32) {
-            // 1. This thread's tokens quantized to the gate (and up) format; while one thread quantizes a decode
-            //    token, the others start fetching their first weight rows.
-            prefetch_share_start(groups, {&gate, &up}, I, t, n);
-            even_share(n_tokens, t, n, j0, j1);
-            for (int64_t tok = j0; tok < j1; ++tok) {
+        // 1. Quantized inputs; the first weight rows of this thread's share are fetched meanwhile.
+        if (!f32) prefetch_share_start(groups, {&gate, &up}, I, t, n);
+        uint8_t* own_g = nullptr;
+        uint8_t* own_u = nullptr;
+        if (!f32 && !shared_tokens) {
+            own_g = at_least(own.x_act, ab_g + (same_act ? 0 : ab_u));
+            own_u = same_act ? own_g : own_g + ab_g;
+            quantize_act(gate.type, x, own_g, H);
+            if (!same_act) quantize_act(up.type, x, own_u, H);
+        } else if (shared_tokens) {
+            int64_t k0, k1;
+            even_share(n_tokens, t, n, k0, k1);
+            for (int64_t tok = k0; tok < k1; ++tok) {
                 if (!s.token_used[tok]) continue;
                 quantize_act(gate.type, x + (size_t)tok * H, tok_g + ab_g * tok, H);
                 if (!same_act) quantize_act(up.type, x + (size_t)tok * H, tok_u + ab_u * tok, H);
             }
             barrier.arrive_and_wait();
-            end_phase(0);
         }
+        end_phase(0);
         // 2. This thread's share of all gate and up rows, then silu(gate) ⊙ up on those rows.
         for_group_rows(groups, I, t, n, [&](int g, int64_t r0, int64_t r1) {
             const int first = groups.first[g], count = groups.size(g);
@@ -206,11 +219,15 @@ void compute_experts_cpu(ThreadPool& pool, bool f32, const Weight& gate, const W
                     rows_dot_f32(up, wu, r0, r1, xt, uv + (size_t)(first + i) * I);
                 }
             } else {
-                // One token: its quantized row as is; several: their rows gathered at a fixed stride.
-                const uint8_t* ag = tok_g + ab_g * pairs[s.order[first]].token;
-                const uint8_t* au = tok_u + ab_u * pairs[s.order[first]].token;
-                if (count > 1) {
-                    uint8_t* buf = at_least(s.gather[t], (ab_g + (same_act ? 0 : ab_u)) * count);
+                // The quantized rows of the group's tokens at a fixed stride: the thread's own copy of the only token,
+                // a shared token row, or several shared rows gathered.
+                const uint8_t* ag = own_g;
+                const uint8_t* au = own_u;
+                if (shared_tokens && count == 1) {
+                    ag = tok_g + ab_g * pairs[s.order[first]].token;
+                    au = tok_u + ab_u * pairs[s.order[first]].token;
+                } else if (shared_tokens) {
+                    uint8_t* buf = at_least(own.gather, (ab_g + (same_act ? 0 : ab_u)) * count);
                     for (int i = 0; i < count; ++i) {
                         const int tok = pairs[s.order[first + i]].token;
                         std::memcpy(buf + ab_g * i, tok_g + ab_g * tok, ab_g);
@@ -228,17 +245,12 @@ void compute_experts_cpu(ThreadPool& pool, bool f32, const Weight& gate, const W
                 for (int64_t r = r0; r < r1; ++r) g_row[r] = g_row[r] / (1.0f + std::exp(-g_row[r])) * u_row[r];
             }
         });
-        barrier.arrive_and_wait();
+        if (!f32) prefetch_share_start(groups, {&down}, H, t, n);
+        barrier.arrive_and_wait();   // every hidden row complete
         end_phase(1);
-        if (!f32) {
-            // 3. This thread's rows of quantized hidden activations, its first down rows fetched meanwhile.
-            prefetch_share_start(groups, {&down}, H, t, n);
-            even_share((int64_t)n_rows, t, n, j0, j1);
-            for (int64_t j = j0; j < j1; ++j) quantize_act(down.type, gv + (size_t)j * I, act_h + ab_d * j, I);
-            barrier.arrive_and_wait();
-            end_phase(2);
-        }
-        // 4. This thread's share of all down rows, straight into out for a one-token group.
+        // 3. This thread's share of all down rows, each group's hidden rows quantized by the thread itself (a decode
+        //    thread quantizes one or two rows instead of waiting for a second barrier); straight into out for a
+        //    one-token group.
         for_group_rows(groups, H, t, n, [&](int g, int64_t r0, int64_t r1) {
             const int first = groups.first[g], count = groups.size(g);
             const uint8_t* wd = down.matrix(groups.expert(g));
@@ -247,14 +259,16 @@ void compute_experts_cpu(ThreadPool& pool, bool f32, const Weight& gate, const W
                 for (int i = 0; i < count; ++i)
                     rows_dot_f32(down, wd, r0, r1, gv + (size_t)(first + i) * I, y + (size_t)i * H);
             } else {
-                gemv_rows_ahead(down, wd, r0, r1, act_h + ab_d * first, count, ab_d, y, H);
+                uint8_t* ah = at_least(own.h_act, ab_d * count);
+                for (int i = 0; i < count; ++i) quantize_act(down.type, gv + (size_t)(first + i) * I, ah + ab_d * i, I);
+                gemv_rows_ahead(down, wd, r0, r1, ah, count, ab_d, y, H);
             }
             if (count > 1)
                 for (int i = 0; i < count; ++i)
                     std::memcpy(out + (size_t)s.order[first + i] * H + r0, y + (size_t)i * H + r0,
                                 (size_t)(r1 - r0) * sizeof(float));
         });
-        end_phase(3);
+        end_phase(2);
     });
 }
 
