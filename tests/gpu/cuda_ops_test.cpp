@@ -88,7 +88,9 @@ struct HostWeight {
 };
 std::deque<HostWeight> weights;
 
-const Weight& make_weight(GgmlType t, int64_t ne0, int64_t ne1, int64_t ne2 = 1, const std::string& name = "w") {
+// upload false: the caller uploads it (CudaBackend::upload_together).
+const Weight& make_weight(GgmlType t, int64_t ne0, int64_t ne1, int64_t ne2 = 1, const std::string& name = "w",
+                          bool upload = true) {
     HostWeight& h = weights.emplace_back();
     h.bytes = gputest::random_rows(t, ne1 * ne2, ne0, rng);
     h.tensor.name = name + "." + ggml_type_name(t);
@@ -105,7 +107,7 @@ const Weight& make_weight(GgmlType t, int64_t ne0, int64_t ne1, int64_t ne2 = 1,
     h.w.ne[2] = ne2;
     h.w.data = h.bytes.data();
     h.w.row_bytes = ggml_row_bytes(t, ne0);
-    gpu->upload_weight(h.w);
+    if (upload) gpu->upload_weight(h.w);
     return h.w;
 }
 
@@ -535,24 +537,30 @@ void test_hyper_read() {
 // activations each side quantizes its own o (a last-bit difference may move an int8 one step), hence the wider
 // tolerance there. A backend made with STRATA_CUDA_FUSED_GDN=0 must take the primitive ops.
 void test_gdn_block(const std::string& suffix = "", bool expect_fused = true) {
+    // together: the four input projections uploaded with upload_together (one matmul per run of one format, as
+    // prepare_weights does), else one by one (four matmuls).
     struct Case {
         int H, nk, nv, d;
         GgmlType qkv, small, out;
+        bool together;
     };
     const std::vector<Case> cases = {
-        {64, 2, 4, 16, GgmlType::Q8_0, GgmlType::F16, GgmlType::Q8_0},
-        {256, 2, 6, 32, GgmlType::Q4_K, GgmlType::IQ2_XS, GgmlType::Q2_0},
-        {2048, 16, 48, 128, GgmlType::Q4_K, GgmlType::IQ2_XS, GgmlType::IQ2_XS},
+        {64, 2, 4, 16, GgmlType::Q8_0, GgmlType::F16, GgmlType::Q8_0, true},
+        {256, 2, 6, 32, GgmlType::Q4_K, GgmlType::IQ2_XS, GgmlType::Q2_0, true},
+        {256, 2, 6, 32, GgmlType::Q2_0, GgmlType::Q2_0, GgmlType::Q2_0, true},
+        {2048, 16, 48, 128, GgmlType::Q4_K, GgmlType::IQ2_XS, GgmlType::IQ2_XS, false},
+        {2048, 16, 48, 128, GgmlType::Q2_0, GgmlType::Q2_0, GgmlType::Q2_0, true},
     };
     const int K = 4;
     const double tol = mode.empty() ? 1e-2 : 1e-4;
     for (const Case& c : cases) {
         const int kd = c.nk * c.d, vd = c.nv * c.d, cd = 2 * kd + vd;
         GdnWeights w;
-        w.qkv = make_weight(c.qkv, c.H, cd, 1, "attn_qkv");
-        w.gate = make_weight(c.small, c.H, vd, 1, "attn_gate");
-        w.beta = make_weight(c.small, c.H, c.nv, 1, "ssm_beta");
-        w.alpha = make_weight(c.small, c.H, c.nv, 1, "ssm_alpha");
+        w.qkv = make_weight(c.qkv, c.H, cd, 1, "attn_qkv", !c.together);
+        w.gate = make_weight(c.small, c.H, vd, 1, "attn_gate", !c.together);
+        w.beta = make_weight(c.small, c.H, c.nv, 1, "ssm_beta", !c.together);
+        w.alpha = make_weight(c.small, c.H, c.nv, 1, "ssm_alpha", !c.together);
+        if (c.together) gpu->upload_together({&w.qkv, &w.gate, &w.beta, &w.alpha});
         w.out = make_weight(c.out, vd, c.H, 1, "ssm_out");
         w.conv1d = make_f32_vector(randn((size_t)cd * K, 0.3f), "ssm_conv1d");
         w.dt_bias = make_f32_vector(randn(c.nv), "ssm_dt.bias");
@@ -569,7 +577,8 @@ void test_gdn_block(const std::string& suffix = "", bool expect_fused = true) {
         shape.rms_eps = 1e-6f;
         for (int T : {1, 3, 8, 40}) {
             const std::string name = std::string("gdn_block ") + ggml_type_name(c.qkv) + "/" + ggml_type_name(c.small) +
-                                     " d=" + std::to_string(c.d) + " T=" + std::to_string(T) + mode + suffix;
+                                     " d=" + std::to_string(c.d) + (c.together ? " together" : "") + " T=" +
+                                     std::to_string(T) + mode + suffix;
             const std::vector<std::vector<float>> inputs = {randn((size_t)T * c.H), randn((size_t)(K - 1) * cd),
                                                             randn((size_t)c.nv * c.d * c.d, 0.1f),
                                                             std::vector<float>((size_t)T * c.H)};

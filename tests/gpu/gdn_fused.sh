@@ -14,6 +14,7 @@ MODEL=${2:-/tmp/syn-q2_0.gguf}
 OUT=${OUT:-tests/gpu/results/latest}
 BIN=$BUILD/engine
 mkdir -p "$OUT"
+rm -f "$OUT"/gdn_ops.* "$OUT"/gdn_parity.* "$OUT"/gdn_decode_* "$OUT"/gdn_profile_* "$OUT"/gdn_fused.json
 rc=0
 
 echo "== 1. cuda_ops_test --only gdn_block"
@@ -128,6 +129,9 @@ for name in ("short_unfused", "short", "ctx1k"):
 json.dump(r, open(os.path.join(out, "gdn_fused.json"), "w"), indent=1)
 print(json.dumps(r, indent=1))
 ok = r["ops"] is not None and r["ops"]["failed"] == 0
+if os.path.exists(os.path.join(out, "gdn_decode_1.log")):   # the synthetic model ran: runs and profiles must be there
+    ok = ok and r["decode_fused_0"] and r["decode_fused_1"] and all(
+        f"profile_{n}" in r for n in ("short_unfused", "short", "ctx1k"))
 sys.exit(0 if ok else 1)
 PY
 echo "gdn_fused.sh rc $rc"

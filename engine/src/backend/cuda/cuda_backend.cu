@@ -40,6 +40,7 @@ struct CudaBackend::Impl {
     struct Upload {
         size_t bytes;
         uint8_t* dev;
+        bool owner = true;     // false: a part of another upload's allocation (upload_together)
     };
     std::map<const uint8_t*, Upload> weights;                // host data start → device copy (stored format)
     std::unordered_map<const uint8_t*, float*> f32;          // host data → f32 copy (vectors the ops read as f32)
@@ -354,7 +355,8 @@ CudaBackend::~CudaBackend() {
     impl_->hybrid.reset();
     impl_->drop_moe_input();
     cudaFree(impl_->zero_ids);
-    for (auto& [host, up] : impl_->weights) cudaFree(up.dev);
+    for (auto& [host, up] : impl_->weights)
+        if (up.owner) cudaFree(up.dev);
     for (auto& [host, d] : impl_->f32) cudaFree(d);
     cudaStreamDestroy(impl_->stream);
 }
@@ -412,6 +414,39 @@ void CudaBackend::upload_weight(const Weight& w) {
     impl_->weight_bytes += bytes;
 }
 
+void CudaBackend::upload_together(std::initializer_list<const Weight*> list) {
+    std::vector<const Weight*> ws;
+    for (const Weight* w : list) {
+        if (!w->present() || !w->data) return;
+        auto it = impl_->weights.upper_bound(w->data);
+        if (it != impl_->weights.begin() && w->data < std::prev(it)->first + std::prev(it)->second.bytes) return;
+        ws.push_back(w);
+    }
+    for (size_t i = 0; i < ws.size();) {
+        size_t j = i + 1, bytes = ws[i]->row_bytes * (size_t)ws[i]->n_rows();
+        while (j < ws.size() && ws[j]->type == ws[i]->type && ws[j]->row_bytes == ws[i]->row_bytes) {
+            bytes += ws[j]->row_bytes * (size_t)ws[j]->n_rows();
+            ++j;
+        }
+        if (j - i == 1 || !cuda::format_supported(ws[i]->type)) {
+            upload_weight(*ws[i]);
+            ++i;
+            continue;
+        }
+        uint8_t* d = nullptr;
+        CUDA_CHECK(cudaMalloc(&d, bytes));
+        size_t off = 0;
+        for (size_t k = i; k < j; ++k) {
+            const size_t b = ws[k]->row_bytes * (size_t)ws[k]->n_rows();
+            CUDA_CHECK(cudaMemcpy(d + off, ws[k]->data, b, cudaMemcpyHostToDevice));
+            impl_->weights[ws[k]->data] = Impl::Upload{b, d + off, k == i};
+            off += b;
+        }
+        impl_->weight_bytes += bytes;
+        i = j;
+    }
+}
+
 namespace {
 template <class Fn>
 void visit_hyper(const HyperWeights& h, Fn&& fn) {
@@ -461,6 +496,8 @@ void CudaBackend::prepare_weights(const ModelWeights& mw) {
     auto up = [&](const Weight& w) {
         if (!hy || !hy->keeps_on_host(w)) upload_weight(w);
     };
+    for (const LayerWeights& L : mw.layers)
+        if (L.recurrent) upload_together({&L.gdn.qkv, &L.gdn.gate, &L.gdn.beta, &L.gdn.alpha});
     up(mw.token_embd);
     up(mw.output);
     visit_hyper(mw.output_hc, up);
@@ -727,23 +764,43 @@ void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float*
         a.n = (int)m.ne[0];
         return a;
     };
-    // Projections [T, cd | vd | nv | nv] in one buffer; consecutive matmuls of u share its quantization (act_cache).
-    Impl::Buf proj(*impl_, (size_t)T * (cd + vd + 2 * nv) * sizeof(float));
-    float* qkv = proj.as<float>();
-    float* z = qkv + (size_t)T * cd;
-    float* beta = z + (size_t)T * vd;
-    float* alpha = beta + (size_t)T * nv;
+    // The projections qkv [T, cd], z [T, vd], beta and alpha [T, nv]: consecutive ones whose device data follow each
+    // other in one format (upload_together) run as one matmul, whose output rows hold them side by side (row stride
+    // ld). All matmuls of u share its quantization (act_cache).
+    struct Proj {
+        const Weight* w;
+        int64_t rows;
+        float* y = nullptr;
+        int ld = 0;
+    } proj[4] = {{&w.qkv, cd}, {&w.gate, vd}, {&w.beta, nv}, {&w.alpha, nv}};
+    Impl::Buf proj_buf(*impl_, (size_t)T * (cd + vd + 2 * nv) * sizeof(float));
     {
         Impl::OpScope step(*impl_, "gdn_block in_proj");
-        impl_->matmul_rows(args(w.qkv), u, T, T, qkv);
-        impl_->matmul_rows(args(w.gate), u, T, T, z);
-        impl_->matmul_rows(args(w.beta), u, T, T, beta);
-        impl_->matmul_rows(args(w.alpha), u, T, T, alpha);
+        float* next = proj_buf.as<float>();
+        for (int i = 0; i < 4;) {
+            const Weight& first = *proj[i].w;
+            int j = i + 1;
+            int64_t rows = proj[i].rows;
+            while (j < 4 && proj[j].w->type == first.type && proj[j].w->row_bytes == first.row_bytes &&
+                   impl_->dev(*proj[j].w) == impl_->dev(first) + rows * first.row_bytes) {
+                rows += proj[j].rows;
+                ++j;
+            }
+            cuda::MatmulArgs m = args(first);
+            m.rows = rows;
+            impl_->matmul_rows(m, u, T, T, next);
+            for (int k = i, col = 0; k < j; col += (int)proj[k].rows, ++k) {
+                proj[k].y = next + col;
+                proj[k].ld = (int)rows;
+            }
+            next += (size_t)T * rows;
+            i = j;
+        }
     }
     Impl::Buf conv(*impl_, (size_t)T * cd * sizeof(float)), o(*impl_, (size_t)T * vd * sizeof(float));
     {
         Impl::OpScope step(*impl_, "gdn_block conv_norm");
-        cuda::gdn_conv_norm(impl_->stream, qkv, cd, T, nk, nv, d, impl_->dev_f32(w.conv1d), K, conv_hist, conv.as<float>());
+        cuda::gdn_conv_norm(impl_->stream, proj[0].y, proj[0].ld, T, nk, nv, d, impl_->dev_f32(w.conv1d), K, conv_hist, conv.as<float>());
     }
     {
         Impl::OpScope step(*impl_, "gdn_block recurrent_gated");
@@ -752,11 +809,12 @@ void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float*
         a.nk = nk;
         a.nv = nv;
         a.d = d;
-        a.beta = beta;
-        a.alpha = alpha;
-        a.ld_ba = nv;
-        a.z = z;
-        a.ld_z = vd;
+        a.z = proj[1].y;
+        a.ld_z = proj[1].ld;
+        a.beta = proj[2].y;
+        a.ld_beta = proj[2].ld;
+        a.alpha = proj[3].y;
+        a.ld_alpha = proj[3].ld;
         a.dt_bias = impl_->dev_f32(w.dt_bias);
         a.a = impl_->dev_f32(w.a);
         a.norm = impl_->dev_f32(w.norm);

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,9 @@ public:
     void prepare_weights_extra(const LayerWeights& block, const NextnWeights& nextn) override;
     // Uploads one weight (no-op when its data is already on the device); prepare_weights calls it for each.
     void upload_weight(const Weight& w);
+    // Uploads weights not yet on the device so that consecutive ones of one format and row length sit back to back in
+    // one allocation (gdn_block then multiplies them as one matrix); the others one by one.
+    void upload_together(std::initializer_list<const Weight*> ws);
     size_t weight_bytes() const;        // device bytes held by uploaded weights
     std::string device_name() const;
     void synchronize();                 // waits for all queued work (for timing)

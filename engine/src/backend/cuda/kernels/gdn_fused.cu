@@ -72,8 +72,8 @@ __global__ void recurrent_gated_kernel(GdnGatedArgs a, int T, float* __restrict_
             ks[i] = row[kd + (size_t)kh * d + i];
         }
         __syncthreads();
-        const float b = sigmoid_f(a.beta[(size_t)t * a.ld_ba + h]);
-        const float ga = a.alpha[(size_t)t * a.ld_ba + h] + dt_bias;
+        const float b = sigmoid_f(a.beta[(size_t)t * a.ld_beta + h]);
+        const float ga = a.alpha[(size_t)t * a.ld_alpha + h] + dt_bias;
         const float g = (ga > 20.0f ? ga : log1pf(expf(ga))) * decay_rate;   // softplus, then · (−exp(A_log))
         const float decay = expf(g);
         float kv = 0.0f;

@@ -130,9 +130,9 @@ void gdn_conv_norm(cudaStream_t s, const float* qkv, int ld, int T, int nk, int 
 struct GdnGatedArgs {
     const float* conv = nullptr;
     int nk = 0, nv = 0, d = 0;
-    const float* beta = nullptr;     // raw projections [T, nv] at row stride ld_ba
+    const float* beta = nullptr;     // raw projections [T, nv] at row strides ld_beta, ld_alpha
     const float* alpha = nullptr;
-    int ld_ba = 0;
+    int ld_beta = 0, ld_alpha = 0;
     const float* z = nullptr;        // raw gate projection [T, nv·d] at row stride ld_z
     int ld_z = 0;
     const float* dt_bias = nullptr;  // [nv] f32
