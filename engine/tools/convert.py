@@ -20,6 +20,7 @@ nextn_predict_layers 1, compress_ratios padded with 0.
 
 Deviations from llama.cpp's converter, all deliberate:
 * layer_types "indexed_attention" (what transformers saves) counts like "full_attention" for compress_ratios.
+* layer_types that follow no full_attention_interval are written as attention.recurrent_layers (bool per block).
 * output_gate_type other than sigmoid is refused (llama.cpp would silently use sigmoid).
 * ffn_gate_inp_shexp is written 1-D {H}.
 * q2_0 is a llama-quantize ftype, not a converter outtype: tensors llama-quantize never quantizes stay F32 (the
@@ -289,6 +290,9 @@ def model_metadata(hp: Hparams, ple_consts: dict, outtype: str, name: str, mtp: 
            u32(f"{a}.attention.indexer.key_length", hp.idx_head_dim),
            u32(f"{a}.attention.indexer.top_k", hp.idx_top_k),
            (f"{a}.attention.compress_ratios", ratios, VT.ARRAY, VT.INT32)]
+    if hp.is_attention != [(i + 1) % hp.attn_interval == 0 for i in range(hp.n_layer)]:
+        recurrent = [not attn for attn in hp.is_attention] + ([False] if mtp else [])
+        kv.append((f"{a}.attention.recurrent_layers", recurrent, VT.ARRAY, VT.BOOL))
     if hp.ple_layer is not None:
         kv += [(f"{a}.ple.layers", [hp.ple_layer], VT.ARRAY, VT.INT32), u32(f"{a}.ple.ngram_size", hp.ple_ngram),
                u32(f"{a}.ple.heads_per_ngram", hp.ple_heads_per_ngram),

@@ -1,11 +1,15 @@
 # The demo model's data generator is deterministic, its held-out split is disjoint and its worked answers are right;
 # the committed tokenizer (the shipped GGUF's) keeps the special tokens as single ids, splits numbers into digits and
-# encodes a copied code the same in the prompt and in the answer; a conversation encodes piecewise exactly as a whole.
+# encodes a copied code the same in the prompt and in the answer; a conversation encodes piecewise exactly as a whole;
+# v3's working, mix and unchanged held-out cases.
+import hashlib
+import json
 import random
 import re
 
 from demo_model import completion, data, facts
 from demo_model import tokenizer as demo_tokenizer
+from demo_model.train import SEED
 
 
 def texts(seed, count):
@@ -128,6 +132,53 @@ def test_worked_arithmetic_is_right():
                 assert full.endswith(f"So {answer}")
     _, full, _, answer = facts.arithmetic_texts(rng, "*", 12, 7)
     assert answer == "12 * 7 = 84." and "84" in full
+
+
+def test_v3_working_decides_the_borrow_after_both_ones_digits():
+    """v3: "Ones: 6 - 9: 6 is less than 9, ..." (the branch token follows both digits), tens as two two-term facts,
+    and low effort gets the same steps on one line."""
+    for op in "+-":
+        for a in range(100):
+            for b in range(a + 1 if op == "-" else 100):
+                full, short = facts.column_steps(op, a, b)
+                assert short == full.replace("\n", " "), (a, op, b)
+                ones, tens = full.split("\n")
+                carry = int(a % 10 < b % 10) if op == "-" else (a % 10 + b % 10) // 10
+                if op == "-":
+                    branch = "is less than" if carry else "is not less than"
+                    assert ones.startswith(f"Ones: {a % 10} - {b % 10}: {a % 10} {branch} {b % 10}"), ones
+                first = eval(f"{a // 10} {op} {b // 10}")
+                assert tens == f"Tens: {a // 10} {op} {b // 10} = {first}, {first} {op} {carry} = " \
+                               f"{eval(f'{first} {op} {carry}')}.", tens
+    assert facts.column_steps("-", 36, 19)[0] == ("Ones: 6 - 9: 6 is less than 9, borrow 1: 16 - 9 = 7. Write 7, "
+                                                  "borrow 1.\nTens: 3 - 1 = 2, 2 - 1 = 1.")
+    assert facts.column_steps("+", 37, 74)[0] == "Ones: 7 + 4 = 11. Write 1, carry 1.\nTens: 3 + 7 = 10, 10 + 1 = 11."
+
+
+def test_arithmetic_share_and_its_thinking_off_share():
+    """v3 mix: arithmetic 40% of training conversations, 60% of them with thinking off; other kinds keep 30%."""
+    rng = random.Random(9)
+    cases = [data.make_case(rng) for _ in range(6000)]
+    arithmetic = [c for c in cases if c.kind == "arithmetic"]
+    others = [c for c in cases if c.kind != "arithmetic"]
+    assert abs(len(arithmetic) / len(cases) - 0.40) < 0.02
+    assert abs(sum(c.effort == "none" for c in arithmetic) / len(arithmetic) - 0.60) < 0.03
+    assert abs(sum(c.effort == "none" for c in others) / len(others) - 0.30) < 0.03
+
+
+def held_out_fingerprint(cases):
+    rows = [(c.kind, c.effort, [m["content"] for m in c.messages if m["role"] in ("user", "system", "tool")],
+             [t["function"]["name"] for t in c.tools], json.dumps(c.expected, sort_keys=True)) for c in cases]
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+
+
+def test_held_out_and_validation_cases_are_v2s():
+    """The evaluation's prompts, tools and expected answers are exactly v2's (fingerprints taken with the v2 code
+    of commit 6127769), so v2 and v3 scores compare directly; only the trained reasoning changed."""
+    assert held_out_fingerprint(data.held_out_cases(SEED, 32)) == \
+        "0372f9c9fe93b9d6ecbd788b89d1f152e046cf4c4e167a8b665d62bc9d8f1661"
+    assert held_out_fingerprint(data.held_out_cases(SEED + 7, 16)) == \
+        "98e8d46ed2e70f32db9f1847fd9cb3c5810e60ec4375789ff76873820138232e"
 
 
 def test_tool_reasoning_names_the_offered_tools():

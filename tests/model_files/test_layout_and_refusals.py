@@ -59,8 +59,6 @@ REFUSALS = [
     (dict(indexer_kv_heads=2), "indexer_kv_heads=2"),
     (dict(indexer_compress_ratio=[4, 8]), "differs across layers"),
     (dict(output_gate_type="silu"), "sigmoid"),
-    (dict(layer_types=["linear_attention", "linear_attention", "full_attention", "full_attention"]),
-     "do not follow full_attention_interval"),
     (dict(eos_token_id=None), "eos_token_id must be set"),
 ]
 

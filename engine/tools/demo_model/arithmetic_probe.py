@@ -1,5 +1,5 @@
 # Where the demo model's held-out (or training) sums and differences go wrong, per operator and effort, on our engine (greedy,
-# `strata --serve`): a wrong carry/borrow decision in the first working line, a wrong one-digit fact, or (thinking
+# `strata --serve`): a wrong borrow decision in the ones column, a wrong one-digit fact, or (thinking
 # off) a wrong answer with no working at all. Evidence for the next recipe (NEXT_RUN.md).
 # Run from engine/tools:  python3 -m demo_model.arithmetic_probe --strata BUILD/engine/strata
 #                             --gguf ../../installer/demo/strata-demo.gguf [--per-cell 40] [--out FILE]
@@ -31,8 +31,10 @@ def split_pairs(op, count, seed, held_out=True):
 
 
 def classify(op, a, b, effort, text):
-    """'right', or why not: 'decision' (carry/borrow branch of the ones column), 'fact' (a one-digit fact in the
-    working), 'answer' (working right, answer wrong), 'no working' (thinking off: the answer alone is wrong)."""
+    """'right', or why not: 'decision' (the borrow branch of the ones column of a -), 'fact' (a one-digit fact or
+    a copied digit in the working), 'answer' (working right, answer wrong), 'no working' (thinking off: the answer
+    alone is wrong). v3's working names both ones digits before the branch ("Ones: 6 - 9: 6 is less than 9, ...");
+    low effort has the same steps on one line."""
     result = a + b if op == "+" else a - b
     reasoning, _, content = text.rpartition("</think>")
     if content.strip() == f"{a} {op} {b} = {result}.":
@@ -44,10 +46,8 @@ def classify(op, a, b, effort, text):
     got = reasoning.strip().split("\nSo ")[0]
     if got == expected:
         return "answer"
-    if effort != "low" and got.split(":")[1][:4] != expected.split(":")[1][:4]:
-        return "decision"   # "Ones: 6 -" where "Ones: 6 is less than" was due (or the reverse; + : the carry)
-    if effort == "low" and got.split(" ")[0] != expected.split(" ")[0]:
-        return "decision"   # low's first number is the ones digit of a, or 10 more when borrowing
+    if op == "-" and ("is less than" in got.split("Tens:")[0]) != (a % 10 < b % 10):
+        return "decision"
     return "fact"
 
 

@@ -63,28 +63,29 @@ OP_WORDS = {"+": "plus", "-": "minus", "*": "times"}
 
 
 def column_steps(op, a, b):
-    """(full, short) digit-by-digit working of a + b or a - b, ones column first with the carry or borrow written
-    out, every step a one-digit fact; missing tens are 0. The tens result followed by the ones digit is the answer."""
+    """(full, short) digit-by-digit working of a + b or a - b, ones column first, every step a one-digit fact;
+    missing tens are 0. The tens result followed by the ones digit is the answer. v3: both ones digits are written
+    before the borrow is decided ("Ones: 6 - 9: 6 is less than 9, borrow 1: ..."), the tens step is two two-term
+    facts ("Tens: 3 + 7 = 10, 10 + 1 = 11."), and low effort (short) gets the same steps on one line."""
     a_ones, a_tens, b_ones, b_tens = a % 10, a // 10, b % 10, b // 10
     if op == "+":
         ones = a_ones + b_ones
         carry = ones // 10
-        tens = a_tens + b_tens + carry
-        full = (f"Ones: {a_ones} + {b_ones} = {ones}. Write {ones % 10}, carry {carry}.\n"
-                f"Tens: {a_tens} + {b_tens} + {carry} = {tens}.")
-        short = f"{a_ones} + {b_ones} = {ones}, {a_tens} + {b_tens} + {carry} = {tens}."
-        return full, short
-    borrow = int(a_ones < b_ones)
-    top = a_ones + 10 * borrow
-    ones = top - b_ones
-    tens = a_tens - b_tens - borrow
-    if borrow:
-        first = f"Ones: {a_ones} is less than {b_ones}, borrow 1: {top} - {b_ones} = {ones}. Write {ones}, borrow 1."
+        tens_sum = a_tens + b_tens
+        lines = [f"Ones: {a_ones} + {b_ones} = {ones}. Write {ones % 10}, carry {carry}.",
+                 f"Tens: {a_tens} + {b_tens} = {tens_sum}, {tens_sum} + {carry} = {tens_sum + carry}."]
     else:
-        first = f"Ones: {a_ones} - {b_ones} = {ones}. Write {ones}, borrow 0."
-    full = f"{first}\nTens: {a_tens} - {b_tens} - {borrow} = {tens}."
-    short = f"{top} - {b_ones} = {ones}, {a_tens} - {b_tens} - {borrow} = {tens}."
-    return full, short
+        borrow = int(a_ones < b_ones)
+        ones = a_ones + 10 * borrow - b_ones
+        tens_difference = a_tens - b_tens
+        if borrow:
+            decision = f"{a_ones} is less than {b_ones}, borrow 1: {a_ones + 10} - {b_ones} = {ones}"
+        else:
+            decision = f"{a_ones} is not less than {b_ones}: {a_ones} - {b_ones} = {ones}"
+        lines = [f"Ones: {a_ones} - {b_ones}: {decision}. Write {ones}, borrow {borrow}.",
+                 f"Tens: {a_tens} - {b_tens} = {tens_difference}, "
+                 f"{tens_difference} - {borrow} = {tens_difference - borrow}."]
+    return "\n".join(lines), " ".join(lines)
 
 
 def arithmetic_texts(rng, op, a, b, phrasing=None):

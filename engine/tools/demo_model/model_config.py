@@ -5,8 +5,12 @@ from transformers import Qwen4ExpTextConfig
 # The indexer gets no gradient (its selection is a boolean mask), so it stays at its random init. v1's budget of 512
 # made half of the tool conversations (512-770 tokens) attend to randomly chosen blocks, tool declarations included;
 # v2's budget of 2048 keeps attention dense for every demo conversation (training max_len is 1024).
+# v3: a third attention layer (0-based layers 3, 5 and 7; v2: 3 and 7) in place of a GDN layer. That is no interval
+# pattern, so convert.py writes the GGUF key attention.recurrent_layers, which the engine reads.
+ATTENTION_LAYERS = (3, 5, 7)
 DEMO = dict(
     hidden_size=256, num_hidden_layers=8, hc_count=4, hc_lowrank=16,
+    layer_types=["indexed_attention" if i in ATTENTION_LAYERS else "linear_attention" for i in range(8)],
     num_attention_heads=4, num_key_value_heads=1, head_dim=64,
     linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=64, linear_value_head_dim=64,
     linear_conv_kernel_dim=4, output_gate_type="sigmoid",

@@ -1,7 +1,7 @@
 # Trains the demo model: transformers' Qwen4ExpForCausalLM (vectorised QSA indexer patched in) plus the MTP head,
 # jointly (next token + next-next token), loss on assistant tokens only, within a wall-clock budget; then evaluates on
 # held-out conversations and writes an HF checkpoint (fp16 shards + mtp.safetensors + tokenizer) and train_log.json.
-# Run from engine/tools:  python3 -m demo_model.train --out DIR [--max-seconds S] [--device cuda]
+# Run from engine/tools:  python3 -m demo_model.train --out DIR [--max-seconds S] [--device cuda] [--init-from CKPT_DIR]
 import argparse
 import json
 import math
@@ -125,6 +125,28 @@ def build(sizes, vocab_size, device, seed):
     return model, head
 
 
+def load_checkpoint(model, head, ckpt: Path):
+    """Loads a checkpoint written by save_checkpoint (fp16 shards + mtp.safetensors) into the freshly built model and
+    head, which must have the checkpoint's config (--init-from continues a run of the same recipe)."""
+    import json as json_module
+    from safetensors.torch import load_file
+    from transformers import Qwen4ExpForCausalLM
+    saved = json_module.loads((ckpt / "config.json").read_text())
+    for key in ("hidden_size", "num_hidden_layers", "layer_types", "num_experts", "vocab_size"):
+        if saved.get(key) != getattr(model.config, key):
+            raise ValueError(f"--init-from {ckpt}: {key} is {saved.get(key)!r}, the recipe's is "
+                             f"{getattr(model.config, key)!r}")
+    loaded = Qwen4ExpForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    if missing or unexpected:
+        raise ValueError(f"--init-from {ckpt}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    mtp = {name.removeprefix("mtp."): value.float() for name, value in load_file(str(ckpt / "mtp.safetensors")).items()}
+    missing, unexpected = head.load_state_dict(mtp, strict=False)
+    missing = [name for name in missing if not name.startswith("rotary_emb")]
+    if missing or unexpected:
+        raise ValueError(f"--init-from {ckpt}: mtp.safetensors missing {missing[:5]}, unexpected {unexpected[:5]}")
+
+
 def save_checkpoint(model, head, out: Path):
     """fp16 HF checkpoint in shards under 16 MiB, plus mtp.safetensors (mtp.* names) and the tokenizer files that
     convert.py writes into the GGUF."""
@@ -183,7 +205,11 @@ def main():
     parser.add_argument("--tokens-per-batch", type=int, default=65_536)
     parser.add_argument("--max-len", type=int, default=1024)
     parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--warmup", type=int, help="warm-up steps (default 100; 20 with --init-from)")
+    parser.add_argument("--init-from", type=Path, metavar="CKPT_DIR",
+                        help="start from this checkpoint's model and MTP weights (a fresh optimizer, a short warm-up; "
+                             "the data stream takes --seed + 1 unless --data-seed is given, so it is new)")
+    parser.add_argument("--data-seed", type=int, help="seed of the generated conversations (default --seed)")
     parser.add_argument("--average-from", type=float, default=0.6,
                         help="start the weight average at this fraction of the schedule")
     parser.add_argument("--average-decay", type=float, default=0.995)
@@ -193,6 +219,10 @@ def main():
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--workers", type=int, default=max(1, min(14, multiprocessing.cpu_count() - 2)))
     args = parser.parse_args()
+    if args.warmup is None:
+        args.warmup = 20 if args.init_from else 100
+    if args.data_seed is None:
+        args.data_seed = args.seed + 1 if args.init_from else args.seed
     args.out.mkdir(parents=True, exist_ok=True)
     log = {"seed": args.seed, "args": {k: str(v) for k, v in vars(args).items()}, "steps": []}
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -202,8 +232,11 @@ def main():
     started = time.time()
     tokenizer = demo_tokenizer.load(demo_tokenizer.TOKENIZER_DIR)
     rng = random.Random(args.seed)
-    stream = StreamedData(args.seed, args.conversations, args.max_len, args.workers, args.tokens_per_batch, rng)
+    stream = StreamedData(args.data_seed, args.conversations, args.max_len, args.workers, args.tokens_per_batch, rng)
     model, head = build(TINY if args.tiny else DEMO, tokenizer.get_vocab_size(), args.device, args.seed)
+    if args.init_from:
+        load_checkpoint(model, head, args.init_from)
+        print(f"initialised from {args.init_from}", flush=True)
     params = sum(p.numel() for p in model.parameters()), sum(p.numel() for p in head.parameters())
     print(f"params: model {params[0]:,}, mtp {params[1]:,}", flush=True)
     log["params"] = {"model": params[0], "mtp": params[1]}
