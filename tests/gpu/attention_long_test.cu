@@ -1,6 +1,6 @@
-// CUDA attention, indexer_scores (per query and batched) and select_cells at long contexts (1 … 32K cells, T = 1, 2, 8, 64, GQA, dense and
-// gapped cell lists) against the CPU backend, then µs per call: attention at T = 1 before (the one-block-per-head
-// kernel of commit 6127769, copied below) and now, indexer_scores and select_cells at 32K. Needs a GPU.
+// CUDA attention, indexer_scores (per query and batched), select_cells and RoPE at long contexts (1 … 32K cells,
+// T = 1, 2, 8, 64, GQA, dense and gapped cell lists) against the CPU backend, then µs per call: attention before
+// (the one-block-per-head kernel of commit 6127769, copied below) and now, indexer_scores and select_cells at 32K.
 // usage: attention_long_test [results.json]
 #include <algorithm>
 #include <cfloat>
@@ -92,6 +92,7 @@ old_attention_kernel(const float* q, const float* K, const float* V, int nh, int
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t kv_row = (size_t)nkv * hd;
     float qv[E], acc[E];
+#pragma unroll
     for (int e = 0; e < E; ++e) {
         const int j = lane + 32 * e;
         qv[e] = j < hd ? q[(size_t)th * hd + j] : 0.0f;
@@ -105,7 +106,8 @@ old_attention_kernel(const float* q, const float* K, const float* V, int nh, int
         const float* kc = K + p * kv_row + (size_t)kvh * hd;
         const float* vc = V + p * kv_row + (size_t)kvh * hd;
         float d = 0.0f;
-        for (int e = 0; e < E; ++e) {
+    #pragma unroll
+    for (int e = 0; e < E; ++e) {
             const int j = lane + 32 * e;
             if (j < hd) d += qv[e] * kc[j];
         }
@@ -113,7 +115,8 @@ old_attention_kernel(const float* q, const float* K, const float* V, int nh, int
         const float m_new = fmaxf(m, d);
         const float corr = expf(m - m_new), pr = expf(d - m_new);
         l = l * corr + pr;
-        for (int e = 0; e < E; ++e) {
+    #pragma unroll
+    for (int e = 0; e < E; ++e) {
             const int j = lane + 32 * e;
             acc[e] = acc[e] * corr + (j < hd ? pr * vc[j] : 0.0f);
         }
@@ -123,6 +126,7 @@ old_attention_kernel(const float* q, const float* K, const float* V, int nh, int
         s_m[warp] = m;
         s_l[warp] = l;
     }
+#pragma unroll
     for (int e = 0; e < E; ++e) {
         const int j = lane + 32 * e;
         if (j < hd) s_acc[warp][j] = acc[e];
@@ -318,6 +322,22 @@ void check_select(CpuBackend& cpu, int P, int T, bool ties, bool timed) {
     timing("select_cells" + at + (ties ? " ties" : ""), time_us(run_select));
 }
 
+// RoPE at long-context positions (the angle grows with the position, so cos/sin see large arguments).
+void check_rope_long(CpuBackend& cpu) {
+    const std::vector<int32_t> pos = {0, 1, 4095, 32767, 32831};
+    const int T = (int)pos.size();
+    for (const Shape s : {Shape{16, 2, 256}, Shape{4, 1, 128}}) {
+        const int n_rot = 64;
+        std::vector<float> x = randn((size_t)T * s.nh * s.hd), want = x;
+        cpu.rope(want.data(), T, s.nh, s.hd, n_rot, 1e7f, pos.data());
+        DevBuf<float> dx(x);
+        DevBuf<int32_t> dpos(pos);
+        cuda::rope(nullptr, dx.p, T, s.nh, s.hd, n_rot, 1e7f, dpos.p, 0);
+        report("rope positions to 32831 heads=" + std::to_string(s.nh) + " hd=" + std::to_string(s.hd),
+               rel_err(dx.get(), want), 1e-5);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -344,6 +364,7 @@ int main(int argc, char** argv) {
                 for (int n0 : {5, 1000, 32768})
                     check_attention(cpu, s, n0 > 5 ? Cells::gaps : Cells::dense, n0, T);
 
+        check_rope_long(cpu);
         check_select(cpu, 3000, 3, false, false);
         check_select(cpu, 3000, 3, true, false);
         check_select(cpu, 32767, 1, false, true);

@@ -21,6 +21,7 @@ constexpr int kWarps = 4;
 constexpr int kMaxHd = 256;
 constexpr int kCellsPerStep = 4;      // cells a warp has in flight at once
 constexpr int kMinChunkCells = 32;    // fewest cells a split block takes
+constexpr int kLongChunkCells = 512;  // most cells a split block takes where the chunk count allows
 constexpr int kMaxChunks = 128;       // most blocks one (query, head) is split over
 constexpr int kMaxPartials = 4096;    // partial results of one split launch: T·nh·chunks
 
@@ -221,7 +222,10 @@ int attention_chunks(int T, int nh, int max_cells) {
     if (pairs <= 0 || split_off) return 1;
     const int target_blocks = 4 * sm_count();           // 4 blocks of 4 warps fit an SM (registers)
     int chunks = (target_blocks + pairs - 1) / pairs;
-    if (max_cells >= 0) chunks = std::min(chunks, (max_cells + kMinChunkCells - 1) / kMinChunkCells);
+    if (max_cells >= 0) {   // very long lists: more blocks than fill the GPU at once, ≤ kLongChunkCells each
+        chunks = std::max(chunks, (max_cells + kLongChunkCells - 1) / kLongChunkCells);
+        chunks = std::min(chunks, (max_cells + kMinChunkCells - 1) / kMinChunkCells);
+    }
     chunks = std::min({chunks, kMaxChunks, kMaxPartials / pairs});
     return std::max(chunks, 1);
 }
