@@ -9,7 +9,7 @@ import re
 import pytest
 
 from gateway_harness import REPO, Gateway
-from strata_testing import TOOLS  # noqa: F401  (puts engine/tools on sys.path for demo_model)
+import strata_testing  # noqa: F401  (puts engine/tools on sys.path for demo_model)
 from demo_model import data, facts  # noqa: E402
 from demo_model.train import SEED  # noqa: E402
 
@@ -108,6 +108,7 @@ def test_openai_tool_round_trip(demo_gateway):
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls", choice
     assert not choice.message.content and len(choice.message.tool_calls) == 1, choice.message
+    assert not getattr(choice.message, "reasoning_content", None), "effort none must give no reasoning"
     call = choice.message.tool_calls[0]
     assert call.type == "function" and call.id.startswith("call_") and call.function.name == expected["name"]
     assert json.loads(call.function.arguments) == expected["arguments"]
@@ -195,6 +196,7 @@ def test_anthropic_tool_round_trip(demo_gateway):
     msg = client.messages.create(model="demo", **request)
     assert msg.stop_reason == "tool_use", msg
     assert [b.type for b in msg.content] == ["thinking", "tool_use"], msg.content
+    assert msg.content[0].thinking.strip(), msg.content
     use = msg.content[1]
     assert use.id and use.name == expected["name"] and use.input == expected["arguments"]
 
