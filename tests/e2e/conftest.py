@@ -30,6 +30,6 @@ def gateway(engine_bin, tiny_models, artifacts_dir):
 def demo_gateway(engine_bin, artifacts_dir):
     """The shipped demo model with its MTP head drafting, as the installer starts it."""
     server = Gateway(DEMO_MODEL, Path(engine_bin), artifacts_dir / "e2e-demo-gateway.log",
-                     f"--engine-arg=--mtp", f"--engine-arg={DEMO_MTP}", context=DEMO_CONTEXT)
+                     "--engine-arg=--mtp", f"--engine-arg={DEMO_MTP}", context=DEMO_CONTEXT)
     yield server
     server.close()
