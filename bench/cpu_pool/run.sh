@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CPU expert pool on the decode shape (issue #7, hybrid path): runs BUILD_DIR's cpu_pool_bench (builds nothing) and
 # writes JSON + a summary under $OUT. Usage: bash bench/cpu_pool/run.sh BUILD_DIR
-# Env: WORKERS (default 1,2,4,6 capped at the core count), MB (expert blob, default 2048), GAP_US (idle between
+# Env: WORKERS (default 1,2,4,6 capped at the core count), MB (expert blob, default 1024), GAP_US (idle between
 # layers in the second run, default 300: the GPU's share of a hybrid layer), PREFETCH_KB (the L2 prefetch distances
 # tried for the last worker count at k=4 through STRATA_CPU_PREFETCH_KB, default "0 8 16 32"; the other runs use the
 # engine's default). Takes ~15-40 s.
@@ -12,8 +12,11 @@ BIN="$BUILD/engine/cpu_pool_bench"
 OUT="${OUT:-$(mktemp -d /tmp/cpu_pool.XXXX)}"
 mkdir -p "$OUT"
 CORES="$(nproc)"
-WORKERS="${WORKERS:-$(for w in 1 2 4 6; do [ "$w" -le "$CORES" ] && printf '%s,' "$w"; done | sed 's/,$//')}"
-MB="${MB:-2048}"
+if [ -z "${WORKERS:-}" ]; then
+  WORKERS=1
+  for w in 2 4 6; do if [ "$w" -le "$CORES" ]; then WORKERS="$WORKERS,$w"; fi; done
+fi
+MB="${MB:-1024}"
 GAP_US="${GAP_US:-300}"
 LAST="${WORKERS##*,}"
 
