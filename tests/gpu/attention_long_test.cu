@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -212,6 +213,42 @@ struct Shape {
     int nh, nkv, hd;
 };
 
+// Softmax attention in double precision, on all cores (the arbiter when the CPU backend's float sums disagree).
+std::vector<float> exact_attention(const float* q, const float* K, const float* V, int T, const Shape& s,
+                                   const std::vector<std::vector<int32_t>>& keep) {
+    std::vector<float> o((size_t)T * s.nh * s.hd);
+    const int pairs = T * s.nh, n_threads = std::max(1u, std::thread::hardware_concurrency());
+    std::vector<std::thread> threads;
+    for (int w = 0; w < n_threads; ++w)
+        threads.emplace_back([&, w] {
+            std::vector<double> p, acc(s.hd);
+            for (int i = w; i < pairs; i += n_threads) {
+                const int t = i / s.nh, h = i % s.nh, kvh = h / (s.nh / s.nkv);
+                const float* qh = q + (size_t)i * s.hd;
+                const std::vector<int32_t>& cells = keep[t];
+                p.resize(cells.size());
+                double mx = -INFINITY, sum = 0;
+                for (size_t c = 0; c < cells.size(); ++c) {
+                    const float* kc = K + ((size_t)cells[c] * s.nkv + kvh) * s.hd;
+                    double d = 0;
+                    for (int j = 0; j < s.hd; ++j) d += (double)qh[j] * kc[j];
+                    p[c] = d / std::sqrt((double)s.hd);
+                    mx = std::max(mx, p[c]);
+                }
+                std::fill(acc.begin(), acc.end(), 0.0);
+                for (size_t c = 0; c < cells.size(); ++c) {
+                    const double w8 = std::exp(p[c] - mx);
+                    const float* vc = V + ((size_t)cells[c] * s.nkv + kvh) * s.hd;
+                    sum += w8;
+                    for (int j = 0; j < s.hd; ++j) acc[j] += w8 * vc[j];
+                }
+                for (int j = 0; j < s.hd; ++j) o[(size_t)i * s.hd + j] = (float)(acc[j] / sum);
+            }
+        });
+    for (std::thread& th : threads) th.join();
+    return o;
+}
+
 // One attention case: the CPU backend's result against the CUDA kernel with the chunk count picked
 // automatically, with one block per (query, head), and with the most chunks allowed.
 void check_attention(CpuBackend& cpu, const Shape& s, Cells kind, int n0, int T) {
@@ -230,6 +267,7 @@ void check_attention(CpuBackend& cpu, const Shape& s, Cells kind, int n0, int T)
     const int32_t* off = kind == Cells::dense ? nullptr : dflat.p;
     const int32_t* cells = kind == Cells::dense ? nullptr : dflat.p + T + 1;
     const int most = std::min(128, 4096 / (T * s.nh));
+    std::vector<float> exact;      // the double-precision reference, made when needed
     for (int chunks : {-1, 1, most}) {
         CUDA_CHECK(cudaMemset(dout.p, 0xff, dout.n * sizeof(float)));     // NaN: every output must be written
         cuda::attention(nullptr, dq.p, dK.p, dV.p, T, s.nh, s.nkv, s.hd, off, cells, n0, dout.p, chunks);
@@ -238,7 +276,17 @@ void check_attention(CpuBackend& cpu, const Shape& s, Cells kind, int n0, int T)
         std::snprintf(name, sizeof name, "attention %s n0=%d T=%d nh=%d/%d hd=%d chunks=%s",
                       kind == Cells::dense ? "dense" : kind == Cells::qsa ? "qsa" : "gaps", n0, T, s.nh, s.nkv, s.hd,
                       chunks < 0 ? "auto" : std::to_string(chunks).c_str());
-        report(name, rel_err(got, want), 1e-5);
+        double rel = rel_err(got, want);
+        if (rel > 1e-5) {
+            // The CPU's float sums over 32K cells can themselves be ~1e-5 off: then a GPU result within 1e-5 of the
+            // double-precision softmax and closer to it than the CPU's passes.
+            if (exact.empty()) exact = exact_attention(q.data(), K, V, T, s, keep);
+            const double gpu_exact = rel_err(got, exact), cpu_exact = rel_err(want, exact);
+            std::printf("%s: rel %.3e to the CPU; to double precision: GPU %.3e, CPU %.3e\n", name, rel, gpu_exact,
+                        cpu_exact);
+            if (gpu_exact <= 1e-5 && gpu_exact <= cpu_exact) rel = gpu_exact;
+        }
+        report(name, rel, 1e-5);
     }
 }
 
