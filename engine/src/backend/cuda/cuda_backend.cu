@@ -3,7 +3,8 @@
 // routing stays on the device. Between begin_graph and end_graph the ops are captured and run as one CUDA graph
 // (re-captured every pass, the previous executable graph updated in place) when STRATA_CUDA_GRAPHS=1: off by default,
 // since re-capturing ~2,600 nodes per pass made the full-size synthetic model slower on the H200 (81.6 -> 60.9 tok/s);
-// STRATA_CUDA_SYNC=1 synchronises after every op (and turns graphs off), so an asynchronous fault names its op.
+// STRATA_CUDA_SYNC=1 synchronises after every op (and turns graphs off), so an asynchronous fault names its op;
+// STRATA_CUDA_PROFILE=1 times every op with events (gpu_op_profile.h) and prints a table at exit.
 #include "backend/cuda/cuda_backend.h"
 
 #include <atomic>

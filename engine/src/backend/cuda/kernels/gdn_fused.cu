@@ -35,7 +35,7 @@ __global__ void conv_norm_kernel(const float* __restrict__ qkv, int ld, int T, i
         for (int i = 0; i < kMaxTaps; ++i)
             if (i < K) acc += taps[i] * (i < K - 1 ? win[i] : xt);
 #pragma unroll
-        for (int i = 0; i < kMaxTaps; ++i)
+        for (int i = 0; i + 1 < kMaxTaps; ++i)            // the window moves on by one (K − 1 ≤ 7 values)
             if (i < K - 2) win[i] = win[i + 1];
             else if (i == K - 2) win[i] = xt;
         float v = acc / (1.0f + expf(-acc));                 // silu
