@@ -28,8 +28,8 @@ if [ -n "$MODEL" ] && [ -f "$MODEL" ]; then
     PROMPT=$(python3 -c "print(','.join(str(100 + (37 * i) % 4000) for i in range($ctx - 32)))")
     for split in 0 1; do
       [ "$ctx" = 64 ] && [ "$split" = 0 ] && continue
-      if [ "$SECONDS" -gt 75 ]; then echo "skipped ctx=$ctx split=$split (time)" | tee -a "$OUT/attention_decode.txt"; continue; fi
-      STRATA_CUDA_SPLIT_ATTN=$split timeout 40 "$BUILD/engine/strata" generate --backend cuda --model "$MODEL" \
+      if [ "$SECONDS" -gt 65 ]; then echo "skipped ctx=$ctx split=$split (time)" | tee -a "$OUT/attention_decode.txt"; continue; fi
+      STRATA_CUDA_SPLIT_ATTN=$split timeout 30 "$BUILD/engine/strata" generate --backend cuda --model "$MODEL" \
           --prompt-ids "$PROMPT" -n 32 --ignore-eos --ctx $((ctx + 64)) > "$OUT/attn_decode_${ctx}_$split.tokens" \
           2> "$OUT/attn_decode_${ctx}_$split.log"
       echo "ctx=$ctx STRATA_CUDA_SPLIT_ATTN=$split rc $?: $(grep -E 'decode:' "$OUT/attn_decode_${ctx}_$split.log" | tail -1)" \
