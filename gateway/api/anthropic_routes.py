@@ -127,6 +127,11 @@ def _usage(final: Final) -> dict:
             "cache_read_input_tokens": final.cached_tokens, "cache_creation_input_tokens": 0}
 
 
+def _tool_use_id(call_id: str) -> str:
+    """Anthropic's spelling of a tool call id ("toolu_…"; the parser makes OpenAI's "call_…")."""
+    return "toolu_" + call_id.removeprefix("call_")
+
+
 class _Blocks:
     """Turns deltas into content blocks: a new block whenever the kind changes or a tool call starts."""
 
@@ -143,7 +148,7 @@ class _Blocks:
             events += self.close()
             block = {"thinking": {"type": "thinking", "thinking": "", "signature": ""},
                      "text": {"type": "text", "text": ""},
-                     "tool_use": {"type": "tool_use", "id": d.call_id, "name": d.name, "input": {}}}[kind]
+                     "tool_use": {"type": "tool_use", "id": _tool_use_id(d.call_id), "name": d.name, "input": {}}}[kind]
             self.blocks.append(dict(block))
             self.kind = kind
             events.append({"type": "content_block_start", "index": len(self.blocks) - 1, "content_block": block})

@@ -198,7 +198,7 @@ def test_anthropic_tool_round_trip(demo_gateway):
     assert [b.type for b in msg.content] == ["thinking", "tool_use"], msg.content
     assert msg.content[0].thinking.strip(), msg.content
     use = msg.content[1]
-    assert use.id and use.name == expected["name"] and use.input == expected["arguments"]
+    assert use.id.startswith("toolu_") and use.name == expected["name"] and use.input == expected["arguments"]
 
     reply, needed = run_tool(use.name, use.input)
     request["messages"] += tool_result_turns(msg.content, reply)
@@ -233,7 +233,7 @@ def test_anthropic_streamed_tool_round_trip(demo_gateway):
     assert "content_block_delta:thinking_delta" in events and "content_block_start:text" not in events, events
     assert partial_json and json.loads("".join(partial_json)) == expected["arguments"], partial_json
     use = next(b for b in msg.content if b.type == "tool_use")
-    assert use.name == expected["name"] and use.input == expected["arguments"]
+    assert use.id.startswith("toolu_") and use.name == expected["name"] and use.input == expected["arguments"]
 
     reply, needed = run_tool(use.name, use.input)
     request["messages"] += tool_result_turns(msg.content, reply)
