@@ -5,6 +5,8 @@ the synthetic full-size model (engine/tools/make_synthetic.py) at several contex
         on other prompts than the ones measured here), adaptation as the engine's default;
   pc12host  (optional) pc12 with STRATA_HYBRID_JOIN=host, the CPU misses computed on the calling thread (the join
         before the mapped-flag wait), at the smallest context only: the A/B of the join.
+  pc12pcie  (optional) pc12 with STRATA_GPU_MISS_SHARE=--miss-share: that share of each decode pass's missed experts
+        copied over PCIe and computed on the GPU while the CPU computes the rest, at the smallest context only.
 Beside each figure the bound of PERFORMANCE.md §4 from the measured bandwidths (formula and inputs in the JSON).
 
     python3 bench/decode.py --strata BUILD/engine/strata --model SYN.gguf --out DIR [--contexts 1024,4096,32768]
@@ -34,7 +36,7 @@ W_CPU_6 = 66.3e9        # host DRAM read with 6 threads: between 51.6 (4 threads
 T_HANDSHAKE = 7.4e-6    # one D2H or H2D handshake (6.6-8.2 µs measured); a layer's join costs two
 TARGETS = {"gpu": 400.0, "pc12": 100.0}
 PC12_FLAGS = ["--expert-cache", "4100-slots", "--cpu-workers", "6"]
-BUDGET_WEIGHT = {"gpu": 1.0, "pc12": 1.4, "pc12host": 0.6}   # shares of the time budget (pc12 pins and prefills
+BUDGET_WEIGHT = {"gpu": 1.0, "pc12": 1.4, "pc12host": 0.6, "pc12pcie": 0.8}   # shares of the time budget (pc12 pins and prefills
                                                              # over PCIe; pc12host measures one context)
 
 
@@ -210,6 +212,8 @@ def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, dead
                                  gpu_and_host_ms=round(pass_ms - wait_ms, 3))
                     row["cpu_gb_s"] = round(d["cpu_bytes"] / max(d["cpu_ms"], 1e-3) / 1e6, 2)
                     row["cpu_mb_per_pass"] = round(d["cpu_bytes"] / passes / 1e6, 2)
+                if d.get("pcie_bytes"):   # decode misses staged over PCIe (pc12pcie)
+                    row["pcie_mb_per_pass"] = round(d["pcie_bytes"] / passes / 1e6, 2)
                 row.update(hit_rate=round(h, 4), time_split=split)
                 row["bound"] = bound("pc12", mb, h)
                 b = row["bound"]["overlapped_tok_s"]
@@ -271,6 +275,7 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=170, help="wall time for all settings together")
     ap.add_argument("--backend", default="cuda", help="cpu: a smoke test of this script (gpu setting, no profile)")
     ap.add_argument("--pc12-extra", default="", help="more engine flags for pc12, space-separated")
+    ap.add_argument("--miss-share", default="0.75", help="STRATA_GPU_MISS_SHARE of the pc12pcie setting")
     a = ap.parse_args()
     a.contexts = [int(c) for c in a.contexts.split(",")]
     os.makedirs(a.out, exist_ok=True)
@@ -288,14 +293,14 @@ def main() -> int:
         if s == "gpu":
             flags = ["--routing-profile-out", profile] if a.backend == "cuda" else []
             res["settings"][s] = measure_setting(a, s, flags, 11, mb, deadline, a.contexts)
-        elif s in ("pc12", "pc12host"):
+        elif s in ("pc12", "pc12host", "pc12pcie"):
             flags = PC12_FLAGS + (["--routing-profile", profile] if os.path.exists(profile) else [])
-            host = s == "pc12host"
+            env = {"pc12": None, "pc12host": {"STRATA_HYBRID_JOIN": "host"},
+                   "pc12pcie": {"STRATA_GPU_MISS_SHARE": a.miss_share}}[s]
             res["settings"][s] = measure_setting(a, s, flags + a.pc12_extra.split(), 23, mb, deadline,
-                                                 [min(a.contexts)] if host else a.contexts,
-                                                 {"STRATA_HYBRID_JOIN": "host"} if host else None)
+                                                 a.contexts if s == "pc12" else [min(a.contexts)], env)
         else:
-            ap.error(f"unknown setting {s!r} (gpu, pc12, pc12host)")
+            ap.error(f"unknown setting {s!r} (gpu, pc12, pc12host, pc12pcie)")
         if s != "gpu":
             res["settings"][s]["cache_fill"] = "routing profile of the gpu setting" if os.path.exists(profile) \
                 else "by expert id (no profile)"

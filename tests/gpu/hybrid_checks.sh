@@ -5,7 +5,8 @@
 #                      batches), then 32 decode tokens (CPU misses, shared expert queued before the join): the async
 #                      join and STRATA_HYBRID_JOIN=host must give byte-identical logits (same arithmetic)
 #   vs CPU             the same run with --f32-activations against --backend cpu: identical tokens, every step's
-#                      logits within 1e-3 of the CPU's (max |cuda - cpu| / max |cpu|)
+#                      logits within 1e-3 of the CPU's (max |cuda - cpu| / max |cpu|); also with
+#                      STRATA_GPU_MISS_SHARE=0.5 (half of each decode pass's misses staged over PCIe onto the GPU)
 # Results: $OUT/hybrid_checks.json and logs. usage: bash tests/gpu/hybrid_checks.sh [BUILD_DIR]
 set -u
 cd "$(dirname "$0")/../.."
@@ -34,20 +35,29 @@ cpu_rc=0
 timeout 180 "$BUILD/engine/strata" generate --backend cpu --model "$MODEL" --prompt-ids "$PROMPT" -n 32 \
     --ignore-eos --f32-activations --logits-out "$OUT/hybrid_cpu_f32.f32" > "$OUT/hybrid_cpu_f32.tokens" \
     2> "$OUT/hybrid_cpu_f32.log" || cpu_rc=1
-timeout 120 "$BUILD/engine/strata" generate --backend cuda --model "$MODEL" --prompt-ids "$PROMPT" -n 32 \
-    --ignore-eos --f32-activations "${CACHE[@]}" --logits-out "$OUT/hybrid_cuda_f32.f32" \
-    > "$OUT/hybrid_cuda_f32.tokens" 2> "$OUT/hybrid_cuda_f32.log" || cpu_rc=1
+for share in 0 0.5; do   # 0.5: half of each decode pass's missed experts staged over PCIe onto the GPU
+  STRATA_GPU_MISS_SHARE=$share timeout 120 "$BUILD/engine/strata" generate --backend cuda --model "$MODEL" \
+      --prompt-ids "$PROMPT" -n 32 --ignore-eos --f32-activations "${CACHE[@]}" \
+      --logits-out "$OUT/hybrid_cuda_f32_share$share.f32" > "$OUT/hybrid_cuda_f32_share$share.tokens" \
+      2> "$OUT/hybrid_cuda_f32_share$share.log" || cpu_rc=1
+done
 vs_cpu=$(python3 - "$OUT" <<'PY'
 import sys, numpy as np
 out = sys.argv[1]
-try:
+def check(name):
     c = np.fromfile(f"{out}/hybrid_cpu_f32.f32", dtype=np.float32)
-    g = np.fromfile(f"{out}/hybrid_cuda_f32.f32", dtype=np.float32)
-    same_tokens = open(f"{out}/hybrid_cpu_f32.tokens").read() == open(f"{out}/hybrid_cuda_f32.tokens").read()
+    g = np.fromfile(f"{out}/{name}.f32", dtype=np.float32)
+    same_tokens = open(f"{out}/hybrid_cpu_f32.tokens").read() == open(f"{out}/{name}.tokens").read()
     c, g = c.reshape(32, -1), g.reshape(32, -1)
     rel = float(max(np.abs(g[i] - c[i]).max() / max(np.abs(c[i]).max(), 1e-30) for i in range(32)))
-    print(f'{{"tokens_identical": {str(same_tokens).lower()}, "max_rel_logit_diff": {rel:.3g}, '
-          f'"ok": {str(same_tokens and rel <= 1e-3).lower()}}}')
+    return same_tokens, rel
+try:
+    parts, ok = [], True
+    for share in ("0", "0.5"):
+        same, rel = check(f"hybrid_cuda_f32_share{share}")
+        ok = ok and same and rel <= 1e-3
+        parts.append(f'"share_{share}": {{"tokens_identical": {str(same).lower()}, "max_rel_logit_diff": {rel:.3g}}}')
+    print("{" + ", ".join(parts) + f', "ok": {str(ok).lower()}}}')
 except Exception as e:
     print(f'{{"ok": false, "error": "{type(e).__name__}: {e}"}}')
 PY

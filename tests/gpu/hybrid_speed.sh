@@ -2,8 +2,9 @@
 # Speed of the hybrid expert path on the synthetic full-size model (issue #7, setting (b): a 12 GB PC stand-in,
 # --expert-cache 4100-slots --cpu-workers 6): bench/decode.py at 1K context for the all-GPU setting (which records
 # the routing profile the cache is filled from) and for (b). Prints: the experts' load (pinning) time and GB/s, the
-# prompt tok/s of a 1K-token prompt, the PCIe GB/s of its expert copies, decode tok/s and the per-pass split.
-# ~70 s on the H200. Results under $OUT (decode.json, the engines' logs, hybrid_speed.txt).
+# prompt tok/s of a 1K-token prompt, the PCIe GB/s of its expert copies, decode tok/s and the per-pass split; then
+# (b) again with STRATA_GPU_MISS_SHARE=${MISS_SHARE:-0.75} (that share of each decode pass's missed experts copied
+# over PCIe and computed on the GPU while the CPU computes the rest). ~80-100 s on the H200. Results under $OUT (decode.json, the engines' logs, hybrid_speed.txt).
 # usage: bash tests/gpu/hybrid_speed.sh BUILD_DIR [SYN_MODEL]
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
@@ -14,8 +15,9 @@ mkdir -p "$OUT"
 [ -f "$MODEL" ] || { echo "no synthetic model at $MODEL (engine/tools/make_synthetic.py $MODEL --experts q2_0)"; exit 1; }
 python3 -c "import gguf" 2>/dev/null || {
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/gguf-*.whl && export PYTHONPATH=/tmp/site; }
-timeout 100 python3 bench/decode.py --strata "$BUILD/engine/strata" --model "$MODEL" --out "$OUT" \
-    --contexts 1024 --decode 48 --budget-s 85 > "$OUT/decode_py.log" 2>&1
+timeout 115 python3 bench/decode.py --strata "$BUILD/engine/strata" --model "$MODEL" --out "$OUT" \
+    --contexts 1024 --decode 48 --budget-s 80 --settings gpu,pc12,pc12pcie --miss-share "${MISS_SHARE:-0.75}" \
+    > "$OUT/decode_py.log" 2>&1
 rc=$?
 python3 - "$OUT" <<'PY' | tee "$OUT/hybrid_speed.txt"
 import json, re, sys
@@ -24,7 +26,8 @@ try:
     res = json.load(open(f"{out}/decode.json"))
 except Exception as e:
     print(f"no decode.json ({e}); see {out}/decode_py.log"); sys.exit(0)
-log = open(f"{out}/pc12.log").read() if __import__("os").path.exists(f"{out}/pc12.log") else ""
+import os
+log = open(f"{out}/pc12.log").read() if os.path.exists(f"{out}/pc12.log") else ""
 m = re.search(r"experts pinned: (\d+) MiB in (\d+) ms \(([\d.]+) GB/s\), (\d+) loader threads; cudaHostAlloc (\d+) ms, copies (\d+) ms", log)
 if m:
     print(f"load: {int(m[1]) / 1024:.1f} GiB of experts pinned in {int(m[2]) / 1000:.1f} s = {m[3]} GB/s "
@@ -44,5 +47,7 @@ for s, v in res["settings"].items():
     if "error" in v:
         print(f"{s}: ERROR {v['error']}")
 PY
-grep -h "expert cache: .* slots of" "$OUT"/pc12.log | tail -1
+for s in pc12 pc12pcie; do
+  [ -f "$OUT/$s.log" ] && echo "$s exit: $(grep -h "expert cache: .* slots of" "$OUT/$s.log" | tail -1 | sed 's/.*experts: //')"
+done
 exit $rc

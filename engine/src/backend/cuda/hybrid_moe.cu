@@ -45,6 +45,14 @@ HybridMoe::HybridMoe(const GpuOptions& opt, cudaStream_t stream, DevicePool& poo
     CUDA_CHECK(cudaEventCreateWithFlags(&x_ready_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(staging_free_, stream_));
+    gpu_miss_share_ = std::clamp(opt.gpu_miss_share, 0.0, 1.0);
+    if (const char* share = std::getenv("STRATA_GPU_MISS_SHARE")) {
+        char* end = nullptr;
+        const double v = std::strtod(share, &end);
+        STRATA_CHECK(end != share && *end == 0 && v >= 0 && v <= 1, "STRATA_GPU_MISS_SHARE=", share,
+                     " is not a share between 0 and 1");
+        gpu_miss_share_ = v;
+    }
     const char* join = std::getenv("STRATA_HYBRID_JOIN");
     async_join_ = !(join && std::strcmp(join, "host") == 0);
     if (caching_ && async_join_) {
@@ -285,23 +293,38 @@ void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, c
         distinct += i == 0 || misses[i].expert != misses[i - 1].expert;
     }
     miss_pairs_ += Pm;
-    const bool gpu_misses = Pm && T >= opt_.gpu_miss_min_tokens;
-    const bool cpu_misses = Pm && !gpu_misses;
+    // The misses' split: the first Pg pairs (grouped order) are staged over PCIe and computed on the GPU, the other
+    // Pc by the CPU pool. Prompt chunks stage all; decode calls the first gpu_miss_share of their missed experts.
+    int Pg = 0, staged_experts = 0;
+    if (Pm && T >= opt_.gpu_miss_min_tokens) {
+        Pg = Pm;
+        staged_experts = distinct;
+    } else if (Pm && gpu_miss_share_ > 0) {
+        const int want = std::min(distinct, (int)(gpu_miss_share_ * distinct + 0.5));
+        for (; Pg < Pm; ++Pg) {
+            const bool first = Pg == 0 || misses[Pg].expert != misses[Pg - 1].expert;
+            if (first && staged_experts == want) break;
+            staged_experts += first;
+        }
+    }
+    const int Pc = Pm - Pg;
+    const bool gpu_misses = Pg > 0, cpu_misses = Pc > 0;
 
     // CPU misses start first: the job needs only x on the host and the list of misses.
     float* h_x = nullptr;
     float* h_out = nullptr;
     uint32_t seq = 0;
+    std::vector<ExpertPair> cpu_part(misses.begin() + Pg, misses.end());
     if (cpu_misses) {
         h_x = static_cast<float*>(h_x_.get((size_t)T * H * 4));   // input_to_host's buffer when x_here
-        h_out = static_cast<float*>(h_miss_.get((size_t)Pm * H * 4));
-        counters_.cpu_pairs += Pm;
-        counters_.cpu_bytes += (int64_t)distinct * (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes);
+        h_out = static_cast<float*>(h_miss_.get((size_t)Pc * H * 4));
+        counters_.cpu_pairs += Pc;
+        counters_.cpu_bytes += (int64_t)(distinct - staged_experts) * (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes);
         if (cpu_thread_.joinable()) {
             seq = ++seq_;
             if (x_here) x_flag_->store(seq, std::memory_order_release);
             else publish_to_host(stream_, x, (size_t)T * H, static_cast<float*>(h_x_.device()), d_x_flag_, seq);
-            submit_cpu_job(CpuJob{&L, h_x, misses, h_out, seq});
+            submit_cpu_job(CpuJob{&L, h_x, cpu_part, h_out, seq});
         } else if (!x_here) {
             CUDA_CHECK(cudaMemcpyAsync(h_x, x, (size_t)T * H * 4, cudaMemcpyDeviceToHost, stream_));
             CUDA_CHECK(cudaEventRecord(x_ready_, stream_));
@@ -317,7 +340,7 @@ void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, c
 
     // The route upload, in 32-bit words: slots and tokens of the hits, row_of_pair, weights, then for GPU misses
     // their staging slots and tokens; then (tiled) the tiles of the hits and of each miss batch, and their counts.
-    std::vector<int32_t> words((size_t)2 * Ph + 2 * (size_t)P + (gpu_misses ? 2 * (size_t)Pm : 0));
+    std::vector<int32_t> words((size_t)2 * Ph + 2 * (size_t)P + 2 * (size_t)Pg);
     int32_t* hit_slot = words.data();
     int32_t* hit_token = hit_slot + Ph;
     int32_t* row_of_pair = hit_token + Ph;
@@ -333,14 +356,14 @@ void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, c
     if (gpu_misses) {
         // Batches of stage_slots_ distinct experts; a pair's staging slot is its expert's place in the batch.
         int32_t* stage = words.data() + stage_word;
-        for (int i = 0, d = -1; i < Pm; ++i) {
+        for (int i = 0, d = -1; i < Pg; ++i) {
             const bool first = i == 0 || misses[i].expert != misses[i - 1].expert;
             d += first;
             if (first && d % stage_slots_ == 0) batches.push_back(MissBatch{(size_t)i, (size_t)i});
             batches.back().end = (size_t)i + 1;
             batches.back().experts += first;
             stage[i] = d % stage_slots_;
-            stage[Pm + i] = misses[i].token;
+            stage[Pg + i] = misses[i].token;
         }
     }
     size_t hit_item_word = 0, count_word = 0;
@@ -403,14 +426,17 @@ void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, c
         swiglu(stream_, gate.as<float>(), up.as<float>(), (size_t)Ph * I, gate.as<float>());
         matmul_(args(L.down, L.d_down, H, I), gate.as<float>(), Ph, Ph, out.as<float>(), order);
     }
+    // The caller's GPU work that does not need the experts (its shared expert) goes before anything that waits:
+    // the staged misses' copies, the CPU's results.
+    if (cpu_misses && gpu_work_before_join) gpu_work_before_join();
     if (gpu_misses) {
-        misses_on_gpu(L, x, misses, batches, tiled ? d_route : nullptr, d_stage, d_stage + Pm,
+        misses_on_gpu(L, x, misses, batches, tiled ? d_route : nullptr, d_stage, d_stage + Pg,
                       out.as<float>() + (size_t)Ph * H);
-    } else if (cpu_misses) {
-        // The CPU pool computes the misses while the GPU works on the hits and the caller's shared expert; the
-        // results meet on the GPU: the stream waits for the mapped flag the CPU job sets, then copies them in. The
-        // host returns at once and queues the work after this layer behind the wait.
-        if (gpu_work_before_join) gpu_work_before_join();
+    }
+    if (cpu_misses) {
+        // The CPU pool computes its misses while the GPU works on the rest; the results meet on the GPU: the stream
+        // waits for the mapped flag the CPU job sets, then copies them in. The host returns at once and queues the
+        // work after this layer behind the wait.
         JoinTiming jt;
         if (!free_timings_.empty()) {
             jt = free_timings_.back();
@@ -426,12 +452,12 @@ void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, c
             const auto t0 = std::chrono::steady_clock::now();
             if (!x_here) CUDA_CHECK(cudaEventSynchronize(x_ready_));
             counters_.host_wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            cpu_->compute(L.gate, L.up, L.down, h_x, misses, h_out);
+            cpu_->compute(L.gate, L.up, L.down, h_x, cpu_part, h_out);
         }
         CUDA_CHECK(cudaEventRecord(jt.misses_in, stream_));
         timings_.push_back(jt);
-        CUDA_CHECK(cudaMemcpyAsync(out.as<float>() + (size_t)Ph * H, h_out, (size_t)Pm * H * 4, cudaMemcpyHostToDevice,
-                                   stream_));
+        CUDA_CHECK(cudaMemcpyAsync(out.as<float>() + (size_t)(Ph + Pg) * H, h_out, (size_t)Pc * H * 4,
+                                   cudaMemcpyHostToDevice, stream_));
     }
     CUDA_CHECK(cudaEventRecord(staging_free_, stream_));
     moe_combine_rows(stream_, out.as<float>(), d_row, d_w, T, k, H, y);
@@ -446,6 +472,7 @@ std::vector<std::pair<std::string, std::string>> HybridMoe::info() const {
             {"expert_cache_mib", std::to_string((cache_->total_slots() * expert_bytes_) >> 20)},
             {"expert_cache_adapt_every", std::to_string(opt_.adapt.every_passes)},
             {"cpu_workers", std::to_string(cpu_->workers())},
+            {"gpu_miss_share", fmt(gpu_miss_share_)},
             {"experts_pinned", pinned_all_ ? "1" : "0"}};
 }
 
@@ -462,8 +489,8 @@ std::string HybridMoe::summary() const {
                " MiB of missed experts over PCIe for prompt chunks in ", (int)counters_.pcie_ms, " ms of copies (",
                (int)(counters_.pcie_ms > 0 ? counters_.pcie_bytes / counters_.pcie_ms / 1e5 : 0) / 10.0,
                " GB/s); experts pinned in ", (int)(pin_s_ * 1000), " ms (",
-               (int)(pin_s_ > 0 ? pinned_bytes_ / pin_s_ / 1e8 : 0) / 10.0, " GB/s); join ",
-               async_join_ ? "async" : "host");
+               (int)(pin_s_ > 0 ? pinned_bytes_ / pin_s_ / 1e8 : 0) / 10.0, " GB/s); decode misses staged on the GPU: share ",
+               gpu_miss_share_, "; join ", async_join_ ? "async" : "host");
 }
 
 }  // namespace strata::cuda

@@ -208,6 +208,7 @@ private:
 
     // Staging arena for prompt chunks' misses (allocated at first use): two halves of stage_slots_ experts.
     int stage_slots_ = 0;
+    double gpu_miss_share_ = 0;                 // GpuOptions::gpu_miss_share, or STRATA_GPU_MISS_SHARE
     int stage_half_ = 0;                        // the half the next batch uses
     uint8_t *d_stage_gate_ = nullptr, *d_stage_up_ = nullptr, *d_stage_down_ = nullptr;
     cudaEvent_t stage_ready_[2] = {nullptr, nullptr};   // a half's copies are done (copy stream)
