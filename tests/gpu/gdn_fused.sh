@@ -118,14 +118,17 @@ if t0 and t1:
 for name in ("short_unfused", "short", "ctx1k"):
     log = read(f"gdn_profile_{name}.log")
     head = re.search(r"decode passes: (\d+) ops, ([\d.]+) ms on the GPU", log)
-    p = re.search(r"per decode pass \((\d+) passes\): host enqueue ([\d.]+) ms \(in ops ([\d.]+)\), GPU busy ([\d.]+) ms, "
-                  r"GPU span ([\d.]+) ms, wall ([\d.]+) ms -> (\S+)", log)
+    p = re.search(r"per decode pass \((\d+) passes\): host enqueue ([\d.]+) ms \(in ops ([\d.]+)\), host wait ([\d.]+) ms, "
+                  r"GPU busy ([\d.]+) ms, GPU span ([\d.]+) ms, wall ([\d.]+) ms -> (\S+)", log)
+    done = re.search(r"DONE (\d+) (\d+) ([\d.]+) ([\d.]+)", read(f"gdn_profile_{name}.out"))
     if head and p:
         passes = int(p.group(1))
         r[f"profile_{name}"] = {"ops_per_pass": round(int(head.group(1)) / passes, 1), "passes": passes,
                                 "host_enqueue_ms": float(p.group(2)), "host_in_ops_ms": float(p.group(3)),
-                                "gpu_busy_ms": float(p.group(4)), "gpu_span_ms": float(p.group(5)),
-                                "wall_ms": float(p.group(6)), "verdict": p.group(7)}
+                                "host_wait_ms": float(p.group(4)), "gpu_busy_ms": float(p.group(5)),
+                                "gpu_span_ms": float(p.group(6)), "wall_ms": float(p.group(7)), "verdict": p.group(8),
+                                "decode_tok_s_profiled": round(int(done.group(1)) / float(done.group(4)) * 1000, 1)
+                                if done and float(done.group(4)) > 0 else None}
 json.dump(r, open(os.path.join(out, "gdn_fused.json"), "w"), indent=1)
 print(json.dumps(r, indent=1))
 ok = r["ops"] is not None and r["ops"]["failed"] == 0

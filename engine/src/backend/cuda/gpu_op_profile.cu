@@ -38,6 +38,7 @@ cudaEvent_t GpuOpProfile::event() {
 
 void GpuOpProfile::open(const char* op, const char* detail) {
     if (!on_) return;
+    if (!open_.empty()) end_segment(open_.back(), false);   // the outer op's time up to here
     Open o;
     o.name = detail ? std::string(op) + " " + detail : std::string(op);
     o.start = event();
@@ -46,23 +47,28 @@ void GpuOpProfile::open(const char* op, const char* detail) {
     open_.push_back(std::move(o));
 }
 
-void GpuOpProfile::close() {
-    if (!on_ || open_.empty()) return;
-    Open o = std::move(open_.back());
-    open_.pop_back();
-    if (o.has_child) {     // its inner ops were counted
-        free_.push_back(o.start);
-        return;
-    }
+void GpuOpProfile::end_segment(Open& o, bool last) {
     cudaEvent_t end = event();
     CUDA_CHECK(cudaEventRecord(end, stream_));
     const double host_us = std::chrono::duration<double, std::micro>(Clock::now() - o.t0).count();
-    pending_.push_back(Span{std::move(o.name), o.start, end, host_us, in_pass_ && !pass_enqueued_});
-    if (!open_.empty()) open_.back().has_child = true;
-    if (in_pass_) pass_op_host_ms_ += host_us / 1000.0;
+    pending_.push_back(Span{o.name, o.start, end, host_us, in_pass_ && !pass_enqueued_, last});
+    o.start = nullptr;
+    if (in_pass_ && !pass_enqueued_) pass_op_host_ms_ += host_us / 1000.0;
     if (pending_.size() >= kMaxPending) {
         CUDA_CHECK(cudaEventSynchronize(end));
         resolve();
+    }
+}
+
+void GpuOpProfile::close() {
+    if (!on_ || open_.empty()) return;
+    end_segment(open_.back(), true);
+    open_.pop_back();
+    if (!open_.empty()) {     // the outer op's next segment
+        Open& outer = open_.back();
+        outer.start = event();
+        CUDA_CHECK(cudaEventRecord(outer.start, stream_));
+        outer.t0 = Clock::now();
     }
 }
 
@@ -94,7 +100,7 @@ void GpuOpProfile::resolve() {
         float ms = 0;
         CUDA_CHECK(cudaEventElapsedTime(&ms, s.start, s.end));
         Entry& e = s.in_pass ? entries_[s.name] : outside_;
-        ++e.calls;
+        e.calls += s.last;
         e.gpu_ms += ms;
         e.host_ms += s.host_us / 1000.0;
         if (s.in_pass && in_pass_ && i >= pass_first_span_) pass_busy_ms_ += ms;
@@ -142,21 +148,26 @@ void GpuOpProfile::print() {
                  "cuda op profile (STRATA_CUDA_PROFILE=1), decode passes: %llu ops, %.3f ms on the GPU, %.3f ms host time "
                  "in ops\n",
                  (unsigned long long)calls, total, host);
-    std::fprintf(stderr, "  %-30s %9s %11s %9s %6s %10s\n", "op", "calls", "gpu ms", "us/call", "share", "host us/call");
+    std::fprintf(stderr, "  %-30s %9s %11s %9s %6s %12s\n", "op", "calls", "gpu ms", "us/call", "share", "host us/call");
     for (const auto& [name, e] : rows)
-        std::fprintf(stderr, "  %-30s %9llu %11.3f %9.2f %5.1f%% %10.2f\n", name.c_str(), (unsigned long long)e.calls,
-                     e.gpu_ms, 1000.0 * e.gpu_ms / e.calls, total > 0 ? 100.0 * e.gpu_ms / total : 0.0,
-                     1000.0 * e.host_ms / e.calls);
+        std::fprintf(stderr, "  %-30s %9llu %11.3f %9.2f %5.1f%% %12.2f\n", name.c_str(), (unsigned long long)e.calls,
+                     e.gpu_ms, e.calls ? 1000.0 * e.gpu_ms / e.calls : 0.0, total > 0 ? 100.0 * e.gpu_ms / total : 0.0,
+                     e.calls ? 1000.0 * e.host_ms / e.calls : 0.0);
     const PassTotals& p = totals_;
     if (p.passes) {
         const double n = (double)p.passes;
+        // The host waits at the pass's end while the GPU still has queued work: GPU-bound when that wait is a real
+        // share of the pass; host-bound when the GPU finishes about when the host has issued the last op.
+        const double wait = (p.wall_ms - p.enqueue_ms) / n;
         std::fprintf(stderr,
-                     "  per decode pass (%llu passes): host enqueue %.3f ms (in ops %.3f), GPU busy %.3f ms, GPU span "
-                     "%.3f ms, wall %.3f ms -> %s\n",
-                     (unsigned long long)p.passes, p.enqueue_ms / n, p.op_host_ms / n, p.busy_ms / n, p.span_ms / n,
-                     p.wall_ms / n,
-                     p.busy_ms > 0.9 * p.span_ms ? "GPU-bound (the GPU is busy for the whole pass)"
-                                                 : "host-bound (the GPU waits for launches)");
+                     "  per decode pass (%llu passes): host enqueue %.3f ms (in ops %.3f), host wait %.3f ms, GPU busy "
+                     "%.3f ms, GPU span %.3f ms, wall %.3f ms -> %s\n",
+                     (unsigned long long)p.passes, p.enqueue_ms / n, p.op_host_ms / n, wait, p.busy_ms / n,
+                     p.span_ms / n, p.wall_ms / n,
+                     wait > 0.1 * p.wall_ms / n ? "GPU-bound (the host waits for the GPU at the pass end)"
+                                                : "host-bound (the GPU finishes as the host issues the last op)");
+        std::fprintf(stderr, "  (GPU busy counts each op from its start to its end event, its kernels' launch latency "
+                             "included; profiling adds two event records per op to the host time)\n");
     }
     std::fprintf(stderr, "  outside decode passes (prompt chunks, copies): %llu ops, %.3f ms on the GPU\n",
                  (unsigned long long)outside_.calls, outside_.gpu_ms);

@@ -20,8 +20,10 @@ public:
     GpuOpProfile& operator=(const GpuOpProfile&) = delete;
     bool on() const { return on_; }
 
-    // An op's span on the stream and on the host clock. Nested spans: only the innermost are counted (a fused op that
-    // falls back to primitive ops shows those ops).
+    // An op's span on the stream and on the host clock. Nested ops: the time between an inner op's events counts for
+    // the inner op, the rest of the outer op's span for the outer one (its own kernels, or the gaps around a fallback's
+    // primitive ops). A span counts from its start event to its end event, so it includes the launch latency of the
+    // op's first kernel when the GPU was idle.
     void open(const char* op, const char* detail);
     void close();
 
@@ -35,17 +37,17 @@ public:
 
 private:
     using Clock = std::chrono::steady_clock;
-    struct Open {
+    struct Open {            // an op being issued; its current segment began at (start, t0)
         std::string name;
         cudaEvent_t start;
         Clock::time_point t0;
-        bool has_child = false;
     };
-    struct Span {
+    struct Span {            // one segment of an op
         std::string name;
         cudaEvent_t start, end;
         double host_us;
-        bool in_pass;    // issued inside a decode pass (the table); others are summed in one line
+        bool in_pass;        // issued inside a decode pass (the table); others are summed in one line
+        bool last;           // the op's last segment (counts the call)
     };
     struct Entry {
         uint64_t calls = 0;
@@ -57,6 +59,7 @@ private:
     };
 
     cudaEvent_t event();
+    void end_segment(Open& o, bool last);
     void resolve();
 
     cudaStream_t stream_;
