@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The fused GDN block and the per-op GPU profile (issue #7) on the lent H200, ~90 s:
 #   1. cuda_ops_test --only gdn_block: Backend::gdn_block CUDA vs CPU (both activation modes, fused and unfused)
-#   2. tests/gpu/parity.py on up to three tiny models of .gpu-models (d 16/32/64): CUDA vs CPU tokens and logits
+#   2. tests/gpu/parity.py on three tiny models of .gpu-models (tiny, tiny8, wide256: d 16/32/64), CUDA vs CPU
 #   3. decode tok/s on the synthetic model with STRATA_CUDA_FUSED_GDN=0 / 1 (strata generate, 128 tokens)
 #   4. STRATA_CUDA_PROFILE=1 tables from strata --serve: 64 tokens after a 32-token prompt (fused off and on) and
 #      after a 1024-token prompt (fused on)
@@ -30,7 +30,7 @@ import json, os, sys
 src, dst = sys.argv[1], sys.argv[2]
 m = json.load(open(os.path.join(src, "manifest.json")))
 pick = {}
-for config in ("tiny", "wide256", "realvocab", "tiny8"):
+for config in ("tiny", "tiny8", "wide256", "realvocab"):   # head dims 16, 32, 64
     files = m.get(config, {})
     for outtype in ("q2_0", "iq2_xs", "f32"):
         if outtype in files and os.path.exists(os.path.join(src, files[outtype])):
