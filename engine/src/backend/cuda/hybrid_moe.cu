@@ -42,6 +42,7 @@ HybridMoe::HybridMoe(const GpuOptions& opt, cudaStream_t stream, DevicePool& poo
     caching_ = !opt.expert_cache.empty();
     if (caching_) parse_cache_size(opt.expert_cache);   // a bad value fails before any upload
     CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stage_stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&x_ready_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(staging_free_, stream_));
@@ -82,6 +83,7 @@ HybridMoe::~HybridMoe() {
     }
     cudaStreamSynchronize(stream_);
     cudaStreamSynchronize(copy_stream_);
+    cudaStreamSynchronize(stage_stream_);
     try {
         harvest_join_timings(true);
         harvest_copy_timings(true);
@@ -120,6 +122,7 @@ HybridMoe::~HybridMoe() {
     cudaEventDestroy(x_ready_);
     cudaEventDestroy(staging_free_);
     cudaStreamDestroy(copy_stream_);
+    cudaStreamDestroy(stage_stream_);
 }
 
 int HybridMoe::layer_of(const MoeWeights& w) const {

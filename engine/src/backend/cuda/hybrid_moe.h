@@ -179,7 +179,8 @@ private:
 
     GpuOptions opt_;
     cudaStream_t stream_;
-    cudaStream_t copy_stream_ = nullptr;
+    cudaStream_t copy_stream_ = nullptr;      // cache moves and the initial fill
+    cudaStream_t stage_stream_ = nullptr;     // staged misses' copies (misses_on_gpu)
     DevicePool& pool_;
     MatmulFn matmul_;
     bool caching_ = false;

@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -34,6 +36,21 @@ void read_ahead(const void* p, size_t bytes) {
     (void)bytes;
 #endif
 }
+// Bytes of host RAM the experts may pin: MemAvailable (page cache included) less a reserve for the OS and the rest
+// of the engine (the larger of 4 GiB and 10% of RAM); STRATA_PIN_MAX_MIB overrides. Unknown (no /proc): no limit.
+int64_t pin_budget() {
+    if (const char* env = std::getenv("STRATA_PIN_MAX_MIB")) return (int64_t)std::atoll(env) << 20;
+    std::ifstream f("/proc/meminfo");
+    std::string key;
+    int64_t kib = 0, total = -1, avail = -1;
+    std::string unit;
+    while (f >> key >> kib >> unit) {
+        if (key == "MemTotal:") total = kib << 10;
+        if (key == "MemAvailable:") avail = kib << 10;
+    }
+    if (total < 0 || avail < 0) return INT64_MAX;
+    return std::max<int64_t>(0, avail - std::max<int64_t>(4ll << 30, total / 10));
+}
 }  // namespace
 
 void HybridMoe::pin_experts() {
@@ -53,7 +70,8 @@ void HybridMoe::pin_experts() {
     const char* env = std::getenv("STRATA_PIN_THREADS");
     const int hw = (int)std::max(1u, std::thread::hardware_concurrency());
     pin_threads_ = std::max(1, std::min<int>(env ? std::atoi(env) : std::min(hw, 16), (int)layers_.size()));
-    std::atomic<int> next{0}, failed{0};
+    std::atomic<int> next{0}, failed{0}, over_budget{0};
+    std::atomic<int64_t> budget{pin_budget()};
     std::mutex mu;
     double alloc_s = 0, fill_s = 0;   // summed over threads
     std::string first_error;
@@ -66,6 +84,11 @@ void HybridMoe::pin_experts() {
         for (int l; (l = next.fetch_add(1)) < (int)layers_.size();) {
             Layer& L = layers_[l];
             const size_t g = L.gate_bytes * n_experts_, u = L.up_bytes * n_experts_, d = L.down_bytes * n_experts_;
+            if (budget.fetch_sub((int64_t)(g + u + d)) < (int64_t)(g + u + d)) {   // RAM left for the OS
+                budget.fetch_add((int64_t)(g + u + d));
+                ++over_budget;
+                continue;
+            }
             for (const auto& [src, n] : {std::pair{L.gate.data, g}, {L.up.data, u}, {L.down.data, d}})
                 read_ahead(src, n);
             const auto ta = std::chrono::steady_clock::now();
@@ -100,12 +123,16 @@ void HybridMoe::pin_experts() {
     for (std::thread& t : threads) t.join();
     STRATA_CHECK(next.load() >= (int)layers_.size(), "experts: no loader thread could select CUDA device ", device);
     pin_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (failed) {
+    if (failed || over_budget) {
         // Those layers stay in the mapped file: the CPU pool reads them as before, but their prompt-chunk copies
         // and cache moves go through the driver's pageable staging (slower, and they block the host).
         pinned_all_ = false;
-        log_warn("experts", fmt(failed.load(), " of ", layers_.size(), " layers' experts could not be pinned (",
-                                first_error, "); they are read from the mapped file"));
+        for (const Layer& L : layers_)
+            if (!L.pinned) pinned_bytes_ -= (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes) * n_experts_;
+        log_warn("experts", fmt(failed.load() + over_budget.load(), " of ", layers_.size(),
+                                " layers' experts are not pinned (", over_budget.load(),
+                                " past the RAM the OS keeps, STRATA_PIN_MAX_MIB", failed ? "; " + first_error : "",
+                                "); they are read from the mapped file"));
     }
     log_info("experts", fmt("experts pinned: ", pinned_bytes_ >> 20, " MiB in ", (int)(pin_s_ * 1000), " ms (",
                             (int)(pinned_bytes_ / std::max(pin_s_, 1e-9) / 1e8) / 10.0, " GB/s), ", pin_threads_,

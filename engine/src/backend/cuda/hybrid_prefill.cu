@@ -1,7 +1,7 @@
 // HybridMoe's prompt-chunk path: a call of many tokens computes its missed experts on the GPU, copying each missed
 // expert once per call over PCIe from its layer's pinned piece into a two-half staging arena, batch by batch, the
 // copies of one batch overlapping the kernels of the previous one; prompt-sized calls run the tiled kernels. The
-// rest of the class is in hybrid_moe.cu.
+// rest of the class is in hybrid_moe.cu. The copies run on their own stream (stage_stream_), not behind cache moves.
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
@@ -69,7 +69,7 @@ void HybridMoe::misses_on_gpu(const Layer& L, const float* x, const std::vector<
         uint8_t* sg = d_stage_gate_ + first * L.gate_bytes;
         uint8_t* su = d_stage_up_ + first * L.up_bytes;
         uint8_t* sd = d_stage_down_ + first * L.down_bytes;
-        CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, stage_free_[h], 0));
+        CUDA_CHECK(cudaStreamWaitEvent(stage_stream_, stage_free_[h], 0));
         JoinTiming ct;   // copy-stream time of this batch's copies (the wait above is before its start)
         if (!free_copy_timings_.empty()) {
             ct = free_copy_timings_.back();
@@ -78,7 +78,7 @@ void HybridMoe::misses_on_gpu(const Layer& L, const float* x, const std::vector<
             CUDA_CHECK(cudaEventCreate(&ct.hits_done));
             CUDA_CHECK(cudaEventCreate(&ct.misses_in));
         }
-        CUDA_CHECK(cudaEventRecord(ct.hits_done, copy_stream_));
+        CUDA_CHECK(cudaEventRecord(ct.hits_done, stage_stream_));
         // Consecutive expert ids sit next to each other in every matrix: one copy per run of them.
         int slots = 0, run_expert = -1, run_slot = 0, run_len = 0;
         for (size_t j = b.begin; j < b.end; ++j) {
@@ -86,17 +86,17 @@ void HybridMoe::misses_on_gpu(const Layer& L, const float* x, const std::vector<
             if (run_len && misses[j].expert == run_expert + run_len) {
                 ++run_len;
             } else {
-                if (run_len) copy_experts_to(L, run_expert, run_len, sg, su, sd, run_slot, copy_stream_);
+                if (run_len) copy_experts_to(L, run_expert, run_len, sg, su, sd, run_slot, stage_stream_);
                 run_expert = misses[j].expert;
                 run_slot = slots;
                 run_len = 1;
             }
             ++slots;
         }
-        if (run_len) copy_experts_to(L, run_expert, run_len, sg, su, sd, run_slot, copy_stream_);
-        CUDA_CHECK(cudaEventRecord(ct.misses_in, copy_stream_));
+        if (run_len) copy_experts_to(L, run_expert, run_len, sg, su, sd, run_slot, stage_stream_);
+        CUDA_CHECK(cudaEventRecord(ct.misses_in, stage_stream_));
         copy_timings_.push_back(ct);
-        CUDA_CHECK(cudaEventRecord(stage_ready_[h], copy_stream_));
+        CUDA_CHECK(cudaEventRecord(stage_ready_[h], stage_stream_));
         CUDA_CHECK(cudaStreamWaitEvent(stream_, stage_ready_[h], 0));
         counters_.pcie_bytes += (int64_t)slots * (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes);
 
