@@ -39,7 +39,7 @@ for name in sys.argv[2:]:
     print("  workers  k   GB/s  GB/s@median  us/layer median  p90 | phases us: quant_x gate_up down"
           " | DRAM read  gemv stream GB/s")
     for r in d["runs"]:
-        ph = r["phase_us_per_layer"]
+        ph = r.get("phase_us_per_layer", {"quantize_x": -1, "gate_up": -1, "down": -1})   # -1: an older binary
         print(f"  {r['workers']:>7} {r['k']:>2} {r['gbs']:>6.1f} {r['gbs_at_median']:>11.1f} {r['us_per_layer_median']:>16.0f}"
               f" {r['us_per_layer_p90']:>5.0f} | {ph['quantize_x']:>17.1f} {ph['gate_up']:>7.1f} {ph['down']:>5.1f} | {r['dram_read_gbs']:>9.1f} {r['gemv_stream_gbs']:>11.1f}")
 PY
