@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # CPU expert pool on the decode shape (issue #7, hybrid path): runs BUILD_DIR's cpu_pool_bench (builds nothing) and
 # writes JSON + a summary under $OUT. Usage: bash bench/cpu_pool/run.sh BUILD_DIR
-# Env: WORKERS (default 1,2,4,6 capped at the core count), MB (expert blob, default 1024), GAP_US (idle between
-# layers in the second run, default 300: the GPU's share of a hybrid layer), PREFETCH_KB (the L2 prefetch distances
-# tried for the last worker count at k=4 through STRATA_CPU_PREFETCH_KB, default "0 8 16 32"; the other runs use the
-# engine's default). Takes ~15-40 s.
+# Runs: 1-N workers x k 2..6 back to back; the last worker count at k=4 with GAP_US idle between layers (the GPU's
+# share of a hybrid layer), on transparent huge pages (the others use 4 KB pages, like the hybrid's cudaHostAlloc
+# copies), and at each STRATA_CPU_PREFETCH_KB in PREFETCH_KB (the others use the engine's default). ~15-40 s.
+# Env: WORKERS (default 1,2,4,6 capped at the core count), MB (expert blob, default 1024), GAP_US (default 300),
+# PREFETCH_KB (default "0 8 16 32").
 set -euo pipefail
 BUILD="${1:?usage: bash bench/cpu_pool/run.sh BUILD_DIR}"
 BIN="$BUILD/engine/cpu_pool_bench"
@@ -25,7 +26,9 @@ lscpu > "$OUT/lscpu.txt" 2>/dev/null || true
 # Back to back: the pool's own cost per layer. With a gap: workers idle between layers as in the hybrid decode.
 timeout 120 "$BIN" --workers "$WORKERS" --k 2,3,4,5,6 --mb "$MB" --passes 5 --gap-us 0 > "$OUT/back_to_back.json"
 timeout 120 "$BIN" --workers "$LAST" --k 4 --mb "$MB" --passes 5 --gap-us "$GAP_US" > "$OUT/gap.json"
-NAMES="back_to_back gap"
+cat /sys/kernel/mm/transparent_hugepage/enabled > "$OUT/thp.txt" 2>/dev/null || true
+timeout 120 "$BIN" --workers "$LAST" --k 4 --mb "$MB" --passes 5 --hugepages 1 > "$OUT/hugepages.json"
+NAMES="back_to_back gap hugepages"
 for kb in ${PREFETCH_KB:-0 8 16 32}; do
   STRATA_CPU_PREFETCH_KB="$kb" timeout 120 "$BIN" --workers "$LAST" --k 4 --mb "$MB" --passes 5 > "$OUT/prefetch_$kb.json"
   NAMES="$NAMES prefetch_$kb"
@@ -35,7 +38,7 @@ import json, sys
 out = sys.argv[1]
 for name in sys.argv[2:]:
     d = json.load(open(f"{out}/{name}.json"))
-    print(f"{name} (gap {d['gap_us']} us, {d['cpu']}, isa {d['isa']}):")
+    print(f"{name} (gap {d['gap_us']} us, huge pages {d.get('hugepages', False)}, {d['cpu']}, isa {d['isa']}):")
     print("  workers  k   GB/s  GB/s@median  us/layer median  p90 | phases us: quant_x gate_up down"
           " | DRAM read  gemv stream GB/s")
     for r in d["runs"]:

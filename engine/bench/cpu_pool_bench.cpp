@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <numeric>
@@ -14,6 +15,9 @@
 #include <vector>
 
 #include <time.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 #include "backend/cpu/thread_pool.h"
 #include "experts/cpu_expert_pool.h"
@@ -26,9 +30,10 @@ namespace {
 
 const char* kUsage =
     "cpu_pool_bench [--workers 1,2,6] [--k 2,3,4,5,6] [--mb 1024] [--layers 48] [--passes 5] [--gap-us 0]\n"
-    "               [--format Q2_0] [--tokens 1] [--hidden 2560] [--inter 640]\n"
+    "               [--format Q2_0] [--tokens 1] [--hidden 2560] [--inter 640] [--hugepages 0]\n"
     "  --mb: size of the synthetic expert tensors (more than the caches hold; experts cycle through it)\n"
-    "  --gap-us: the caller idles this long between layers (the GPU's share of a hybrid layer)\n";
+    "  --gap-us: the caller idles this long between layers (the GPU's share of a hybrid layer)\n"
+    "  --hugepages 1: expert tensors on transparent huge pages (Linux), 0: on 4 KB pages\n";
 
 struct Options {
     std::vector<int> workers = {1, 2};
@@ -40,6 +45,7 @@ struct Options {
     std::string format = "Q2_0";
     int tokens = 1;
     int64_t hidden = 2560, inter = 640;
+    bool hugepages = false;
 };
 
 std::vector<int> int_list(const std::string& s) {
@@ -65,24 +71,45 @@ std::string cpu_model() {
     return "unknown";
 }
 
+// Page-aligned memory; on Linux with or without transparent huge pages (the hybrid path's pinned expert copies come
+// from cudaHostAlloc, 4 KB pages as far as we know, hence the default without).
+struct PageMemory {
+    uint8_t* data = nullptr;
+    size_t size = 0;
+    PageMemory(size_t bytes, bool huge) : size(bytes) {
+        const size_t align = 2u << 20;
+        data = static_cast<uint8_t*>(std::aligned_alloc(align, (bytes + align - 1) / align * align));
+        if (!data) { std::fprintf(stderr, "cannot allocate %zu bytes\n", bytes); std::exit(1); }
+#ifdef __linux__
+        madvise(data, (bytes + align - 1) / align * align, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+#else
+        (void)huge;
+#endif
+    }
+    ~PageMemory() { std::free(data); }
+    PageMemory(const PageMemory&) = delete;
+    PageMemory& operator=(const PageMemory&) = delete;
+};
+
 // A 3-D expert tensor {n, rows, E} of random blocks whose first two bytes (the fp16 scale of Q8_0, Q4_0, IQ4_NL,
-// Q2_0 blocks) are a sane small value; filled by the pool's threads.
+// Q2_0 blocks) are a sane small value; filled (first touched) by the pool's threads.
 struct ExpertTensor {
-    std::vector<uint8_t> bytes;
+    PageMemory bytes;
     Weight w;
-    ExpertTensor(const GgmlTypeInfo& info, int64_t n, int64_t rows, int64_t E, ThreadPool& pool, uint64_t seed) {
+    ExpertTensor(const GgmlTypeInfo& info, int64_t n, int64_t rows, int64_t E, bool huge, ThreadPool& pool,
+                 uint64_t seed)
+        : bytes(ggml_row_bytes(info.type, n) * rows * E, huge) {
         w.type = info.type;
         w.ne[0] = n;
         w.ne[1] = rows;
         w.ne[2] = E;
         w.row_bytes = ggml_row_bytes(info.type, n);
-        bytes.resize(w.row_bytes * rows * E);
-        w.data = bytes.data();
-        const int64_t blocks = (int64_t)(bytes.size() / info.block_bytes);
+        w.data = bytes.data;
+        const int64_t blocks = (int64_t)(bytes.size / info.block_bytes);
         pool.parallel_for(blocks, [&](int64_t b0, int64_t b1) {
             std::mt19937_64 rng(seed * 1000003 + b0);
             for (int64_t b = b0; b < b1; ++b) {
-                uint8_t* p = bytes.data() + b * info.block_bytes;
+                uint8_t* p = bytes.data + b * info.block_bytes;
                 for (int k = 0; k < info.block_bytes; k += 8) {
                     const uint64_t r = rng();
                     std::memcpy(p + k, &r, std::min(8, info.block_bytes - k));
@@ -94,9 +121,9 @@ struct ExpertTensor {
     }
 };
 
-double dram_read_gbs(ThreadPool& pool, const std::vector<uint8_t>& buf, int passes) {
-    const size_t words = buf.size() / 8;
-    const uint64_t* p = (const uint64_t*)buf.data();
+double dram_read_gbs(ThreadPool& pool, const PageMemory& buf, int passes) {
+    const size_t words = buf.size / 8;
+    const uint64_t* p = (const uint64_t*)buf.data;
     std::vector<uint64_t> sink((size_t)pool.size() * 8);
     double best = 0;
     for (int pass = 0; pass < passes; ++pass) {
@@ -107,7 +134,7 @@ double dram_read_gbs(ThreadPool& pool, const std::vector<uint8_t>& buf, int pass
             for (size_t i = w0; i + 4 <= w1; i += 4) { a += p[i]; b += p[i + 1]; c += p[i + 2]; d += p[i + 3]; }
             sink[t * 8] = a ^ b ^ c ^ d;
         });
-        best = std::max(best, (double)buf.size() / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9);
+        best = std::max(best, (double)buf.size / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9);
     }
     return best;
 }
@@ -159,6 +186,7 @@ int main(int argc, char** argv) {
         else if (k == "--tokens") o.tokens = std::stoi(v);
         else if (k == "--hidden") o.hidden = std::stoll(v);
         else if (k == "--inter") o.inter = std::stoll(v);
+        else if (k == "--hugepages") o.hugepages = v != "0";
         else { std::fprintf(stderr, "unknown option %s\n%s", k.c_str(), kUsage); return 2; }
     }
     const GgmlTypeInfo* info = type_by_name(o.format);
@@ -170,7 +198,8 @@ int main(int argc, char** argv) {
     const int max_workers = *std::max_element(o.workers.begin(), o.workers.end());
 
     ThreadPool fill_pool(std::max(max_workers, (int)std::thread::hardware_concurrency()));
-    ExpertTensor gate(*info, H, I, E, fill_pool, 1), up(*info, H, I, E, fill_pool, 2), down(*info, I, H, E, fill_pool, 3);
+    ExpertTensor gate(*info, H, I, E, o.hugepages, fill_pool, 1), up(*info, H, I, E, o.hugepages, fill_pool, 2),
+        down(*info, I, H, E, o.hugepages, fill_pool, 3);
 
     // Per layer: x for the tokens; the experts of consecutive layers walk a random permutation of all E experts, so
     // an expert comes back only after E / k layers (long out of the caches).
@@ -187,9 +216,9 @@ int main(int argc, char** argv) {
                 active_isa() == Isa::avx512 && avx512_vnni_active() ? "true" : "false");
     std::printf("  \"format\": \"%s\",\n  \"hidden\": %lld,\n  \"inter\": %lld,\n  \"expert_bytes\": %zu,\n"
                 "  \"experts_in_blob\": %lld,\n  \"blob_mb\": %.0f,\n  \"layers\": %d,\n  \"passes\": %d,\n"
-                "  \"tokens\": %d,\n  \"gap_us\": %d,\n  \"runs\": [\n",
+                "  \"tokens\": %d,\n  \"gap_us\": %d,\n  \"hugepages\": %s,\n  \"runs\": [\n",
                 info->name, (long long)H, (long long)I, expert_bytes, (long long)E, expert_bytes * E / 1048576.0,
-                o.layers, o.passes, o.tokens, o.gap_us);
+                o.layers, o.passes, o.tokens, o.gap_us, o.hugepages ? "true" : "false");
 
     std::vector<uint8_t> act(act_bytes(info->type, H));
     quantize_act(info->type, xs.data(), act.data(), H);
