@@ -3,6 +3,8 @@
 // above it (and as many equal to it as needed) are flagged, listed in ascending order as key cells, then the tail.
 // When the kb-th score is tied with a block left out, one thread redoes the choice with torch.topk's own steps
 // (model/topk_exact.h), as the CPU does.
+#include <mutex>
+
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
 #include "common/error.h"
@@ -49,8 +51,9 @@ __device__ int block_exclusive_scan(int v, int* s_warp) {
 
 __global__ void __launch_bounds__(kThreads)
 select_cells_kernel(const float* scores, int stride, int P, int cr, int kb, const int32_t* off, int32_t* cells,
-                    topk_exact::Elem* scratch) {
-    extern __shared__ uint32_t flags[];     // one bit per block: chosen
+                    topk_exact::Elem* scratch, bool elems_shared) {
+    extern __shared__ uint64_t dyn[];       // flags (one bit per block: chosen), then the tie path's elements
+    uint32_t* flags = reinterpret_cast<uint32_t*>(dyn);
     __shared__ uint32_t hist[256];
     __shared__ uint32_t s_prefix, s_mask;
     __shared__ int s_need, s_equal;
@@ -117,7 +120,9 @@ select_cells_kernel(const float* scores, int stride, int P, int cr, int kb, cons
             if (desc_key(s[i]) <= kth) atomicOr(&flags[i >> 5], 1u << (i & 31));
     } else if (tid == 0) {
         // out[0 … kb) serves as the index list here; the cells overwrite it below.
-        topk_exact::topk(s, nb, kb, scratch + (size_t)t * stride, out);
+        topk_exact::Elem* elems = elems_shared ? reinterpret_cast<topk_exact::Elem*>(dyn + (stride + 63) / 64)
+                                               : scratch + (size_t)t * stride;
+        topk_exact::topk(s, nb, kb, elems, out);
         for (int j = 0; j < kb; ++j) flags[out[j] >> 5] |= 1u << (out[j] & 31);
     }
     __syncthreads();
@@ -140,6 +145,40 @@ select_cells_kernel(const float* scores, int stride, int P, int cr, int kb, cons
     for (int c = nb * cr + tid; c < M; c += kThreads) out[(size_t)kb * cr + (c - nb * cr)] = c;   // the tail
 }
 
+// Most dynamic shared memory a block may ask for on this device (opt-in), less this kernel's static arrays.
+size_t shared_optin_bytes() {
+    static size_t bytes[64] = {};
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev >= 64) return 0;
+    if (!bytes[dev]) {
+        int optin = 0;
+        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        cudaFuncAttributes attr{};
+        CUDA_CHECK(cudaFuncGetAttributes(&attr, select_cells_kernel));
+        bytes[dev] = optin > (int)attr.sharedSizeBytes ? (size_t)optin - attr.sharedSizeBytes : 1;
+    }
+    return bytes[dev];
+}
+
+// Lets the kernel take `bytes` of dynamic shared memory (above the default 48 KiB); a host-side setting, also
+// allowed while the stream is being captured.
+void allow_dynamic_shared(size_t bytes) {
+    static std::mutex mu;
+    static size_t allowed[64] = {};
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mu);
+    if (dev < 64 && allowed[dev] >= bytes) return;
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    const cudaError_t e =
+        cudaFuncSetAttribute(select_cells_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    CUDA_CHECK(e);
+    if (dev < 64) allowed[dev] = bytes;
+}
+
 }  // namespace
 
 size_t select_cells_scratch_bytes(int T, int stride) { return (size_t)T * stride * sizeof(topk_exact::Elem); }
@@ -148,10 +187,16 @@ void select_cells(cudaStream_t s, const float* scores, int stride, int T, int P,
                   int32_t* cells, void* scratch) {
     if (T <= 0) return;
     STRATA_CHECK(cr > 0 && kb > 0, "cuda select_cells: compress ratio ", cr, ", budget blocks ", kb);
-    const size_t smem = (size_t)((stride + 31) / 32) * sizeof(uint32_t);
-    STRATA_CHECK(smem <= 40 * 1024, "cuda select_cells: ", stride, " blocks exceed the shared-memory flag array");
+    const size_t flag_bytes = (size_t)((stride + 63) / 64) * 8;    // whole 8-byte words, so the elements align
+    STRATA_CHECK(flag_bytes <= 40 * 1024, "cuda select_cells: ", stride, " blocks exceed the shared-memory flag array");
+    // The tie path's elements in shared memory too where the device allows it (a single thread walks them: shared
+    // memory's latency instead of global memory's); otherwise in the scratch.
+    const size_t with_elems = flag_bytes + (size_t)stride * sizeof(topk_exact::Elem);
+    const bool elems_shared = with_elems <= shared_optin_bytes();
+    const size_t smem = elems_shared ? with_elems : flag_bytes;
+    if (smem > 48 * 1024) allow_dynamic_shared(smem);
     select_cells_kernel<<<T, kThreads, smem, s>>>(scores, stride, P, cr, kb, off, cells,
-                                                  static_cast<topk_exact::Elem*>(scratch));
+                                                  static_cast<topk_exact::Elem*>(scratch), elems_shared);
     CUDA_CHECK(cudaGetLastError());
 }
 
