@@ -591,6 +591,70 @@ void test_gdn_block(const std::string& suffix = "", bool expect_fused = true) {
     }
 }
 
+// The recurrence kernel's quantized o (STRATA_CUDA_GDN_QUANT, on by default) against quantize_act on the same o (a
+// backend made with it off): y, S and the history must be the same bits. Q8_0 (Q2_0 out weight) at d 32 and 128,
+// Q8_K (IQ2_XS) at d 128; T = 1, 3, 8 and 40 (the tiled prompt matmul).
+void test_gdn_quant_bits() {
+    setenv("STRATA_CUDA_GDN_QUANT", "0", 1);
+    CudaBackend plain(0);
+    setenv("STRATA_CUDA_GDN_QUANT", "1", 1);
+    struct Case {
+        int H, nk, nv, d;
+        GgmlType out;
+        bool quantizes;
+    };
+    const Case cases[] = {{256, 2, 6, 32, GgmlType::Q2_0, true}, {2048, 16, 48, 128, GgmlType::Q2_0, true},
+                          {2048, 16, 48, 128, GgmlType::IQ2_XS, true}, {64, 2, 4, 16, GgmlType::Q8_0, false}};
+    const int K = 4;
+    for (const Case& c : cases) {
+        const int kd = c.nk * c.d, vd = c.nv * c.d, cd = 2 * kd + vd;
+        GdnWeights w;
+        w.qkv = make_weight(GgmlType::Q2_0, c.H, cd, 1, "attn_qkv", false);
+        w.gate = make_weight(GgmlType::Q2_0, c.H, vd, 1, "attn_gate", false);
+        w.beta = make_weight(GgmlType::Q2_0, c.H, c.nv, 1, "ssm_beta", false);
+        w.alpha = make_weight(GgmlType::Q2_0, c.H, c.nv, 1, "ssm_alpha", false);
+        w.out = make_weight(c.out, vd, c.H, 1, "ssm_out", false);
+        std::vector<float> a = randn(c.nv, 0.5f);
+        for (float& v : a) v = -std::exp(v);
+        w.conv1d = make_f32_vector(randn((size_t)cd * K, 0.3f), "ssm_conv1d");
+        w.dt_bias = make_f32_vector(randn(c.nv), "ssm_dt.bias");
+        w.a = make_f32_vector(a, "ssm_a");
+        w.norm = make_f32_vector(randn(c.d, 0.3f), "ssm_norm");
+        for (CudaBackend* b : {gpu, &plain}) {
+            b->upload_together({&w.qkv, &w.gate, &w.beta, &w.alpha});
+            for (const Weight* v : {&w.out, &w.conv1d, &w.dt_bias, &w.a, &w.norm}) b->upload_weight(*v);
+        }
+        Backend::GdnShape shape;
+        shape.nk = c.nk;
+        shape.nv = c.nv;
+        shape.d = c.d;
+        shape.conv_kernel = K;
+        shape.rms_eps = 1e-6f;
+        for (int T : {1, 3, 8, 40}) {
+            const std::string name = std::string("gdn_block quantized o ") + ggml_type_name(c.out) + " d=" +
+                                     std::to_string(c.d) + " T=" + std::to_string(T);
+            const std::vector<float> u = randn((size_t)T * c.H), hist = randn((size_t)(K - 1) * cd),
+                                     S = randn((size_t)c.nv * c.d * c.d, 0.1f);
+            std::vector<std::vector<float>> got[2];
+            const int64_t quantized_before = CudaBackend::gdn_quantized_outputs();
+            for (int i = 0; i < 2; ++i) {
+                CudaBackend* b = i == 0 ? gpu : &plain;
+                std::swap(gpu, b);     // Dev allocates on `gpu`
+                {
+                    Dev du(u), dh(hist), dS(S), dy((size_t)T * c.H);
+                    gpu->gdn_block(w, shape, du, T, dh, dS, dy);
+                    got[i] = {dy.get(), dS.get(), dh.get()};
+                }
+                std::swap(gpu, b);
+            }
+            for (int k = 0; k < 3; ++k)
+                report(name + " [" + "ySh"[k] + "] bits", got[0][k], got[1][k], 0.0);
+            report(name + " path", {(float)(CudaBackend::gdn_quantized_outputs() - quantized_before)},
+                   {c.quantizes ? 1.0f : 0.0f}, 0.0);
+        }
+    }
+}
+
 void test_gdn_block_unfused() {
     setenv("STRATA_CUDA_FUSED_GDN", "0", 1);
     CudaBackend unfused(0);
@@ -746,6 +810,7 @@ int main(int argc, char** argv) {
         group("hyper_read", test_hyper_read);
         group("gdn_block", [] { test_gdn_block(); });
         group("gdn_block_unfused", test_gdn_block_unfused);
+        group("gdn_block_quant", test_gdn_quant_bits);
         group("conv_gdn_rope_attention", test_conv_gdn_rope_attention);
         group("act_reuse", test_act_reuse);
         group("fused_quant_bits", test_fused_quant_bits);

@@ -32,6 +32,7 @@ namespace strata {
 namespace {
 std::atomic<int64_t> fused_gate_up_count{0};   // moe_gate_up launches, all backends (CudaBackend::fused_gate_ups)
 std::atomic<int64_t> fused_gdn_count{0};       // gdn_block calls on the fused path, all backends
+std::atomic<int64_t> gdn_quant_count{0};       // of those, calls whose recurrence kernel quantized o
 }
 
 struct CudaBackend::Impl {
@@ -70,7 +71,9 @@ struct CudaBackend::Impl {
     };
 
     // Backend::gdn_block in two kernels between its matmuls (kernels/gdn_fused.cu); STRATA_CUDA_FUSED_GDN=0 turns it off.
-    bool fused_gdn = true;
+    // gdn_quant: its recurrence kernel also quantizes o for the out projection where the block fits (same bits as
+    // quantize_act); STRATA_CUDA_GDN_QUANT=0 turns that off.
+    bool fused_gdn = true, gdn_quant = true;
 
     // Decode-sized MoE in fewer launches (gate+up+swiglu as one kernel, the shared expert's tail as one);
     // STRATA_CUDA_FUSED_MOE=0 turns it off.
@@ -330,6 +333,8 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
     }
     const char* gdn_env = std::getenv("STRATA_CUDA_FUSED_GDN");
     impl_->fused_gdn = !(gdn_env && std::strcmp(gdn_env, "0") == 0);
+    const char* gdn_quant_env = std::getenv("STRATA_CUDA_GDN_QUANT");
+    impl_->gdn_quant = !(gdn_quant_env && std::strcmp(gdn_quant_env, "0") == 0);
     const char* fused_env = std::getenv("STRATA_CUDA_FUSED_MOE");
     impl_->fused_moe = !(fused_env && std::strcmp(fused_env, "0") == 0);
     CUDA_CHECK(cudaMalloc(&impl_->zero_ids, cuda::kTiledMinRows * sizeof(int32_t)));
@@ -821,7 +826,19 @@ void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float*
         a.norm = impl_->dev_f32(w.norm);
         a.norm_len = (int)values(w.norm);
         a.eps = s.rms_eps;
+        // o quantized in the kernel for the out projection: handed to matmul_rows as its cached quantization.
+        const int oblk = cuda::act_block(w.out.type);
+        a.qblk = impl_->gdn_quant && !impl_->f32_act && oblk && w.out.ne[0] == vd ? cuda::gdn_quantize_block(d, nv, oblk) : 0;
+        if (a.qblk) {
+            impl_->drop_act_cache();
+            a.q = static_cast<int8_t*>(impl_->pool.get((size_t)T * vd));
+            a.qd = static_cast<float*>(impl_->pool.get((size_t)T * (vd / a.qblk) * sizeof(float)));
+        }
         cuda::gdn_recurrent_gated(impl_->stream, a, T, S, o.as<float>());
+        if (a.qblk) {
+            impl_->act_cache = Impl::ActCache{o.as<float>(), T, vd, a.qblk, impl_->act_epoch, a.q, a.qd};
+            ++gdn_quant_count;
+        }
     }
     {
         Impl::OpScope step(*impl_, "gdn_block out_proj");
@@ -831,6 +848,7 @@ void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float*
 }
 
 int64_t CudaBackend::fused_gdn_blocks() { return fused_gdn_count.load(); }
+int64_t CudaBackend::gdn_quantized_outputs() { return gdn_quant_count.load(); }
 
 void CudaBackend::rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) {
     Impl::OpScope prof_op(*impl_, "rope");

@@ -79,11 +79,14 @@ public:
     void gdn_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int T,
                        int nk, int nv, int dk, int dv, float* S, float* o) override;
     // Two kernels between the projections (kernels/gdn_fused.cu): conv + silu + q/k l2 norms, then the recurrence
-    // with its gates and the gated RMSNorm; the four input matmuls share one activation quantization. The primitive
+    // with its gates and the gated RMSNorm, which also quantizes o for the out projection where the activation block
+    // fits (Q8_0 for d % 32 == 0, Q8_K for d = 128; STRATA_CUDA_GDN_QUANT=0 turns that off). The input projections
+    // share one activation quantization, and run as one matmul per run of weights uploaded together. The primitive
     // ops with STRATA_CUDA_FUSED_GDN=0 or shapes the kernels do not take.
     void gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
                    float* y) override;
-    static int64_t fused_gdn_blocks();   // gdn_block calls (all CUDA backends) that took the fused path
+    static int64_t fused_gdn_blocks();        // gdn_block calls (all CUDA backends) that took the fused path
+    static int64_t gdn_quantized_outputs();   // of those, calls whose recurrence kernel quantized o
     void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) override;
     void attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                    const std::vector<std::vector<int32_t>>& keep, float* o) override;

@@ -1,6 +1,9 @@
 // Backend::gdn_block's steps between the projections in two kernels: conv + silu + the q/k l2 norms (with the
-// history update), and the recurrence with its β/g gates and the gated RMSNorm. Same formulas and summation order
-// per value as the primitive ops (causal_conv, unary, l2_norm, gdn_recurrent, rms_norm, mul).
+// history update), and the recurrence with its β/g gates and the gated RMSNorm (optionally also quantizing its output
+// for the out projection). Same formulas and summation order per value as the primitive ops (causal_conv, unary,
+// l2_norm, gdn_recurrent, rms_norm, mul).
+#include <cuda_fp16.h>
+
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
 
@@ -51,11 +54,52 @@ __global__ void conv_norm_kernel(const float* __restrict__ qkv, int ld, int T, i
             if (i < K - 1) hist[(size_t)i * cd + c] = win[i];
 }
 
-// One block per value head h, one thread per state column j (as gdn_recurrent.cu); q, k, v read from conv.
-template <int DK>
+// Sum over the W = blockDim.x / HPB threads of this thread's head (W a multiple of 32); every thread gets its sum.
+template <int HPB>
+__device__ __forceinline__ float head_sum(float v, int head) {
+    if constexpr (HPB == 1) return block_sum(v);
+    __shared__ float partial[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, per_head = (blockDim.x >> 5) / HPB;
+    v = warp_sum(v);
+    __syncthreads();                       // partial may still be read by a previous call
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    float r = 0.0f;
+    for (int w = 0; w < per_head; ++w) r += partial[head * per_head + w];
+    return r;
+}
+
+__device__ __forceinline__ float block_max(float v) {
+    __shared__ float partial[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    return warp_max(lane < nwarps ? partial[lane] : 0.0f);
+}
+
+// o's value at column c of row t quantized as quantize_act does (matmul_q8.cuh's quantize_act_values, the same
+// arithmetic): QBLK 32 = one Q8_0 block per warp (fp16-rounded scale), 256 = one Q8_K block per block of 256 threads.
+template <int QBLK>
+__device__ __forceinline__ void quantize_o(float v, const GdnGatedArgs& a, int t, int c) {
+    const float amax = QBLK == 32 ? warp_max(fabsf(v)) : block_max(fabsf(v));
+    const float dd = amax / 127.0f;
+    const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    float r = rintf(v * id);
+    if (QBLK == 256) r = fminf(127.0f, fmaxf(-127.0f, r));
+    const int vd = a.nv * a.d;
+    a.q[(size_t)t * vd + c] = (int8_t)(int)r;
+    if (c % QBLK == 0) a.qd[(size_t)t * (vd / QBLK) + c / QBLK] = QBLK == 32 ? __half2float(__float2half_rn(dd)) : dd;
+}
+
+// HPB value heads per block (W = blockDim.x / HPB threads each), one thread per state column j (as gdn_recurrent.cu);
+// q, k, v read from conv. QBLK > 0: o is also written quantized (a.q, a.qd).
+template <int DK, int HPB, int QBLK>
 __global__ void recurrent_gated_kernel(GdnGatedArgs a, int T, float* __restrict__ S, float* __restrict__ o) {
-    __shared__ float qs[DK], ks[DK];
-    const int h = blockIdx.x, j = threadIdx.x, d = a.d, kh = h % a.nk;
+    __shared__ float qs[HPB][DK], ks[HPB][DK];
+    const int W = blockDim.x / HPB, r = threadIdx.x / W, j = threadIdx.x % W;
+    const int h = blockIdx.x * HPB + r, d = a.d, kh = h % a.nk;
     const bool active = j < d;
     const int kd = a.nk * d, cd = 2 * kd + a.nv * d;
     float* Sh = S + (size_t)h * d * d;
@@ -67,9 +111,9 @@ __global__ void recurrent_gated_kernel(GdnGatedArgs a, int T, float* __restrict_
     for (int t = 0; t < T; ++t) {
         const float* row = a.conv + (size_t)t * cd;
         __syncthreads();                                       // previous token's q/k are no longer read
-        for (int i = j; i < d; i += blockDim.x) {
-            qs[i] = row[(size_t)kh * d + i];
-            ks[i] = row[kd + (size_t)kh * d + i];
+        for (int i = j; i < d; i += W) {
+            qs[r][i] = row[(size_t)kh * d + i];
+            ks[r][i] = row[kd + (size_t)kh * d + i];
         }
         __syncthreads();
         const float b = sigmoid_f(a.beta[(size_t)t * a.ld_beta + h]);
@@ -81,23 +125,26 @@ __global__ void recurrent_gated_kernel(GdnGatedArgs a, int T, float* __restrict_
         for (int i = 0; i < DK; ++i)
             if (i < d) {
                 s[i] *= decay;
-                kv += s[i] * ks[i];
+                kv += s[i] * ks[r][i];
             }
         const float delta = active ? b * (row[2 * kd + (size_t)h * d + j] - kv) : 0.0f;
         float out = 0.0f;
 #pragma unroll
         for (int i = 0; i < DK; ++i)
             if (i < d) {
-                s[i] += ks[i] * delta;
-                out += s[i] * qs[i];
+                s[i] += ks[r][i] * delta;
+                out += s[i] * qs[r][i];
             }
         // Gated RMSNorm of the head: out · rsqrt(mean(out²) + eps) · norm · σ(z)
-        const float ss = block_sum(active ? out * out : 0.0f);
-        const float r = 1.0f / sqrtf(ss / d + a.eps);
+        const float ss = head_sum<HPB>(active ? out * out : 0.0f, r);
+        const float rs = 1.0f / sqrtf(ss / d + a.eps);
+        float v = 0.0f;
         if (active) {
             const float z = a.z[(size_t)t * a.ld_z + (size_t)h * d + j];
-            o[(size_t)t * a.nv * d + (size_t)h * d + j] = out * r * norm_w * sigmoid_f(z);
+            v = out * rs * norm_w * sigmoid_f(z);
+            o[(size_t)t * a.nv * d + (size_t)h * d + j] = v;
         }
+        if constexpr (QBLK > 0) quantize_o<QBLK>(v, a, t, h * d + j);   // QBLK > 0: every thread is active
     }
     if (active)
 #pragma unroll
@@ -122,15 +169,33 @@ void gdn_conv_norm(cudaStream_t s, const float* qkv, int ld, int T, int nk, int 
     CUDA_CHECK_LAUNCH();
 }
 
+int gdn_quantize_block(int d, int nv, int blk) {
+    if (blk == 32 && d % 32 == 0 && d <= 128) return 32;
+    if (blk == 256 && d == 128 && nv % 2 == 0) return 256;
+    return 0;
+}
+
 void gdn_recurrent_gated(cudaStream_t s, const GdnGatedArgs& a, int T, float* S, float* o) {
     STRATA_CHECK(a.d >= 1 && a.d <= 128, "cuda gdn_recurrent_gated: head dim ", a.d, " is outside 1..128");
     STRATA_CHECK(a.norm_len > 0, "cuda gdn_recurrent_gated: the norm weight is empty");
     if (!T || !a.nv) return;
     const int threads = threads_for_head(a.d);
-    if (a.d <= 16) recurrent_gated_kernel<16><<<a.nv, threads, 0, s>>>(a, T, S, o);
-    else if (a.d <= 32) recurrent_gated_kernel<32><<<a.nv, threads, 0, s>>>(a, T, S, o);
-    else if (a.d <= 64) recurrent_gated_kernel<64><<<a.nv, threads, 0, s>>>(a, T, S, o);
-    else recurrent_gated_kernel<128><<<a.nv, threads, 0, s>>>(a, T, S, o);
+    if (a.qblk) {
+        STRATA_CHECK(a.q && a.qd && gdn_quantize_block(a.d, a.nv, a.qblk) == a.qblk, "cuda gdn_recurrent_gated: ",
+                     "cannot quantize o in blocks of ", a.qblk, " for head dim ", a.d, " and ", a.nv, " heads");
+        if (a.qblk == 256) recurrent_gated_kernel<128, 2, 256><<<a.nv / 2, 256, 0, s>>>(a, T, S, o);
+        else if (a.d <= 32) recurrent_gated_kernel<32, 1, 32><<<a.nv, threads, 0, s>>>(a, T, S, o);
+        else if (a.d <= 64) recurrent_gated_kernel<64, 1, 32><<<a.nv, threads, 0, s>>>(a, T, S, o);
+        else recurrent_gated_kernel<128, 1, 32><<<a.nv, threads, 0, s>>>(a, T, S, o);
+    } else if (a.d <= 16) {
+        recurrent_gated_kernel<16, 1, 0><<<a.nv, threads, 0, s>>>(a, T, S, o);
+    } else if (a.d <= 32) {
+        recurrent_gated_kernel<32, 1, 0><<<a.nv, threads, 0, s>>>(a, T, S, o);
+    } else if (a.d <= 64) {
+        recurrent_gated_kernel<64, 1, 0><<<a.nv, threads, 0, s>>>(a, T, S, o);
+    } else {
+        recurrent_gated_kernel<128, 1, 0><<<a.nv, threads, 0, s>>>(a, T, S, o);
+    }
     CUDA_CHECK_LAUNCH();
 }
 

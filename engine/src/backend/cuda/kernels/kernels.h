@@ -140,7 +140,13 @@ struct GdnGatedArgs {
     const float* norm = nullptr;     // [norm_len] f32, value column c of o uses norm[c % norm_len]
     int norm_len = 0;
     float eps = 0.0f;
+    // qblk 32 / 256: o also written quantized as quantize_act does (q [T, nv·d] int8, qd one scale per qblk), for
+    // the out projection; only where gdn_quantize_block(d, nv, qblk) == qblk. 0: not quantized.
+    int qblk = 0;
+    int8_t* q = nullptr;
+    float* qd = nullptr;
 };
+int gdn_quantize_block(int d, int nv, int blk);
 void gdn_recurrent_gated(cudaStream_t s, const GdnGatedArgs& a, int T, float* S, float* o);
 
 // ---- rope.cu ---- positions pos[t] on the device, or pos0 + t when pos is null.
