@@ -20,7 +20,7 @@ fi
 echo "== attention_long_test"
 timeout 60 "$BUILD/engine/attention_long_test" "$OUT/attention_long.json" > "$OUT/attention_long.log" 2>&1 || rc=1
 echo "rc $rc" >> "$OUT/attention_long.log"
-grep -E "FAIL|error|device|checks|us$" "$OUT/attention_long.log"
+grep -E "FAIL|error|device|checks|precision|us$" "$OUT/attention_long.log"
 
 if [ -n "$MODEL" ] && [ -f "$MODEL" ]; then
   : > "$OUT/attention_decode.txt"

@@ -418,6 +418,7 @@ int main(int argc, char** argv) {
         check_select(cpu, 32767, 1, false, true);
         check_select(cpu, 32704, 64, false, true);
         check_select(cpu, 32767, 1, true, true);
+        check_select(cpu, 4095, 1, true, true);
 
         for (int n0 : {1024, 4096, 32768}) time_attention(n0, Cells::dense, 1);
         time_attention(32768, Cells::qsa, 1);
