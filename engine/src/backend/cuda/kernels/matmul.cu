@@ -13,6 +13,7 @@
 #include "backend/cuda/kernels/kernels.h"
 #include "backend/cuda/kernels/matmul_q8.cuh"
 #include "backend/cuda/kernels/matmul_tiled.h"
+#include "backend/cuda/kernels/moe_decode.cuh"
 #include "backend/cuda/kernels/moe_gate_up.h"
 #include "backend/cuda/kernels/quant_dots.cuh"
 #include "backend/cuda/kernels/quant_formats.cuh"

@@ -1,6 +1,8 @@
-// The routed experts' gate and up projections with swiglu as one kernel (kernels/matmul.cu, matmul_q8.cuh), for the
-// moe_experts paths to use in place of matmul(gate) + matmul(up) + swiglu: one launch instead of three.
+// The routed and shared experts at decode sizes in few launches (kernels/matmul.cu, matmul_q8.cuh, moe_decode.cuh):
+// gate+up+swiglu as one kernel, and the two-launch decode path (gate+up+swiglu+quantize h, down+weighted sum).
 #pragma once
+#include <cstddef>
+
 #include <cuda_runtime.h>
 
 #include "backend/cuda/kernels/kernels.h"
@@ -11,5 +13,26 @@ namespace strata::cuda {
 // up: the same type, shapes, ids (device) and act_div; act: x quantized for that type (quantize_act). Returns false,
 // launching nothing, when it does not apply (f32 activations, F32/F16/BF16 weights, differing arguments).
 bool moe_gate_up(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, ActQ8 act, int P, float* h);
+
+// The decode path takes at most this many (token, expert) pairs (one token's top-k; more go to the grouped kernels).
+constexpr int kMoeDecodeMaxPairs = 16;
+
+// Whether moe_decode / shexp_decode take these matrices for P pairs: integer gate/up formats, a down format
+// multiplied with Q8_0 activations (ABLK 32: Q2_0, IQ4_NL, Q4_0, Q8_0, ...), I = gate.rows = down.n a multiple of
+// 32, gate/up alike, gate.ids == up.ids == down.ids, 0 < P ≤ kMoeDecodeMaxPairs, and STRATA_CUDA_MOE_DECODE not 0.
+bool moe_decode_supported(const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, int P);
+// Scratch bytes (device) that moe_decode / shexp_decode need for P pairs of I hidden values: 1.125·P·I + 4·P + 16.
+size_t moe_decode_scratch_bytes(int P, int I);
+
+// Routed experts in two launches: y[t] = Σ_j wts[t·k + j] · down_p(h_p), h_p = silu(gate_p · x) ⊙ (up_p · x),
+// p = t·k + j, matrices ids[p] (gate.ids == up.ids == down.ids, gate.act_div == k), h quantized to Q8_0 as the CPU
+// path does. y is written (no separate combine). act: x [T, n] quantized for gate's type.
+void moe_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
+                const float* wts, int T, int k, void* scratch, size_t scratch_bytes, float* y);
+
+// The shared expert in two launches: y[t] += σ(x[t] · gvec) · down(silu(gate · x[t]) ⊙ (up · x[t])); one matrix each
+// (no ids, act_div 1), gvec [n] f32 on the device; act: x quantized for gate's type.
+void shexp_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
+                  const float* x, const float* gvec, int T, void* scratch, size_t scratch_bytes, float* y);
 
 }  // namespace strata::cuda

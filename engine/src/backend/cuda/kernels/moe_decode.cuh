@@ -1,0 +1,233 @@
+// Decode-sized experts in two launches (included by matmul.cu only, which uploads the i-quant grids it uses):
+// gate+up+swiglu with the Q8_0 quantization of h in the same kernel, then down with the weighted sum over the pairs
+// of a token (routed experts) or the sigmoid-gated add (shared expert) in the same kernel. Declared in moe_gate_up.h.
+#pragma once
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/kernels/matmul_q8.cuh"
+#include "backend/cuda/kernels/moe_gate_up.h"
+#include "backend/cuda/kernels/quant_formats.cuh"
+#include "common/error.h"
+
+namespace strata::cuda {
+
+namespace q8 {
+
+constexpr int kDecodeWarps = 8;       // warps per block of both kernels
+constexpr int kHBlock = 32;           // h is quantized in Q8_0 blocks: the down formats with ABLK 32
+constexpr int kGateUpRows = 4;        // h rows per warp: kDecodeWarps · kGateUpRows == kHBlock rows per block
+static_assert(kDecodeWarps * kGateUpRows == kHBlock, "one gate/up block makes one Q8_0 block of h");
+constexpr int kDownRows = 2;          // output rows per warp of the down kernel
+
+// Sum over the `lanes` consecutive lanes of a group (lanes a power of two dividing 32).
+template <int LANES>
+__device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+    for (int o = LANES / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Block (g, p): rows 32g … 32g + 31 of pair p's gate and up (matrix ids[p], or the one matrix when ids is null;
+// activation row p / act_div). Each warp takes 4 rows, 8 lanes a row, lane s of a row chunks s, s + 8, … (an
+// activation chunk loaded once serves the warp's 4 rows). h = silu(g)·u as swiglu, then quantized by warp 0 with
+// quantize_act's arithmetic into hq [P, rows] / hd [P, rows / 32]. With gvec, block column gridDim.x − 1 instead
+// computes gate_out[p] = σ(x[p / act_div] · gvec) (f32, the shared expert's gate).
+template <class F>
+__global__ void __launch_bounds__(kDecodeWarps * 32)
+moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, size_t row_bytes, int rows,
+                       int n, size_t mat_stride, const int32_t* __restrict__ ids, int act_div,
+                       const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x,
+                       const float* __restrict__ gvec, float* __restrict__ gate_out, int8_t* __restrict__ hq,
+                       float* __restrict__ hd) {
+    using Q = QInt<F>;
+    constexpr int kLanes = 32 / kGateUpRows;
+    __shared__ uint4 smem[GridSmem<F>::kWords];
+    __shared__ float hs[kHBlock];
+    const int p = blockIdx.y, arow = p / act_div;
+    if (gvec && blockIdx.x == gridDim.x - 1) {
+        float d = 0.0f;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) d += x[(size_t)arow * n + i] * gvec[i];
+        d = block_sum(d);
+        if (threadIdx.x == 0) gate_out[p] = 1.0f / (1.0f + expf(-d));   // as unary(sigmoid)
+        return;
+    }
+    const void* grid = stage_grid<F>(smem);
+    constexpr int kSub = F::QK / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, s = lane % kLanes;
+    const int local = warp * kGateUpRows + lane / kLanes;   // row within the block's 32
+    const int row = blockIdx.x * kHBlock + local;
+    const int units = n / 32, nd = n / F::ABLK;
+    const size_t off = (ids ? (size_t)__ldg(ids + p) * mat_stride : 0) + (size_t)row * row_bytes;
+    const int8_t* xq = aq + (size_t)arow * n;
+    const float* xd = ad + (size_t)arow * nd;
+    float ag = 0.0f, au = 0.0f;
+#pragma unroll 2
+    for (int u = s; u < units; u += kLanes) {
+        const size_t b = off + (size_t)(u / kSub) * F::BYTES;
+        IChunk cg, cu;
+        Q::decode(Wg + b, u % kSub, grid, cg);
+        Q::decode(Wu + b, u % kSub, grid, cu);
+        const int4* q4 = (const int4*)(xq + 32 * u);
+        const int4 lo = __ldg(q4), hi = __ldg(q4 + 1);
+        const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        const float da = __ldg(xd + (32 * u) / F::ABLK);
+        ag += chunk_term<Q::kSplit, Q::kMin>(cg, a, da);
+        au += chunk_term<Q::kSplit, Q::kMin>(cu, a, da);
+    }
+    ag = group_sum<kLanes>(ag);
+    au = group_sum<kLanes>(au);
+    if (s == 0) hs[local] = ag / (1.0f + expf(-ag)) * au;   // as swiglu
+    __syncthreads();
+    if (warp == 0) {
+        float v[1] = {hs[lane]};
+        const int blk = blockIdx.x;
+        quantize_act_values<kHBlock>(v, lane, hq + (size_t)p * rows + (size_t)blk * kHBlock,
+                                     hd + (size_t)p * (rows / kHBlock) + blk);
+    }
+}
+
+// Block (b, t): output rows of token t, 2 per warp (16 lanes a row). Row r: y[t, r] = Σ_j w_j · (down_{e_j}[r] ·
+// h[t·k + j]) over the token's k pairs, w_j = wts[t·k + j], e_j = ids[t·k + j] (or the one matrix when ids is
+// null); accumulate: y[t, r] += the sum instead of =. The lanes of a row take the (pair, chunk) units s, s + 16, …
+// of all k pairs, so a row of n = 640 (20 chunks) keeps every lane busy.
+template <class F>
+__global__ void __launch_bounds__(kDecodeWarps * 32)
+moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int rows, int n, size_t mat_stride,
+                        const int32_t* __restrict__ ids, const int8_t* __restrict__ hq, const float* __restrict__ hd,
+                        const float* __restrict__ wts, int k, bool accumulate, float* __restrict__ y) {
+    using Q = QInt<F>;
+    constexpr int kLanes = 32 / kDownRows;
+    __shared__ uint4 smem[GridSmem<F>::kWords];
+    const void* grid = stage_grid<F>(smem);
+    constexpr int kSub = F::QK / 32;
+    const int lane = threadIdx.x & 31, s = lane % kLanes;
+    const int row = (blockIdx.x * kDecodeWarps + (threadIdx.x >> 5)) * kDownRows + lane / kLanes;
+    const int t = blockIdx.y;
+    const int units = n / 32, total = k * units;
+    float acc = 0.0f;
+    if (row < rows) {
+#pragma unroll 2
+        for (int v = s; v < total; v += kLanes) {
+            const int j = v / units, c = v - j * units;
+            const int p = t * k + j;
+            const uint8_t* wr = W + (ids ? (size_t)__ldg(ids + p) * mat_stride : 0) + (size_t)row * row_bytes;
+            IChunk cw;
+            Q::decode(wr + (size_t)(c / kSub) * F::BYTES, c % kSub, grid, cw);
+            const int4* q4 = (const int4*)(hq + (size_t)p * n + 32 * c);
+            const int4 lo = __ldg(q4), hi = __ldg(q4 + 1);
+            const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+            const float da = __ldg(hd + (size_t)p * (n / kHBlock) + c);
+            acc += __ldg(wts + p) * chunk_term<Q::kSplit, Q::kMin>(cw, a, da);
+        }
+    }
+    acc = group_sum<kLanes>(acc);
+    if (s == 0 && row < rows) {
+        float* yr = y + (size_t)t * rows + row;
+        *yr = accumulate ? *yr + acc : acc;
+    }
+}
+
+}  // namespace q8
+
+namespace {
+
+// STRATA_CUDA_MOE_DECODE=0 turns the two-launch decode path off (A/B in bench/cuda_kernels/run.sh); read once.
+bool moe_decode_enabled() {
+    static const bool on = [] {
+        const char* v = std::getenv("STRATA_CUDA_MOE_DECODE");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+    return on;
+}
+
+// Bytes of moe_decode's scratch: h quantized (int8 [P, I], f32 scales [P, I / 32]) and the gates [P].
+size_t decode_scratch_bytes(int P, int I) {
+    const size_t q = ((size_t)P * I + 15) / 16 * 16;
+    return q + (size_t)P * (I / q8::kHBlock) * sizeof(float) + (size_t)P * sizeof(float);
+}
+
+struct DecodeScratch {
+    int8_t* hq;
+    float* hd;
+    float* gates;
+};
+
+DecodeScratch split_scratch(void* scratch, size_t bytes, int P, int I) {
+    STRATA_CHECK(bytes >= decode_scratch_bytes(P, I), "cuda moe_decode: scratch of ", bytes, " bytes for ", P,
+                 " pairs of ", I, " needs ", decode_scratch_bytes(P, I));
+    DecodeScratch d;
+    d.hq = static_cast<int8_t*>(scratch);
+    d.hd = reinterpret_cast<float*>(d.hq + ((size_t)P * I + 15) / 16 * 16);
+    d.gates = d.hd + (size_t)P * (I / q8::kHBlock);
+    return d;
+}
+
+// Both launches, each format picked by its own switch; the down kernel's weights come from `wts`, or with gvec from
+// the gate/up kernel's extra column (the shared expert's gate).
+void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
+                const float* x, const float* gvec, const float* wts, int T, int k, void* scratch, size_t bytes,
+                float* y) {
+    const int P = T * k, I = (int)gate.rows;
+    const DecodeScratch d = split_scratch(scratch, bytes, P, I);
+    with_block_format(gate.type, [&](auto f) {
+        using F = decltype(f);
+        if constexpr (QInt<F>::kHas) {
+            const dim3 grid((unsigned)(I / q8::kHBlock) + (gvec ? 1u : 0u), (unsigned)P);
+            q8::moe_gate_up_q8h_kernel<F><<<grid, q8::kDecodeWarps * 32, 0, s>>>(
+                gate.w, up.w, gate.row_bytes, I, gate.n, gate.mat_stride, gate.ids, gate.act_div, act.q, act.d, x,
+                gvec, d.gates, d.hq, d.hd);
+            CUDA_CHECK_LAUNCH();
+        }
+    });
+    with_block_format(down.type, [&](auto f) {
+        using F = decltype(f);
+        if constexpr (QInt<F>::kHas && F::ABLK == q8::kHBlock) {
+            const unsigned per_block = q8::kDecodeWarps * q8::kDownRows;
+            const dim3 grid((unsigned)((down.rows + per_block - 1) / per_block), (unsigned)T);
+            q8::moe_down_combine_kernel<F><<<grid, q8::kDecodeWarps * 32, 0, s>>>(
+                down.w, down.row_bytes, (int)down.rows, down.n, down.mat_stride, down.ids, d.hq, d.hd,
+                gvec ? d.gates : wts, k, gvec != nullptr, y);
+            CUDA_CHECK_LAUNCH();
+        }
+    });
+}
+
+}  // namespace
+
+bool moe_decode_supported(const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, int P) {
+    if (!moe_decode_enabled() || P <= 0 || P > kMoeDecodeMaxPairs) return false;
+    if (gate.type != up.type || gate.row_bytes != up.row_bytes || gate.rows != up.rows || gate.n != up.n ||
+        gate.mat_stride != up.mat_stride || gate.ids != up.ids || gate.act_div != up.act_div || gate.ids != down.ids)
+        return false;
+    if (down.n != gate.rows || gate.rows % q8::kHBlock != 0 || gate.rows > 65535 * q8::kHBlock) return false;
+    bool gate_ok = false, down_ok = false;
+    with_block_format(gate.type, [&](auto f) {
+        using F = decltype(f);
+        gate_ok = QInt<F>::kHas && gate.n % F::QK == 0;
+    });
+    with_block_format(down.type, [&](auto f) {
+        using F = decltype(f);
+        down_ok = QInt<F>::kHas && F::ABLK == q8::kHBlock && down.n % F::QK == 0;
+    });
+    return gate_ok && down_ok;
+}
+
+size_t moe_decode_scratch_bytes(int P, int I) { return decode_scratch_bytes(P, I); }
+
+void moe_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
+                const float* wts, int T, int k, void* scratch, size_t scratch_bytes, float* y) {
+    STRATA_CHECK(moe_decode_supported(gate, up, down, T * k), "cuda moe_decode: ", T, " tokens × ", k, " of ",
+                 ggml_type_name(gate.type), " / ", ggml_type_name(down.type), " experts is not a decode-path call");
+    run_decode(s, gate, up, down, act, nullptr, nullptr, wts, T, k, scratch, scratch_bytes, y);
+}
+
+void shexp_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
+                  const float* x, const float* gvec, int T, void* scratch, size_t scratch_bytes, float* y) {
+    STRATA_CHECK(moe_decode_supported(gate, up, down, T) && !gate.ids && gate.act_div == 1,
+                 "cuda shexp_decode: ", T, " tokens of ", ggml_type_name(gate.type), " / ", ggml_type_name(down.type),
+                 " is not a decode-path call");
+    run_decode(s, gate, up, down, act, x, gvec, nullptr, T, 1, scratch, scratch_bytes, y);
+}
+
+}  // namespace strata::cuda
