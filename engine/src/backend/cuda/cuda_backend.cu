@@ -967,10 +967,19 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
     cuda::ExpertOrder order;
     if (tiled) order = cuda::sort_by_expert(impl_->stream, d_ids, P, E, sort_scratch.p);
     const cuda::ExpertOrder* by_expert = tiled ? &order : nullptr;
+    // Decode sizes: gate+up+swiglu+quantize h, then down+weighted sum: two launches (cuda::moe_decode; gate as scratch).
+    const bool decode = !tiled && impl_->fused_moe && !impl_->f32_act &&
+                        cuda::moe_decode_supported(expert_args(w.gate_exps, I, H, k), expert_args(w.up_exps, I, H, k),
+                                                   expert_args(w.down_exps, H, I, 1), P);
     if (tiled) {
         impl_->matmul_rows(expert_args(w.gate_exps, I, H, k), x, T, P, gate.as<float>(), by_expert);
         impl_->matmul_rows(expert_args(w.up_exps, I, H, k), x, T, P, up.as<float>(), by_expert);
         cuda::swiglu(impl_->stream, gate.as<float>(), up.as<float>(), (size_t)P * I, gate.as<float>());
+    } else if (decode) {
+        cuda::moe_decode(impl_->stream, expert_args(w.gate_exps, I, H, k), expert_args(w.up_exps, I, H, k),
+                         expert_args(w.down_exps, H, I, 1), impl_->quantized(x, T, H, cuda::act_block(w.gate_exps.type)),
+                         d_w, T, k, gate.p, (size_t)P * I * 4, y);
+        ++fused_gate_up_count;
     } else {
         impl_->gate_up(expert_args(w.gate_exps, I, H, k), expert_args(w.up_exps, I, H, k), x, T, P, gate.as<float>());
     }
@@ -982,8 +991,10 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
         impl_->moe_input.act = c;
         c = Impl::ActCache{};
     }
-    impl_->matmul_rows(expert_args(w.down_exps, H, I, 1), gate.as<float>(), P, P, down.as<float>(), by_expert);
-    cuda::moe_combine(impl_->stream, down.as<float>(), d_w, T, k, H, y);
+    if (!decode) {
+        impl_->matmul_rows(expert_args(w.down_exps, H, I, 1), gate.as<float>(), P, P, down.as<float>(), by_expert);
+        cuda::moe_combine(impl_->stream, down.as<float>(), d_w, T, k, H, y);
+    }
     impl_->done("moe_experts");
     const uint8_t* yb = reinterpret_cast<const uint8_t*>(y);
     const uint8_t* xb = reinterpret_cast<const uint8_t*>(x);
@@ -1023,6 +1034,16 @@ void CudaBackend::shared_expert(const MoeWeights& w, const float* u, int T, floa
         a.n = (int)m.ne[0];
         return a;
     };
+    if (y && !impl_->f32_act && cuda::moe_decode_supported(args(w.gate_shexp), args(w.up_shexp), args(w.down_shexp), T)) {
+        // gate+up+swiglu+quantize h with the sigmoid gate, then down+gated add: two launches (cuda::shexp_decode).
+        const size_t bytes = cuda::moe_decode_scratch_bytes(T, Is);
+        Impl::Buf scratch(*impl_, bytes);
+        cuda::shexp_decode(impl_->stream, args(w.gate_shexp), args(w.up_shexp), args(w.down_shexp),
+                           impl_->quantized(u, T, H, cuda::act_block(w.gate_shexp.type)), u, g, T, scratch.p, bytes, y);
+        ++fused_gate_up_count;
+        impl_->done("shared_expert");
+        return;
+    }
     Impl::Buf h(*impl_, (size_t)T * Is * sizeof(float));
     float* sh = static_cast<float*>(impl_->pool.get((size_t)T * H * sizeof(float)));
     impl_->gate_up(args(w.gate_shexp), args(w.up_shexp), u, T, T, h.as<float>());
