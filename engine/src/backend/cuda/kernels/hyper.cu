@@ -1,7 +1,8 @@
 // Hyper-connection read mix and write (hyper_mix, hyper_inject) and the PLE gate (ple_gate), which shares their
-// [T, n·H] stream layout.
+// [T, n·H] stream layout. hyper_inject moves float4s where H % 4 == 0.
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
+#include "backend/cuda/kernels/t1_variants.h"
 
 namespace strata::cuda {
 
@@ -29,6 +30,22 @@ __global__ void hyper_inject_kernel(float* X, const float* inj, const float* y, 
     X[i] += inj[ts] * y[t * H + j];
 }
 
+// The same four columns at a time (H % 4 == 0): i indexes float4s of X.
+__global__ void hyper_inject4_kernel(float4* X, const float* inj, const float4* y, int T, int n, int H4) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * n * H4) return;
+    const size_t ts = i / H4, t = ts / n;
+    const int j = (int)(i % H4);
+    const float a = inj[ts];
+    const float4 v = y[t * H4 + j];
+    float4 x = X[i];
+    x.x += a * v.x;
+    x.y += a * v.y;
+    x.z += a * v.z;
+    x.w += a * v.w;
+    X[i] = x;
+}
+
 // One block per (t, s).
 __global__ void ple_gate_kernel(const float* K, const float* Q, const float* v, int n, int H, float* gv) {
     const size_t ts = blockIdx.x, t = ts / n;
@@ -52,9 +69,22 @@ void hyper_mix(cudaStream_t s, const float* xn, const float* m, int T, int n, in
     CUDA_CHECK_LAUNCH();
 }
 
+void hyper_inject_v1(cudaStream_t s, float* X, const float* inj, const float* y, int T, int n, int H) {
+    const size_t total = (size_t)T * n * H;
+    if (!total) return;
+    hyper_inject_kernel<<<grid_for(total, 256), 256, 0, s>>>(X, inj, y, T, n, H);
+    CUDA_CHECK_LAUNCH();
+}
+
 void hyper_inject(cudaStream_t s, float* X, const float* inj, const float* y, int T, int n, int H) {
     const size_t total = (size_t)T * n * H;
     if (!total) return;
+    if (H % 4 == 0 && (uintptr_t)X % 16 == 0 && (uintptr_t)y % 16 == 0) {
+        const size_t total4 = total / 4;
+        hyper_inject4_kernel<<<grid_for(total4, 128), 128, 0, s>>>((float4*)X, inj, (const float4*)y, T, n, H / 4);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     hyper_inject_kernel<<<grid_for(total, 256), 256, 0, s>>>(X, inj, y, T, n, H);
     CUDA_CHECK_LAUNCH();
 }

@@ -1,196 +1,185 @@
-// Backend::hyper_read in three kernels instead of ~11 launches: (1) grouped RMSNorm of the n streams, writing xn and
-// its Q8 quantization as quantize_act does; (2) the down and inject products split over the n·H inputs into partial
-// sums (no atomics: the next kernel adds them in a fixed order); (3) silu, the up product, sigmoid and the mean over
-// the streams (block 0 also finishes inj). Arithmetic per step as the unfused kernels; only the order of sums differs.
+// Backend::hyper_read in two kernels, sized to fill the GPU at T = 1: (1) per column chunk of the n·H inputs and group
+// of 8 rows, the grouped RMSNorm of the chunk (with its Q8 quantization) as a prologue, then the down and inject
+// partial dots; (2) per 16-lane group one up row (s, j): silu of the summed partials, σ(up · a), the mean over streams.
+// Partial sums are added in a fixed order (no atomics): results are the same run to run.
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
 
-#include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/hyper_read_common.cuh"
+#include "backend/cuda/kernels/hyper_read_v1.cuh"
 #include "backend/cuda/kernels/kernels.h"
-#include "backend/cuda/kernels/quant_dots.cuh"
-#include "backend/cuda/kernels/quant_formats.cuh"
+#include "backend/cuda/kernels/t1_variants.h"
 #include "common/error.h"
 
 namespace strata::cuda {
 
 namespace {
 
-constexpr int kMaxTokens = 8;       // more tokens (prompt chunks): the caller composes the primitive ops
-constexpr int kMaxStreams = 8;
-constexpr int kMaxRank = 512;       // r: the mix kernel keeps a [T, r] in shared memory
-constexpr int kThreads = 256;       // every kernel here
-constexpr int kNormCols = 8 * 256;  // columns of one token per norm block: 256 per warp
-constexpr int kSplitUnits = 64;     // 32-input chunks per partial sum of the down / inject products (2 per lane)
-constexpr int kGroup = 16;          // lanes per up row in the mix kernel (r = 320 is 10 chunks)
-constexpr int kCols = kThreads / kGroup;   // columns j per mix block
+using namespace hr;
+
+constexpr int kRowsPerWarp = 1;           // down / inject rows per warp in kernel 1
+constexpr int kBlockRows = kRowsPerWarp * kThreads / 32;
+constexpr int kMaxChunk = 2560;           // inputs per kernel-1 block (a multiple of 256 dividing n·H)
+constexpr int kSmemMax = 48 * 1024;       // dynamic shared memory without opting in
+constexpr int kGroup = 16;                // lanes per up row in kernel 2 (r = 320 is 10 chunks of 32)
+constexpr int kGroups = kThreads / kGroup;
 
 std::atomic<int64_t> g_fused{0};
 
-// Plain weights seen as 32-weight "blocks" (ABLK 0: f32 activations) for the dots of kernel 2.
-struct FmtF32 {
-    static constexpr int QK = 32, BYTES = 128, ABLK = 0;
-    SD static void deq32(const uint8_t* b, int, float* y) {
-#pragma unroll
-        for (int e = 0; e < 32; ++e) y[e] = ((const float*)b)[e];
-    }
-};
-struct FmtF16 {
-    static constexpr int QK = 32, BYTES = 64, ABLK = 0;
-    SD static void deq32(const uint8_t* b, int, float* y) {
-#pragma unroll
-        for (int e = 0; e < 32; ++e) y[e] = half_to_float(ld16(b + 2 * e));
-    }
-};
-struct FmtBF16 {
-    static constexpr int QK = 32, BYTES = 64, ABLK = 0;
-    SD static void deq32(const uint8_t* b, int, float* y) {
-#pragma unroll
-        for (int e = 0; e < 32; ++e) y[e] = bf16_to_float(ld16(b + 2 * e));
-    }
-};
-
-// Weight i of a plain row (the up product reads plain rows element by element: r need not be a multiple of 32).
-template <class F>
-__device__ __forceinline__ float plain_at(const uint8_t* row, int i) {
-    if constexpr (std::is_same_v<F, FmtF32>) return ((const float*)row)[i];
-    else if constexpr (std::is_same_v<F, FmtF16>) return half_to_float(ld16(row + 2 * i));
-    else return bf16_to_float(ld16(row + 2 * i));
+// Kernel 1's shared memory for T tokens of a chunk of cw inputs: Q8 (blk > 0) int8 values + scales, else f32 values
+// at a row stride of 33 per 32 (lanes read different 32-input units: the padding spreads them over the banks).
+size_t down_smem(int T, int cw, int blk) {
+    return blk ? align256((size_t)T * cw) + (size_t)T * (cw / blk) * sizeof(float)
+               : (size_t)T * (cw / 32) * 33 * sizeof(float);
 }
 
-// Q8 activation blocks (quantize_act's arithmetic): v holds lane's values BLK/32 … of one block of BLK.
-template <int BLK>
-__device__ __forceinline__ float quantize_block(const float (&v)[BLK / 32], int8_t* q, int lane) {
-    constexpr int V = BLK / 32;
-    float amax = 0.0f;
-#pragma unroll
-    for (int k = 0; k < V; ++k) amax = fmaxf(amax, fabsf(v[k]));
-    amax = warp_max(amax);
-    const float dd = amax / 127.0f;
-    const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        float r = rintf(v[k] * id);
-        if (BLK == 256) r = fminf(127.0f, fmaxf(-127.0f, r));
-        q[lane + 32 * k] = (int8_t)(int)r;
-    }
-    return BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;
-}
-
-// ---- kernel 1: grid (column chunks of kNormCols, T). Each block sums the squares of all n streams of its token,
-// then each warp normalises 256 columns (lane + 32k) and quantizes them in blocks of BLK (0: f32 only).
-template <int BLK>
+// ---- kernel 1: grid (n·H / cw chunks, row groups of kBlockRows). Prologue: the sums of squares of the streams the
+// chunk touches (whole streams, each block for itself), the chunk normalised (and quantized in blocks of BLK) into
+// shared memory; blocks of row group 0 also write xn for kernel 2. Then one warp per row: part[(chunk·T + t)·R + row].
+template <class F, int BLK, int NT>
 __global__ void __launch_bounds__(kThreads)
-hr_norm_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_len, int n, int H, float eps,
-               float* __restrict__ xn, int8_t* __restrict__ xq, float* __restrict__ xd) {
-    __shared__ float inv[kMaxStreams];
-    const int t = blockIdx.y, nH = n * H;
-    const float* x = X + (size_t)t * nH;
-    for (int s = 0; s < n; ++s) {
-        float ss = 0.0f;
-        for (int j = threadIdx.x; j < H; j += blockDim.x) ss += x[s * H + j] * x[s * H + j];
-        ss = block_sum(ss);
-        if (threadIdx.x == 0) inv[s] = 1.0f / sqrtf(ss / H + eps);
+hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_len, int n, int H, float eps, int cw,
+               const uint8_t* __restrict__ down, size_t down_rb, const uint8_t* __restrict__ inject, size_t inj_rb,
+               int r, int R, int T, float* __restrict__ xn, float* __restrict__ part) {
+    extern __shared__ int4 smem4[];
+    __shared__ float inv[kMaxTokens][kMaxStreams];
+    const int nH = n * H, c0 = blockIdx.x * cw, units = cw / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    constexpr int kSub = F::QK / 32;
+
+    // The weights are read after the prologue: ask for their lines now.
+    const int row0 = blockIdx.y * kBlockRows + warp * kRowsPerWarp;
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+        const int row = row0 + i;
+        if (row >= R) break;
+        const uint8_t* wr = row < r ? down + (size_t)row * down_rb : inject + (size_t)(row - r) * inj_rb;
+        for (int u = lane; u < units; u += 32) prefetch_l2(wr + (size_t)((c0 / 32 + u) / kSub) * F::BYTES);
+    }
+
+    const int s_first = c0 / H, s_last = (c0 + cw - 1) / H;
+    for (int t = 0; t < T; ++t)
+        for (int s = s_first; s <= s_last; ++s) {
+            const float* xs = X + (size_t)t * nH + (size_t)s * H;
+            float ss = 0.0f;
+            if ((H & 3) == 0)
+                for (int j = threadIdx.x; j < H / 4; j += blockDim.x) {
+                    const float4 v = ((const float4*)xs)[j];
+                    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+                }
+            else
+                for (int j = threadIdx.x; j < H; j += blockDim.x) ss += xs[j] * xs[j];
+            ss = block_sum(ss);
+            if (threadIdx.x == 0) inv[t][s - s_first] = 1.0f / sqrtf(ss / H + eps);
+        }
+    __syncthreads();
+
+    int8_t* xq = (int8_t*)smem4;                                          // [T, cw]
+    float* xd = (float*)((uint8_t*)smem4 + align256((size_t)T * cw));     // [T, cw / BLK]
+    float* xf = (float*)smem4;                                            // [T, cw / 32, 33]
+    const bool write_xn = blockIdx.y == 0;
+    if constexpr (BLK > 0) {
+        constexpr int V = BLK / 32;
+        const int nblk = cw / BLK;
+        for (int b = warp; b < T * nblk; b += kThreads / 32) {
+            const int t = b / nblk, cb = (b % nblk) * BLK;
+            float v[V];
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                const int c = c0 + cb + lane + 32 * k;
+                float y = X[(size_t)t * nH + c] * inv[t][c / H - s_first];
+                if (w) y *= w[c % w_len];
+                v[k] = y;
+                if (write_xn) xn[(size_t)t * nH + c] = y;
+            }
+            const float d = quantize_block<BLK>(v, xq + t * cw + cb, lane);
+            if (lane == 0) xd[t * nblk + cb / BLK] = d;
+        }
+    } else {
+        for (int i = threadIdx.x; i < T * cw; i += kThreads) {
+            const int t = i / cw, cc = i % cw, c = c0 + cc;
+            float y = X[(size_t)t * nH + c] * inv[t][c / H - s_first];
+            if (w) y *= w[c % w_len];
+            xf[(t * units + cc / 32) * 33 + cc % 32] = y;
+            if (write_xn) xn[(size_t)t * nH + c] = y;
+        }
     }
     __syncthreads();
-    const int lane = threadIdx.x & 31;
-    const int c0 = blockIdx.x * kNormCols + (threadIdx.x >> 5) * 256;
-    if (c0 >= nH) return;   // the whole warp (nH is a multiple of 256)
-    float v[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-        const int c = c0 + lane + 32 * k;
-        float y = x[c] * inv[c / H];
-        if (w) y *= w[c % w_len];
-        v[k] = y;
-        xn[(size_t)t * nH + c] = y;
-    }
-    if constexpr (BLK == 256) {
-        const float d = quantize_block<256>(v, xq + (size_t)t * nH + c0, lane);
-        if (lane == 0) xd[((size_t)t * nH + c0) / 256] = d;
-    } else if constexpr (BLK == 32) {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-            const float vk[1] = {v[k]};
-            const float d = quantize_block<32>(vk, xq + (size_t)t * nH + c0 + 32 * k, lane);
-            if (lane == 0) xd[((size_t)t * nH + c0 + 32 * k) / 32] = d;
-        }
-    }
-}
 
-// ---- kernel 2: one warp per (row, split) of the R = r (down) + n_inj (inject) rows: part[(split·T + t)·R + row]
-// = Σ over the split's chunks of row · xn[t]. Q8: integer dots against xq (QDot); otherwise f32 dots against xn.
-template <class F, bool Q8, int NT>
-__global__ void __launch_bounds__(kThreads)
-hr_down_kernel(const uint8_t* __restrict__ down, size_t down_rb, const uint8_t* __restrict__ inject, size_t inj_rb,
-               int r, int R, int nH, int T, int splits, const float* __restrict__ xn, const int8_t* __restrict__ xq,
-               const float* __restrict__ xd, float* __restrict__ part) {
-    const int item = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
-    if (item >= R * splits) return;   // the whole warp
-    const int row = item % R, split = item / R, lane = threadIdx.x & 31;
-    const uint8_t* wr = row < r ? down + (size_t)row * down_rb : inject + (size_t)(row - r) * inj_rb;
-    constexpr int kSub = F::QK / 32;
-    const int units = nH / 32, u_end = min(units, (split + 1) * kSplitUnits);
-    float acc[NT];
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+        const int row = row0 + i;
+        if (row >= R) break;   // the whole warp
+        const uint8_t* wr = row < r ? down + (size_t)row * down_rb : inject + (size_t)(row - r) * inj_rb;
+        float acc[NT];
 #pragma unroll
-    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-    for (int u = split * kSplitUnits + lane; u < u_end; u += 32) {
-        const uint8_t* blk = wr + (size_t)(u / kSub) * F::BYTES;
-        if constexpr (Q8) {
-            const int nd = nH / F::ABLK;
-            const auto act = [&](int t, int (&a)[8]) -> float {
-                const int4* q4 = (const int4*)(xq + (size_t)t * nH + 32 * u);
-                const int4 lo = q4[0], hi = q4[1];
-                a[0] = lo.x; a[1] = lo.y; a[2] = lo.z; a[3] = lo.w;
-                a[4] = hi.x; a[5] = hi.y; a[6] = hi.z; a[7] = hi.w;
-                return xd[(size_t)t * nd + (32 * u) / F::ABLK];
-            };
-            QDot<F>::template dot<NT>(blk, u % kSub, QDot<F>::global_grid(), act, T, acc);
-        } else {
-            float wv[32];
-            F::deq32(blk, u % kSub, wv);
+        for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+        for (int u = lane; u < units; u += 32) {
+            const int gu = c0 / 32 + u;   // unit of the whole row
+            const uint8_t* blk = wr + (size_t)(gu / kSub) * F::BYTES;
+            if constexpr (BLK > 0) {
+                const auto act = [&](int t, int (&a)[8]) -> float {
+                    const int4* q4 = (const int4*)(xq + t * cw + 32 * u);
+                    const int4 lo = q4[0], hi = q4[1];
+                    a[0] = lo.x; a[1] = lo.y; a[2] = lo.z; a[3] = lo.w;
+                    a[4] = hi.x; a[5] = hi.y; a[6] = hi.z; a[7] = hi.w;
+                    return xd[t * (cw / BLK) + (32 * u) / BLK];
+                };
+                QDot<F>::template dot<NT>(blk, gu % kSub, QDot<F>::global_grid(), act, T, acc);
+            } else {
+                float wv[32];
+                F::deq32(blk, gu % kSub, wv);
 #pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                if (t >= T) break;
-                const float* xr = xn + (size_t)t * nH + 32 * u;
-                float s = 0.0f;
+                for (int t = 0; t < NT; ++t) {
+                    if (t >= T) break;
+                    const float* xr = xf + (t * units + u) * 33;
+                    float s = 0.0f;
 #pragma unroll
-                for (int e = 0; e < 32; ++e) s = fmaf(wv[e], xr[e], s);
-                acc[t] += s;
+                    for (int e = 0; e < 32; ++e) s = fmaf(wv[e], xr[e], s);
+                    acc[t] += s;
+                }
             }
         }
-    }
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        const float v = warp_sum(acc[t]);
-        if (lane == 0 && t < T) part[((size_t)split * T + t) * R + row] = v;
+        for (int t = 0; t < NT; ++t) {
+            const float v = warp_sum(acc[t]);
+            if (lane == 0 && t < T) part[((size_t)blockIdx.x * T + t) * R + row] = v;
+        }
     }
 }
 
-__device__ __forceinline__ float group_sum(float v) {
-#pragma unroll
-    for (int o = kGroup / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-// ---- kernel 3: grid H / kCols; each group of kGroup lanes takes one column j. Shared: a [T, r] = silu(Σ partials
-// / n), its Q8 form (Q8) when the up weight is a block format; m = σ(up row s·H + j · a), u = (1/n) Σ_s m · xn.
-// PLAIN: the up weight is F32 / F16 / BF16 (element loop, any r). Block 0 writes inj = 2σ(Σ partials / n).
+// ---- kernel 2: grid ⌈H / J⌉, J = kGroups / n columns per block; group g = (column jl, stream s) takes up row
+// s·H + j. Prologue (every block): a [T, r] = silu(Σ partials / n) in shared memory, its Q8 form (Q8) when the up
+// weight is a block format; block 0 writes inj = 2σ(Σ partials / n). Then m = σ(up row · a), and u[t, j] = (1/n)
+// Σ_s m · xn in stream order. PLAIN: F32 / F16 / BF16 up rows (element loop, any r).
 template <class F, bool Q8, bool PLAIN, int NT>
 __global__ void __launch_bounds__(kThreads)
-hr_mix_kernel(const float* __restrict__ part, int splits, int R, int r, int n, int H, int T,
+hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, int H, int T,
               const uint8_t* __restrict__ up, size_t up_rb, const float* __restrict__ xn, float* __restrict__ u,
               float* __restrict__ inj) {
     extern __shared__ int4 smem4[];
+    __shared__ float val[kMaxTokens][kGroups];                 // m · xn of each group's row
     float* a = (float*)smem4;                                  // [T, r]
     int8_t* aq = (int8_t*)(a + (size_t)T * r);                 // [T, r] (16-byte aligned: r % 32 == 0 when Q8)
     float* ad = (float*)(aq + (size_t)T * r);                  // [T, r / ABLK]
+    const int lane = threadIdx.x & 31, g = lane % kGroup, gi = threadIdx.x / kGroup;
+    const int J = kGroups / n, jl = gi / n, s = gi % n;
+    const int j = blockIdx.x * J + jl;
+    const bool active = gi < J * n && j < H;
+    const int row = s * H + min(j, H - 1);   // every lane runs the dot (group shuffles); only active groups keep it
+    const uint8_t* wr = up + (size_t)row * up_rb;
+    if constexpr (!PLAIN) {
+        constexpr int kSub = F::QK / 32;
+        if (g < r / 32) prefetch_l2(wr + (size_t)(g / kSub) * F::BYTES);
+    } else if (g == 0) {
+        prefetch_l2(wr);
+    }
+
     const float inv_n = 1.0f / (float)n;
     for (int i = threadIdx.x; i < T * r; i += blockDim.x) {
         const int t = i / r, k = i % r;
         float v = 0.0f;
-        for (int sp = 0; sp < splits; ++sp) v += part[((size_t)sp * T + t) * R + k];
+        for (int c = 0; c < chunks; ++c) v += part[((size_t)c * T + t) * R + k];
         v *= inv_n;
         a[i] = v / (1.0f + expf(-v));
     }
@@ -198,11 +187,10 @@ hr_mix_kernel(const float* __restrict__ part, int splits, int R, int r, int n, i
         for (int i = threadIdx.x; i < T * n; i += blockDim.x) {
             const int t = i / n, k = r + i % n;
             float v = 0.0f;
-            for (int sp = 0; sp < splits; ++sp) v += part[((size_t)sp * T + t) * R + k];
+            for (int c = 0; c < chunks; ++c) v += part[((size_t)c * T + t) * R + k];
             inj[i] = 1.0f / (1.0f + expf(-(v * inv_n))) * 2.0f;
         }
     __syncthreads();
-    const int lane = threadIdx.x & 31;
     if constexpr (Q8) {
         constexpr int B = F::ABLK, V = B / 32;
         for (int b = threadIdx.x >> 5; b < T * r / B; b += blockDim.x >> 5) {
@@ -214,106 +202,68 @@ hr_mix_kernel(const float* __restrict__ part, int splits, int R, int r, int n, i
         }
         __syncthreads();
     }
-    const int g = lane % kGroup;
-    const int j = blockIdx.x * kCols + threadIdx.x / kGroup;
-    const int jj = min(j, H - 1);   // every lane runs the loops (group shuffles); only j < H writes
-    const int nH = n * H;
-    float acc_u[NT];
+
+    float acc[NT];
 #pragma unroll
-    for (int t = 0; t < NT; ++t) acc_u[t] = 0.0f;
-    for (int s = 0; s < n; ++s) {
-        const int row = s * H + jj;
-        const uint8_t* wr = up + (size_t)row * up_rb;
-        float acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+    if constexpr (PLAIN) {
+        for (int i = g; i < r; i += kGroup) {
+            const float wv = plain_at<F>(wr, i);
 #pragma unroll
-        for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-        if constexpr (PLAIN) {
-            for (int i = g; i < r; i += kGroup) {
-                const float w = plain_at<F>(wr, i);
+            for (int t = 0; t < NT; ++t)
+                if (t < T) acc[t] = fmaf(wv, a[t * r + i], acc[t]);
+        }
+    } else {
+        constexpr int kSub = F::QK / 32;
+        for (int c = g; c < r / 32; c += kGroup) {
+            const uint8_t* blk = wr + (size_t)(c / kSub) * F::BYTES;
+            if constexpr (Q8) {
+                const int nd = r / F::ABLK;
+                const auto act = [&](int t, int (&q)[8]) -> float {
+                    const int4* q4 = (const int4*)(aq + t * r + 32 * c);
+                    const int4 lo = q4[0], hi = q4[1];
+                    q[0] = lo.x; q[1] = lo.y; q[2] = lo.z; q[3] = lo.w;
+                    q[4] = hi.x; q[5] = hi.y; q[6] = hi.z; q[7] = hi.w;
+                    return ad[t * nd + (32 * c) / F::ABLK];
+                };
+                QDot<F>::template dot<NT>(blk, c % kSub, QDot<F>::global_grid(), act, T, acc);
+            } else {
+                float wv[32];
+                F::deq32(blk, c % kSub, wv);
 #pragma unroll
-                for (int t = 0; t < NT; ++t)
-                    if (t < T) acc[t] = fmaf(w, a[t * r + i], acc[t]);
-            }
-        } else {
-            constexpr int kSub = F::QK / 32;
-            for (int c = g; c < r / 32; c += kGroup) {
-                const uint8_t* blk = wr + (size_t)(c / kSub) * F::BYTES;
-                if constexpr (Q8) {
-                    const int nd = r / F::ABLK;
-                    const auto act = [&](int t, int (&q)[8]) -> float {
-                        const int4* q4 = (const int4*)(aq + t * r + 32 * c);
-                        const int4 lo = q4[0], hi = q4[1];
-                        q[0] = lo.x; q[1] = lo.y; q[2] = lo.z; q[3] = lo.w;
-                        q[4] = hi.x; q[5] = hi.y; q[6] = hi.z; q[7] = hi.w;
-                        return ad[t * nd + (32 * c) / F::ABLK];
-                    };
-                    QDot<F>::template dot<NT>(blk, c % kSub, QDot<F>::global_grid(), act, T, acc);
-                } else {
-                    float wv[32];
-                    F::deq32(blk, c % kSub, wv);
+                for (int t = 0; t < NT; ++t) {
+                    if (t >= T) break;
+                    float sdot = 0.0f;
 #pragma unroll
-                    for (int t = 0; t < NT; ++t) {
-                        if (t >= T) break;
-                        float sdot = 0.0f;
-#pragma unroll
-                        for (int e = 0; e < 32; ++e) sdot = fmaf(wv[e], a[t * r + 32 * c + e], sdot);
-                        acc[t] += sdot;
-                    }
+                    for (int e = 0; e < 32; ++e) sdot = fmaf(wv[e], a[t * r + 32 * c + e], sdot);
+                    acc[t] += sdot;
                 }
             }
         }
+    }
+    const int nH = n * H;
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            const float dot = group_sum(acc[t]);
-            if (t < T) {
-                const float m = 1.0f / (1.0f + expf(-dot));
-                acc_u[t] += m * xn[(size_t)t * nH + row];
-            }
-        }
+    for (int t = 0; t < NT; ++t) {
+        const float dot = group_sum<kGroup>(acc[t]);
+        if (g == 0 && active && t < T) val[t][gi] = 1.0f / (1.0f + expf(-dot)) * xn[(size_t)t * nH + row];
     }
-    if (g == 0 && j < H)
-#pragma unroll
-        for (int t = 0; t < NT; ++t)
-            if (t < T) u[(size_t)t * H + j] = acc_u[t] / (float)n;
-}
-
-// Calls fn(FmtX{}) for the weight formats the fused path reads (those of the GGUF layouts: GGUF.md §4.2, the
-// synthetic and tiny models); false otherwise (the caller then composes the primitive ops).
-template <class Fn>
-bool with_hr_format(GgmlType t, Fn&& fn) {
-    switch (t) {
-    case GgmlType::F32: fn(FmtF32{}); return true;
-    case GgmlType::F16: fn(FmtF16{}); return true;
-    case GgmlType::BF16: fn(FmtBF16{}); return true;
-    default: {
-        bool taken = false;
-        with_block_format(t, [&](auto f) {
-            using F = decltype(f);
-            if constexpr (std::is_same_v<F, FmtQ8_0> || std::is_same_v<F, FmtQ4_0> || std::is_same_v<F, FmtIQ4_NL> ||
-                          std::is_same_v<F, FmtQ2_0> || std::is_same_v<F, FmtQ2_K> || std::is_same_v<F, FmtQ3_K> ||
-                          std::is_same_v<F, FmtIQ2_XS> || std::is_same_v<F, FmtIQ3_XXS>) {
-                fn(f);
-                taken = true;
-            }
-        });
-        return taken;
-    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < T * J; i += blockDim.x) {
+        const int t = i / J, c = i % J, jj = blockIdx.x * J + c;
+        if (jj >= H) continue;
+        float sum = 0.0f;
+        for (int k = 0; k < n; ++k) sum += val[t][c * n + k];
+        u[(size_t)t * H + jj] = sum / (float)n;
     }
 }
 
-bool is_plain(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
-
-int qk_of(GgmlType t) {
-    int qk = 0;
-    with_hr_format(t, [&](auto f) { qk = decltype(f)::QK; });
-    return qk;
-}
-
-// The activation block of a weight format in the fused path: 0 = f32 activations.
-int hr_act_block(GgmlType t, bool f32_act) {
-    int blk = 0;
-    with_hr_format(t, [&](auto f) { blk = decltype(f)::ABLK; });
-    return f32_act ? 0 : blk;
+// Which path: the two kernels above (default) or the older three (STRATA_CUDA_HYPER_READ=v1).
+bool use_v1() {
+    static const bool v1 = [] {
+        const char* v = std::getenv("STRATA_CUDA_HYPER_READ");
+        return v && std::strcmp(v, "v1") == 0;
+    }();
+    return v1;
 }
 
 bool fused_enabled() {
@@ -324,23 +274,28 @@ bool fused_enabled() {
     return on;
 }
 
-size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
-
 struct Layout {
-    size_t xn = 0, xq = 0, xd = 0, part = 0, total = 0;
-    int splits = 0, R = 0;
+    size_t xn = 0, part = 0, total = 0;
+    int cw = 0, chunks = 0, R = 0, blk = 0;
 };
 
+// Chunk width: the largest multiple of 256 up to kMaxChunk dividing n·H whose kernel-1 shared memory fits.
 Layout layout(const HyperReadArgs& a, int T, bool with_inj) {
     Layout l;
-    const size_t nH = (size_t)a.n * a.H;
+    const int nH = a.n * a.H;
     l.R = a.r + (with_inj ? a.n : 0);
-    l.splits = (int)((nH / 32 + kSplitUnits - 1) / kSplitUnits);
-    l.xq = align256(T * nH * sizeof(float));
-    l.xd = l.xq + align256(T * nH);
-    l.part = l.xd + align256(T * (nH / 32) * sizeof(float));
-    l.total = l.part + align256((size_t)l.splits * T * l.R * sizeof(float));
+    l.blk = hr_act_block(a.down_type, a.f32_act);
+    for (int cw = std::min(nH, kMaxChunk) / 256 * 256; cw >= 256 && !l.cw; cw -= 256)
+        if (nH % cw == 0 && down_smem(T, cw, l.blk) <= (size_t)kSmemMax) l.cw = cw;
+    l.chunks = l.cw ? nH / l.cw : 0;
+    l.part = align256((size_t)T * nH * sizeof(float));
+    l.total = l.part + align256((size_t)l.chunks * T * l.R * sizeof(float));
     return l;
+}
+
+size_t mix_smem(const HyperReadArgs& a, int T, int blk_up) {
+    return (size_t)T * a.r * sizeof(float) + align256((size_t)T * a.r) +
+           (blk_up ? (size_t)T * (a.r / blk_up) * sizeof(float) : 0);
 }
 
 }  // namespace
@@ -353,10 +308,16 @@ bool hyper_read_supported(const HyperReadArgs& a, int T) {
     const int qd = qk_of(a.down_type), qu = qk_of(a.up_type);
     if (!qd || !qu || (a.n * a.H) % qd != 0) return false;
     if (!is_plain(a.up_type) && a.r % qu != 0) return false;
-    return true;
+    // kernel 1: a chunk of ≥ 256 inputs whose streams fit its table; kernel 2: a and its Q8 form in shared memory
+    const Layout l = layout(a, T, a.inject != nullptr);
+    if (!l.cw || (l.cw - 1) / a.H + 2 > kMaxStreams) return false;
+    return mix_smem(a, T, is_plain(a.up_type) ? 0 : hr_act_block(a.up_type, a.f32_act)) <= (size_t)kSmemMax;
 }
 
-size_t hyper_read_scratch_bytes(const HyperReadArgs& a, int T) { return layout(a, T, a.inject != nullptr).total; }
+size_t hyper_read_scratch_bytes(const HyperReadArgs& a, int T) {
+    const bool with_inj = a.inject != nullptr;
+    return std::max(layout(a, T, with_inj).total, hr_v1::layout(a, T, with_inj).total);
+}
 
 int64_t hyper_read_fused_calls() { return g_fused.load(); }
 
@@ -370,7 +331,15 @@ void hyper_read_upload_tables() {
     CUDA_CHECK(cudaMemcpyToSymbol(d_kvalues_iq4nl, iq::kvalues_iq4nl, sizeof(iq::kvalues_iq4nl)));
 }
 
+void hyper_read_v1(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj) {
+    STRATA_CHECK(hyper_read_supported(a, T), "cuda hyper_read_v1: shape n=", a.n, " H=", a.H, " r=", a.r, " T=", T,
+                 " or weight types ", ggml_type_name(a.down_type), "/", ggml_type_name(a.up_type), " not supported");
+    hr_v1::run(s, a, X, T, scratch, u, inj);
+    g_fused.fetch_add(1, std::memory_order_relaxed);
+}
+
 void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj) {
+    if (use_v1()) return hyper_read_v1(s, a, X, T, scratch, u, inj);
     STRATA_CHECK(hyper_read_supported(a, T), "cuda hyper_read: shape n=", a.n, " H=", a.H, " r=", a.r, " T=", T,
                  " or weight types ", ggml_type_name(a.down_type), "/", ggml_type_name(a.up_type), " not supported");
     const bool with_inj = inj != nullptr;
@@ -378,50 +347,38 @@ void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, v
     const Layout l = layout(a, T, with_inj);
     uint8_t* base = static_cast<uint8_t*>(scratch);
     float* xn = (float*)base;
-    int8_t* xq = (int8_t*)(base + l.xq);
-    float* xd = (float*)(base + l.xd);
     float* part = (float*)(base + l.part);
-    const int nH = a.n * a.H;
     const bool one = T == 1;
 
-    const int blk_down = hr_act_block(a.down_type, a.f32_act);
-    const dim3 norm_grid((unsigned)((nH + kNormCols - 1) / kNormCols), (unsigned)T);
-    if (blk_down == 256)
-        hr_norm_kernel<256><<<norm_grid, kThreads, 0, s>>>(X, a.norm, a.norm_len, a.n, a.H, a.eps, xn, xq, xd);
-    else if (blk_down == 32)
-        hr_norm_kernel<32><<<norm_grid, kThreads, 0, s>>>(X, a.norm, a.norm_len, a.n, a.H, a.eps, xn, xq, xd);
-    else
-        hr_norm_kernel<0><<<norm_grid, kThreads, 0, s>>>(X, a.norm, a.norm_len, a.n, a.H, a.eps, xn, xq, xd);
-    CUDA_CHECK_LAUNCH();
-
-    const unsigned down_blocks = (unsigned)((l.R * l.splits + kThreads / 32 - 1) / (kThreads / 32));
+    const dim3 down_grid((unsigned)l.chunks, (unsigned)((l.R + kBlockRows - 1) / kBlockRows));
+    const size_t smem1 = down_smem(T, l.cw, l.blk);
     with_hr_format(a.down_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
-            kernel<<<down_blocks, kThreads, 0, s>>>(a.down, a.down_rb, a.inject, a.inject_rb, a.r, l.R, nH, T,
-                                                    l.splits, xn, xq, xd, part);
+            kernel<<<down_grid, kThreads, smem1, s>>>(X, a.norm, a.norm_len, a.n, a.H, a.eps, l.cw, a.down, a.down_rb,
+                                                      a.inject, a.inject_rb, a.r, l.R, T, xn, part);
         };
-        if constexpr (F::ABLK > 0) {
-            if (blk_down) {
-                if (one) launch(hr_down_kernel<F, true, 1>);
-                else launch(hr_down_kernel<F, true, kMaxTokens>);
+        if constexpr (F::ABLK == 32 || F::ABLK == 256) {
+            if (l.blk) {
+                if (one) launch(hr_down_kernel<F, F::ABLK, 1>);
+                else launch(hr_down_kernel<F, F::ABLK, kMaxTokens>);
                 return;
             }
         }
-        if (one) launch(hr_down_kernel<F, false, 1>);
-        else launch(hr_down_kernel<F, false, kMaxTokens>);
+        if (one) launch(hr_down_kernel<F, 0, 1>);
+        else launch(hr_down_kernel<F, 0, kMaxTokens>);
     });
     CUDA_CHECK_LAUNCH();
 
     const int blk_up = is_plain(a.up_type) ? 0 : hr_act_block(a.up_type, a.f32_act);
-    const size_t smem = (size_t)T * a.r * sizeof(float) + align256((size_t)T * a.r) +
-                        (blk_up ? (size_t)T * (a.r / blk_up) * sizeof(float) : 0);
-    const unsigned mix_blocks = (unsigned)((a.H + kCols - 1) / kCols);
+    const size_t smem2 = mix_smem(a, T, blk_up);
+    const int J = kGroups / a.n;
+    const unsigned mix_blocks = (unsigned)((a.H + J - 1) / J);
     with_hr_format(a.up_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
-            kernel<<<mix_blocks, kThreads, smem, s>>>(part, l.splits, l.R, a.r, a.n, a.H, T, a.up, a.up_rb, xn, u,
-                                                      with_inj ? inj : nullptr);
+            kernel<<<mix_blocks, kThreads, smem2, s>>>(part, l.chunks, l.R, a.r, a.n, a.H, T, a.up, a.up_rb, xn, u,
+                                                       with_inj ? inj : nullptr);
         };
         if constexpr (F::ABLK == 0) {
             if (one) launch(hr_mix_kernel<F, false, true, 1>);

@@ -1,10 +1,15 @@
 // MoE routing on the device: softmax over the E router logits of a token, top-k, renormalised weights. One warp per
 // token; k rounds of a warp argmax (largest p, then smallest index). When the k-th value is tied with an expert left
 // out, one thread redoes the choice with torch.topk's own steps (model/topk_exact.h) so exact ties go as on the CPU.
+// E ≤ 1024: the probabilities stay in registers and a round is two warp reductions (redux.sync); larger E (and
+// STRATA_CUDA_ROUTE_TOPK=v1) take the first kernel, which rescans shared memory each round.
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
+#include "backend/cuda/kernels/t1_variants.h"
 #include "common/error.h"
 #include "model/topk_exact.h"
 
@@ -74,14 +79,121 @@ __global__ void route_topk_kernel(const float* logits, int E, int k, int32_t* id
     }
 }
 
+// Lane holds p of experts lane + 32·i (i < VPL) in registers. Key of a candidate: bits(p) + 1 (p ≥ 0, so the bits order
+// as the values), 0 when taken or past E: the largest key is the largest p, and among equal keys the smallest index
+// wins, as in the kernel above. The arithmetic of p and of the weights is that kernel's too.
+template <int VPL>
+__global__ void __launch_bounds__(32)
+route_topk_reg_kernel(const float* logits, int E, int k, int32_t* ids, float* weights) {
+    extern __shared__ float smem[];
+    float* ps = smem;                                                  // [E] for the exact path
+    topk_exact::Elem* q = reinterpret_cast<topk_exact::Elem*>(ps + E);
+    int32_t* sel = reinterpret_cast<int32_t*>(q + E);                  // [k]
+    const int t = blockIdx.x, lane = threadIdx.x;
+    const float* l = logits + (size_t)t * E;
+
+    float p[VPL];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < VPL; ++i) {
+        const int e = lane + 32 * i;
+        p[i] = e < E ? l[e] : -INFINITY;
+        mx = fmaxf(mx, p[i]);
+    }
+    mx = warp_max(mx);
+    float sum = 0;
+#pragma unroll
+    for (int i = 0; i < VPL; ++i)
+        if (lane + 32 * i < E) {
+            p[i] = expf(p[i] - mx);
+            sum += p[i];
+        }
+    sum = warp_sum(sum);
+    unsigned live = 0;   // bit i: expert lane + 32·i exists and is not taken
+#pragma unroll
+    for (int i = 0; i < VPL; ++i)
+        if (lane + 32 * i < E) {
+            p[i] = p[i] / sum;
+            ps[lane + 32 * i] = p[i];
+            live |= 1u << i;
+        }
+
+    // The lane's best candidate: largest key, lowest i on equal keys.
+    const auto local_best = [&](unsigned& key, int& idx) {
+        key = 0;
+        idx = INT_MAX;
+#pragma unroll
+        for (int i = 0; i < VPL; ++i) {
+            const unsigned ki = (live >> i) & 1u ? __float_as_uint(p[i]) + 1u : 0u;
+            if (ki > key) { key = ki; idx = lane + 32 * i; }
+        }
+    };
+    unsigned key;
+    int idx;
+    local_best(key, idx);
+    float top = 0;
+    for (int j = 0; j < k; ++j) {
+        const unsigned best = __reduce_max_sync(0xffffffffu, key);
+        const int bi = (int)__reduce_min_sync(0xffffffffu, key == best ? (unsigned)idx : (unsigned)INT_MAX);
+        top += __uint_as_float(best - 1u);
+        if (lane == 0) sel[j] = bi;
+        if (bi == idx) {   // the winner's lane
+            live &= ~(1u << (bi / 32));
+            local_best(key, idx);
+        }
+    }
+    __syncwarp();
+
+    // Is the k-th value shared with an expert left out? Then the tie rule decides: torch.topk's steps.
+    const float vk = ps[sel[k - 1]];
+    int equal = 0;
+#pragma unroll
+    for (int i = 0; i < VPL; ++i) equal += (live >> i) & 1u && p[i] == vk;
+    equal = __reduce_add_sync(0xffffffffu, (unsigned)equal);
+    if (equal > 0) {
+        if (lane == 0) topk_exact::topk(ps, E, k, q, sel);
+        __syncwarp();
+        top = 0;
+        for (int j = 0; j < k; ++j) top += ps[sel[j]];
+    }
+    for (int j = lane; j < k; j += 32) {
+        ids[(size_t)t * k + j] = sel[j];
+        weights[(size_t)t * k + j] = ps[sel[j]] / top;
+    }
+}
+
+bool use_v1() {
+    static const bool v1 = [] {
+        const char* v = std::getenv("STRATA_CUDA_ROUTE_TOPK");
+        return v && std::strcmp(v, "v1") == 0;
+    }();
+    return v1;
+}
+
 }  // namespace
 
-void route_topk(cudaStream_t s, const float* logits, int T, int E, int k, int32_t* ids, float* weights) {
+void route_topk_v1(cudaStream_t s, const float* logits, int T, int E, int k, int32_t* ids, float* weights) {
     const size_t smem = (size_t)E * (sizeof(float) + sizeof(topk_exact::Elem) + 1) + (size_t)k * sizeof(int32_t);
     STRATA_CHECK(k >= 1 && k <= E, "cuda route_topk: k = ", k, " for ", E, " experts");
     STRATA_CHECK(smem <= 48 * 1024, "cuda route_topk: ", E, " experts need ", smem, " bytes of shared memory (max 49152)");
     if (T <= 0) return;
     route_topk_kernel<<<T, 32, smem, s>>>(logits, E, k, ids, weights);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+void route_topk(cudaStream_t s, const float* logits, int T, int E, int k, int32_t* ids, float* weights) {
+    if (E > 1024 || use_v1()) return route_topk_v1(s, logits, T, E, k, ids, weights);
+    STRATA_CHECK(k >= 1 && k <= E, "cuda route_topk: k = ", k, " for ", E, " experts");
+    if (T <= 0) return;
+    const size_t smem = (size_t)E * (sizeof(float) + sizeof(topk_exact::Elem)) + (size_t)k * sizeof(int32_t);
+    const int vpl = (E + 31) / 32;
+    auto launch = [&](auto kernel) { kernel<<<T, 32, smem, s>>>(logits, E, k, ids, weights); };
+    if (vpl <= 1) launch(route_topk_reg_kernel<1>);
+    else if (vpl <= 2) launch(route_topk_reg_kernel<2>);
+    else if (vpl <= 4) launch(route_topk_reg_kernel<4>);
+    else if (vpl <= 8) launch(route_topk_reg_kernel<8>);
+    else if (vpl <= 16) launch(route_topk_reg_kernel<16>);
+    else launch(route_topk_reg_kernel<32>);
     CUDA_CHECK(cudaGetLastError());
 }
 
