@@ -33,6 +33,8 @@ void* PinnedBuffer::get(size_t bytes) {
 
 namespace {
 using Scratch = PoolScratch;
+// Pairs per tile: at most the tiled kernel's activation rows per block for experts (kExpertTile, matmul_tiled.cu).
+constexpr int kTilePairs = 32;
 
 size_t matrix_bytes(const Weight& w) { return (size_t)w.ne[1] * w.row_bytes; }
 }  // namespace
@@ -298,19 +300,8 @@ void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, c
     miss_pairs_ += Pm;
     // The misses' split: the first Pg pairs (grouped order) are staged over PCIe and computed on the GPU, the other
     // Pc by the CPU pool. Prompt chunks stage all; decode calls the first gpu_miss_share of their missed experts.
-    int Pg = 0, staged_experts = 0;
-    if (Pm && T >= opt_.gpu_miss_min_tokens) {
-        Pg = Pm;
-        staged_experts = distinct;
-    } else if (Pm && gpu_miss_share_ > 0) {
-        const int want = std::min(distinct, (int)(gpu_miss_share_ * distinct + 0.5));
-        for (; Pg < Pm; ++Pg) {
-            const bool first = Pg == 0 || misses[Pg].expert != misses[Pg - 1].expert;
-            if (first && staged_experts == want) break;
-            staged_experts += first;
-        }
-    }
-    const int Pc = Pm - Pg;
+    const StagedSplit staged = staged_split(misses, T >= opt_.gpu_miss_min_tokens, gpu_miss_share_);
+    const int Pg = staged.pairs, Pc = Pm - Pg;
     const bool gpu_misses = Pg > 0, cpu_misses = Pc > 0;
 
     // CPU misses start first: the job needs only x on the host and the list of misses.
@@ -322,7 +313,7 @@ void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, c
         h_x = static_cast<float*>(h_x_.get((size_t)T * H * 4));   // input_to_host's buffer when x_here
         h_out = static_cast<float*>(h_miss_.get((size_t)Pc * H * 4));
         counters_.cpu_pairs += Pc;
-        counters_.cpu_bytes += (int64_t)(distinct - staged_experts) * (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes);
+        counters_.cpu_bytes += (int64_t)(distinct - staged.experts) * (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes);
         if (cpu_thread_.joinable()) {
             seq = ++seq_;
             if (x_here) x_flag_->store(seq, std::memory_order_release);
@@ -358,14 +349,12 @@ void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, c
     std::vector<MissBatch> batches;
     if (gpu_misses) {
         // Batches of stage_slots_ distinct experts; a pair's staging slot is its expert's place in the batch.
+        std::vector<int32_t> slot;
+        for (const StageBatch& b : stage_batches(misses, Pg, stage_slots_, slot))
+            batches.push_back(MissBatch{b.begin, b.end, b.experts});
         int32_t* stage = words.data() + stage_word;
-        for (int i = 0, d = -1; i < Pg; ++i) {
-            const bool first = i == 0 || misses[i].expert != misses[i - 1].expert;
-            d += first;
-            if (first && d % stage_slots_ == 0) batches.push_back(MissBatch{(size_t)i, (size_t)i});
-            batches.back().end = (size_t)i + 1;
-            batches.back().experts += first;
-            stage[i] = d % stage_slots_;
+        for (int i = 0; i < Pg; ++i) {
+            stage[i] = slot[i];
             stage[Pg + i] = misses[i].token;
         }
     }
@@ -373,10 +362,10 @@ void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, c
     int hit_items = 0;
     if (tiled) {
         std::vector<int32_t> tiles;   // built apart: appending to words would move the groups read
-        hit_items = append_tiles(hit_slot, 0, (size_t)Ph, tiles);
+        hit_items = append_pair_tiles(hit_slot, 0, (size_t)Ph, kTilePairs, tiles);
         for (MissBatch& b : batches) {
             b.item_word = tiles.size();
-            b.n_items = append_tiles(words.data() + stage_word, b.begin, b.end, tiles);
+            b.n_items = append_pair_tiles(words.data() + stage_word, b.begin, b.end, kTilePairs, tiles);
         }
         words.resize((words.size() + 3) / 4 * 4);   // tiles are int4: 16-byte aligned
         hit_item_word = words.size();

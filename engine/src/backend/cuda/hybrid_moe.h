@@ -26,6 +26,7 @@
 #include "experts/expert_cache.h"
 #include "experts/gpu_options.h"
 #include "experts/routing_profile.h"
+#include "experts/staged_misses.h"
 #include "model/weights.h"
 
 namespace strata::cuda {
@@ -151,9 +152,7 @@ private:
         size_t item_word = 0, count_word = 0;
         int n_items = 0;
     };
-    // Tiles (group, first − begin, count ≤ kTilePairs, 0) over pairs [begin, end) grouped in runs of group[i],
-    // appended to words (int4 each); returns how many.
-    static int append_tiles(const int32_t* group, size_t begin, size_t end, std::vector<int32_t>& words);
+
     int layer_of(const MoeWeights& w) const;
     bool register_mapped();   // page-locks the mapped file's expert span in place; false: copy instead
     void copy_expert(const Layer& L, int slot, int expert, cudaStream_t s);

@@ -11,21 +11,7 @@ namespace strata::cuda {
 
 namespace {
 using Scratch = PoolScratch;
-// Pairs per tile: at most the tiled kernel's activation rows per block for experts (kExpertTile, matmul_tiled.cu).
-constexpr int kTilePairs = 32;
 }  // namespace
-
-int HybridMoe::append_tiles(const int32_t* group, size_t begin, size_t end, std::vector<int32_t>& words) {
-    int n = 0;
-    for (size_t i = begin; i < end;) {
-        size_t j = i + 1;
-        while (j < end && group[j] == group[i] && j - i < (size_t)kTilePairs) ++j;
-        words.insert(words.end(), {group[i], (int32_t)(i - begin), (int32_t)(j - i), 0});
-        ++n;
-        i = j;
-    }
-    return n;
-}
 
 void HybridMoe::harvest_copy_timings(bool wait) {
     for (size_t i = 0; i < copy_timings_.size();) {
