@@ -5,7 +5,7 @@
 # share of a hybrid layer), on transparent huge pages (the others use 4 KB pages, like the hybrid's cudaHostAlloc
 # copies), and at each STRATA_CPU_PREFETCH_KB in PREFETCH_KB (the others use the engine's default). ~15-40 s.
 # Env: WORKERS (default 1,2,4,6 capped at the core count), MB (expert blob, default 1024), GAP_US (default 300),
-# PREFETCH_KB (default "0 8 16 32").
+# PREFETCH_KB (default "0 16,0 64,0 128,0 16,8 16,32": start[,ahead] KB, see engine/src/backend/cpu/moe_cpu.cpp).
 set -euo pipefail
 BUILD="${1:?usage: bash bench/cpu_pool/run.sh BUILD_DIR}"
 BIN="$BUILD/engine/cpu_pool_bench"
@@ -29,9 +29,10 @@ timeout 120 "$BIN" --workers "$LAST" --k 4 --mb "$MB" --passes 5 --gap-us "$GAP_
 cat /sys/kernel/mm/transparent_hugepage/enabled > "$OUT/thp.txt" 2>/dev/null || true
 timeout 120 "$BIN" --workers "$LAST" --k 4 --mb "$MB" --passes 5 --hugepages 1 > "$OUT/hugepages.json"
 NAMES="back_to_back gap hugepages"
-for kb in ${PREFETCH_KB:-0 8 16 32}; do
-  STRATA_CPU_PREFETCH_KB="$kb" timeout 120 "$BIN" --workers "$LAST" --k 4 --mb "$MB" --passes 5 > "$OUT/prefetch_$kb.json"
-  NAMES="$NAMES prefetch_$kb"
+for kb in ${PREFETCH_KB:-0 16,0 64,0 128,0 16,8 16,32}; do
+  name="prefetch_$(echo "$kb" | tr ',' '_')"
+  STRATA_CPU_PREFETCH_KB="$kb" timeout 120 "$BIN" --workers "$LAST" --k 4 --mb "$MB" --passes 5 > "$OUT/$name.json"
+  NAMES="$NAMES $name"
 done
 python3 - "$OUT" $NAMES <<'PY' | tee "$OUT/summary.txt"
 import json, sys

@@ -15,8 +15,8 @@ echo "rc $?" >> "$OUT/run_sh.log"
 cat "$OUT/summary.txt" 2>/dev/null || tail -5 "$OUT/run_sh.log"
 if [ -f "$MODEL" ] && [ -x "$BUILD/engine/strata" ]; then
   echo "== hybrid decode, 4100 slots, 6 CPU workers"
-  PROMPT=$(python3 -c "print(','.join(str(100 + 37 * i) for i in range(16)))")
-  timeout 60 "$BUILD/engine/strata" generate --backend cuda --model "$MODEL" --prompt-ids "$PROMPT" -n 48 --ignore-eos \
+  PROMPT=$(python3 -c "print(','.join(str(100 + 37 * i) for i in range(8)))")
+  timeout 60 "$BUILD/engine/strata" generate --backend cuda --model "$MODEL" --prompt-ids "$PROMPT" -n 64 --ignore-eos \
       --ctx 128 --cpu-workers 6 --expert-cache 4100-slots --expert-adapt 0 > "$OUT/hybrid.tokens" 2> "$OUT/hybrid.log"
   echo "rc $?" >> "$OUT/hybrid.log"
   grep -E "decode split|decode:|rc " "$OUT/hybrid.log"
