@@ -109,8 +109,8 @@ void even_share(int64_t total, int t, int n, int64_t& begin, int64_t& end) {
     end = total * (t + 1) / n;
 }
 
-// L2 prefetch of the first prefetch_distances().start bytes of thread t's share of rows [0, rows) of each matrix in ws, issued
-// before a phase whose inputs one thread is still quantizing.
+// L2 prefetch of the first prefetch_distances().start bytes of thread t's share of rows [0, rows) of each matrix in
+// ws, issued before the thread quantizes the phase's inputs, so the fetch overlaps that work.
 void prefetch_share_start(const Groups& groups, std::initializer_list<const Weight*> ws, int64_t rows, int t, int n) {
     for (const Weight* w : ws) {
         size_t budget = prefetch_distances().start;
@@ -150,6 +150,7 @@ void compute_experts_cpu(ThreadPool& pool, bool f32, const Weight& gate, const W
     for (size_t i = 0; i < n_rows; ++i) {
         STRATA_CHECK(pairs[i].expert >= 0 && pairs[i].expert < E, "experts: expert id ", pairs[i].expert,
                      " is outside 0..", E - 1);
+        STRATA_CHECK(pairs[i].token >= 0, "experts: token index ", pairs[i].token, " of pair ", i, " is negative");
         s.order[i] = (int)i;
     }
     std::sort(s.order.begin(), s.order.end(), [&](int a, int b) {
