@@ -14,7 +14,11 @@
 #include <thread>
 #include <vector>
 
+#ifdef _WIN32
+#include <malloc.h>
+#else
 #include <time.h>
+#endif
 #ifdef __linux__
 #include <sys/mman.h>
 #endif
@@ -78,7 +82,11 @@ struct PageMemory {
     size_t size = 0;
     PageMemory(size_t bytes, bool huge) : size(bytes) {
         const size_t align = 2u << 20;
+#ifdef _WIN32
+        data = static_cast<uint8_t*>(_aligned_malloc((bytes + align - 1) / align * align, align));
+#else
         data = static_cast<uint8_t*>(std::aligned_alloc(align, (bytes + align - 1) / align * align));
+#endif
         if (!data) { std::fprintf(stderr, "cannot allocate %zu bytes\n", bytes); std::exit(1); }
 #ifdef __linux__
         madvise(data, (bytes + align - 1) / align * align, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
@@ -86,7 +94,11 @@ struct PageMemory {
         (void)huge;
 #endif
     }
+#ifdef _WIN32
+    ~PageMemory() { _aligned_free(data); }
+#else
     ~PageMemory() { std::free(data); }
+#endif
     PageMemory(const PageMemory&) = delete;
     PageMemory& operator=(const PageMemory&) = delete;
 };
@@ -155,11 +167,15 @@ double gemv_stream_gbs(ThreadPool& pool, const Weight& w, const uint8_t* act, in
 }
 
 // CPU time of the calling thread: with one worker, the pool's work without the time this shared machine's other
-// processes took the core away.
+// processes took the core away. 0 on Windows (not measured there).
 double thread_cpu_s() {
+#ifdef _WIN32
+    return 0;
+#else
     timespec ts{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+#endif
 }
 
 void idle_for(int us) {
