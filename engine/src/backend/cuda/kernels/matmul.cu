@@ -138,6 +138,40 @@ matmul_plain_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t row
     }
 }
 
+// One activation row, few output rows (the F32 router 2560 -> 512): one row per block, V-wide steps t, t + 128, …
+// over the block's threads, warp sums added in warp order (as matmul_q8_splitk_kernel).
+template <int TY, int V>
+__global__ void __launch_bounds__(kWarps * 32)
+matmul_plain_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
+                           const float* __restrict__ x, float* __restrict__ y) {
+    __shared__ float partial[kWarps];
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const uint8_t* wr = W + (size_t)row * row_bytes;
+        float acc = 0.0f;
+#pragma unroll 2
+        for (int i = V * threadIdx.x; i < n; i += V * kWarps * 32) {
+            float w[V];
+            load_plain<TY, V>(wr, i, w);
+            if (V == 4) {
+                const float4 xv = *(const float4*)(x + i);
+                acc = fmaf(w[0], xv.x, fmaf(w[1], xv.y, fmaf(w[2], xv.z, fmaf(w[3], xv.w, acc))));
+            } else {
+                acc = fmaf(w[0], x[i], acc);
+            }
+        }
+        const float v = warp_sum(acc);
+        if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) sum += partial[w];
+            y[row] = sum;
+        }
+        __syncthreads();
+    }
+}
+
 // Several activation rows on one matrix: each warp takes kRows consecutive rows at once, so each activation value
 // it loads serves kRows rows (same sums, in the same order, as matmul_plain_kernel).
 template <int TY, int V, int NT>
@@ -315,6 +349,20 @@ bool t1_rows() {
     return on;
 }
 
+// Split-K for one activation row (matmul_q8_splitk_kernel / matmul_plain_splitk_kernel): when the output has too
+// few rows to fill the GPU with one row per warp and the rows are long enough for a block's 128 threads.
+// STRATA_CUDA_SPLITK=0 turns it off (A/B in bench/cuda_kernels/run.sh); read once.
+constexpr int64_t kSplitKMaxRows = 8192;
+constexpr int kSplitKMinUnits = 64;   // 32-value chunks (or V-wide steps) per row
+constexpr int64_t kSplitKFusedBlocks = 1024;
+bool splitk(const MatmulArgs& m, int P, int units) {
+    static const bool on = [] {
+        const char* v = std::getenv("STRATA_CUDA_SPLITK");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+    return on && P == 1 && !m.ids && m.rows <= kSplitKMaxRows && units >= kSplitKMinUnits;
+}
+
 // The Q8-activation kernels: FQ = false reads act, FQ = true quantizes x in each block (smem bytes for that).
 template <class F, bool FQ>
 void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y, size_t smem) {
@@ -322,6 +370,12 @@ void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, i
         if (P > kGroupAbove) launch_q8_ids<F, kGroupTile, FQ>(s, m, x, act, P, y, smem);
         else launch_q8_ids<F, 1, FQ>(s, m, x, act, P, y, smem);
     } else if (P == 1) {
+        if (splitk(m, P, m.n / 32)) {   // fused quantization: fewer blocks, each quantizing x once for many rows
+            const unsigned grid = FQ ? (unsigned)std::min<int64_t>(m.rows, kSplitKFusedBlocks) : (unsigned)m.rows;
+            matmul_q8_splitk_kernel<F, FQ><<<grid, kWarps * 32, smem, s>>>(m.w, m.row_bytes, m.rows, m.n, act.q,
+                                                                           act.d, x, y);
+            return;
+        }
         if constexpr (QInt<F>::kHas)
             if (t1_rows()) {
                 launch_q8_rows<F, 1, FQ>(s, m, x, act, P, y, smem);
@@ -376,6 +430,8 @@ void launch_plain_v(cudaStream_t s, const MatmulArgs& m, const float* x, int P, 
         if (P == 2) rows_launch(std::integral_constant<int, 2>{});
         else if (P <= 4) rows_launch(std::integral_constant<int, 4>{});
         else rows_launch(std::integral_constant<int, kTile>{});
+    } else if (splitk(m, P, m.n / V)) {
+        matmul_plain_splitk_kernel<TY, V><<<(unsigned)m.rows, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, x, y);
     } else {
         dim3 grid(gx, (unsigned)P);
         matmul_plain_kernel<TY, V, 1><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride,

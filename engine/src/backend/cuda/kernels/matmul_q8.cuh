@@ -150,6 +150,48 @@ matmul_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, 
     }
 }
 
+// One activation row and few output rows (narrow outputs, e.g. hc_down 10240 -> 320, ssm_out 6144 -> 2560): one
+// row per block, the block's threads take the row's chunks t, t + 128, … (split-K over its 4 warps, so a short row
+// count still fills the GPU), the warps' sums added in warp order (deterministic). Rows looped over the grid.
+// FQ: the block quantizes x (one row) into shared memory first, as matmul_q8_kernel.
+template <class F, bool FQ = false>
+__global__ void __launch_bounds__(kWarps * 32)
+matmul_q8_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
+                        const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x,
+                        float* __restrict__ y) {
+    __shared__ uint4 smem[GridSmem<F>::kWords];
+    __shared__ float partial[kWarps];
+    const void* grid = stage_grid<F>(smem);
+    if constexpr (FQ) quantize_rows_to_smem<F::ABLK>(x, n, 0, 0, aq, ad);
+    constexpr int kSub = F::QK / 32;
+    const int units = n / 32;
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const uint8_t* wr = W + (size_t)row * row_bytes;
+        float acc[1] = {0.0f};
+#pragma unroll 2
+        for (int u = threadIdx.x; u < units; u += kWarps * 32) {
+            const auto act = [&](int, int (&a)[8]) -> float {
+                const int4* q4 = (const int4*)(aq + 32 * u);
+                const int4 lo = load_act4<FQ>(q4), hi = load_act4<FQ>(q4 + 1);
+                a[0] = lo.x; a[1] = lo.y; a[2] = lo.z; a[3] = lo.w;
+                a[4] = hi.x; a[5] = hi.y; a[6] = hi.z; a[7] = hi.w;
+                return load_act_scale<FQ>(ad + (32 * u) / F::ABLK);
+            };
+            QDot<F>::template dot<1>(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, act, 1, acc);
+        }
+        const float v = warp_sum(acc[0]);
+        if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) sum += partial[w];
+            y[row] = sum;
+        }
+        __syncthreads();   // partial is rewritten by the next row
+    }
+}
+
 // Several activation rows (T ≥ 2) and an integer format: each warp takes kRows consecutive rows at once, so every
 // activation chunk it loads serves kRows rows (with one row per warp, re-reading the activations of 8 tokens for
 // each chunk would cost more than the weights).
