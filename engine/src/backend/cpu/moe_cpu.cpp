@@ -145,6 +145,12 @@ void compute_experts_cpu(ThreadPool& pool, bool f32, const Weight& gate, const W
     const int64_t H = gate.ne[0], I = gate.ne[1], E = gate.ne[2];
     STRATA_CHECK(up.ne[0] == H && up.ne[1] == I && down.ne[0] == I && down.ne[1] == H, "experts: tensor shapes ",
                  H, "x", I, " / ", up.ne[0], "x", up.ne[1], " / ", down.ne[0], "x", down.ne[1], " do not match");
+    // Checked here, not in the threads: an exception inside the pool would leave the others at a barrier.
+    for (const Weight* w : {&gate, &up, &down}) {
+        const int blk = ggml_type_info(w->type).block_elems;
+        STRATA_CHECK(quant_supported(w->type) && w->ne[0] % blk == 0, "experts: rows of ", w->ne[0], " ",
+                     ggml_type_name(w->type), " weights are not whole blocks of ", blk);
+    }
     const size_t n_rows = pairs.size();   // one row per (expert, token) pair, in group order
     s.order.resize(n_rows);
     for (size_t i = 0; i < n_rows; ++i) {
