@@ -5,8 +5,10 @@
 //            T = 1 and T = 4 tokens (T = 4: the tokens share about half their experts), GB/s of the experts read
 //   prompt   T = 256 and 1024 (prompt chunks): attn_qkv on one matrix and gate_exps over 512 experts top-10 (pairs
 //            sorted by expert on the device, sort timed too): the tiled kernels (matmul_tiled.cu), with TFLOP/s
+//   decode   the decode pass's dense shapes (GDN in_proj as one matrix, ssm_out, hc_down, router F32, BF16) T = 1..8
+//   moe      routed experts (top-10 of 512, T = 1) and the shared expert (T = 1..8) as whole calls, per format mix
 // Each case runs back to back `iters` times between two events; small cases include the launch cost (as decode does).
-// usage: cuda_matmul_speed [results.json] [--quick] [--prompt]   (--prompt: only the prompt group)
+// usage: cuda_matmul_speed [results.json] [--quick] [--prompt | --decode]   (only the prompt / decode+moe groups)
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +19,8 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/kernels.h"
 #include "backend/cuda/kernels/matmul_tiled.h"
+#include "backend/cuda/kernels/moe_gate_up.h"
+#include "backend/cuda/kernels/shared_expert.h"
 #include "random_blocks.h"
 
 using namespace strata;
@@ -64,21 +68,10 @@ void free_acts(Acts& a) {
     cudaFree(a.q.d);
 }
 
-// Times quantize_act + matmul; act_rows activation rows, P output rows; bytes = weight bytes the call reads.
-// experts_E > 0: the pairs are sorted by expert (m.ids, E experts) and run by the tiled expert kernels instead.
-void time_case(cudaStream_t s, const std::string& group, const std::string& name, const cuda::MatmulArgs& m,
-               Acts& a, int act_rows, int P, float* y, size_t bytes, int iters, int experts_E = 0,
-               void* sort_scratch = nullptr) {
-    const int blk = cuda::act_block(m.type);
-    auto call = [&] {
-        if (blk) cuda::quantize_act(s, blk, a.x, act_rows, m.n, a.q);
-        if (experts_E) {
-            const cuda::ExpertOrder o = cuda::sort_by_expert(s, m.ids, P, experts_E, sort_scratch);
-            cuda::matmul_tiled_experts(s, m, o, a.x, blk ? a.q : cuda::ActQ8{}, P, y);
-        } else {
-            cuda::matmul(s, m, a.x, blk ? a.q : cuda::ActQ8{}, P, y);
-        }
-    };
+// Times `call` run back to back `iters` times between two events; prints and records µs per call, GB/s of `bytes`.
+template <class Call>
+void time_fn(cudaStream_t s, const std::string& group, const std::string& name, GgmlType type, int n, int64_t rows,
+             int act_rows, int P, size_t bytes, int iters, Call call) {
     for (int i = 0; i < 3; ++i) call();
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
@@ -92,17 +85,34 @@ void time_case(cudaStream_t s, const std::string& group, const std::string& name
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     const double us = ms * 1e3 / iters, gbs = (double)bytes / (us * 1e-6) / 1e9;
-    const double tflops = 2.0 * P * m.n * (double)m.rows / (us * 1e-6) / 1e12;
+    const double tflops = 2.0 * P * n * (double)rows / (us * 1e-6) / 1e12;
     std::printf("%-8s %-28s %-8s n=%-6d rows=%-7lld P=%-3d %9.2f us %8.1f GB/s %6.2f TFLOP/s\n", group.c_str(),
-                name.c_str(), ggml_type_name(m.type), m.n, (long long)m.rows, P, us, gbs, tflops);
+                name.c_str(), ggml_type_name(type), n, (long long)rows, P, us, gbs, tflops);
     char line[400];
     std::snprintf(line, sizeof line,
                   "%s  {\"group\": \"%s\", \"name\": \"%s\", \"type\": \"%s\", \"n\": %d, \"rows\": %lld, \"T\": %d, "
                   "\"P\": %d, \"bytes\": %zu, \"us\": %.2f, \"GBps\": %.1f, \"TFLOPs\": %.3f}",
-                  results ? ",\n" : "", group.c_str(), name.c_str(), ggml_type_name(m.type), m.n, (long long)m.rows,
+                  results ? ",\n" : "", group.c_str(), name.c_str(), ggml_type_name(type), n, (long long)rows,
                   act_rows, P, bytes, us, gbs, tflops);
     json += line;
     ++results;
+}
+
+// Times quantize_act + matmul; act_rows activation rows, P output rows; bytes = weight bytes the call reads.
+// experts_E > 0: the pairs are sorted by expert (m.ids, E experts) and run by the tiled expert kernels instead.
+void time_case(cudaStream_t s, const std::string& group, const std::string& name, const cuda::MatmulArgs& m,
+               Acts& a, int act_rows, int P, float* y, size_t bytes, int iters, int experts_E = 0,
+               void* sort_scratch = nullptr) {
+    const int blk = cuda::act_block(m.type);
+    time_fn(s, group, name, m.type, m.n, m.rows, act_rows, P, bytes, iters, [&] {
+        if (blk) cuda::quantize_act(s, blk, a.x, act_rows, m.n, a.q);
+        if (experts_E) {
+            const cuda::ExpertOrder o = cuda::sort_by_expert(s, m.ids, P, experts_E, sort_scratch);
+            cuda::matmul_tiled_experts(s, m, o, a.x, blk ? a.q : cuda::ActQ8{}, P, y);
+        } else {
+            cuda::matmul(s, m, a.x, blk ? a.q : cuda::ActQ8{}, P, y);
+        }
+    });
 }
 
 cuda::MatmulArgs dense_args(GgmlType t, const uint8_t* w, int n, int64_t rows) {
@@ -221,6 +231,135 @@ void bench_experts(cudaStream_t s) {
     free_acts(a);
 }
 
+// The decode pass's own dense matmuls (round 1 profile, tests/gpu/results/2026-11-30-round1): the GDN input
+// projections as one matrix (qkv 10240 + z 6144 + beta 48 + alpha 48 rows, upload_together), ssm_out, hc_down, the
+// F32 router and a BF16 2560 -> 512, at T = 1, 2, 4, 8 (decode and MTP verify); activation quantization included.
+void bench_decode(cudaStream_t s) {
+    struct Shape {
+        const char* name;
+        GgmlType type;
+        int n;
+        int64_t rows;
+    };
+    const Shape shapes[] = {{"gdn_in_proj 2560->16480", GgmlType::Q2_0, 2560, 16480},
+                            {"gdn_in_proj 2560->16480", GgmlType::IQ2_XS, 2560, 16480},
+                            {"gdn_qkv 2560->10240", GgmlType::Q4_K, 2560, 10240},
+                            {"ssm_out 6144->2560", GgmlType::Q2_0, 6144, 2560},
+                            {"ssm_out 6144->2560", GgmlType::IQ2_XS, 6144, 2560},
+                            {"hc_down 10240->320", GgmlType::Q2_0, 10240, 320},
+                            {"router 2560->512", GgmlType::F32, 2560, 512},
+                            {"attn_kv 2560->512", GgmlType::BF16, 2560, 512},
+                            {"attn_q 2560->8192", GgmlType::Q2_0, 2560, 8192}};
+    Acts a = make_acts(8, 10240);
+    float* y = nullptr;
+    CUDA_CHECK(cudaMalloc(&y, (size_t)8 * 16480 * 4));
+    for (const Shape& sh : shapes) {
+        uint8_t* w = upload_rows(sh.type, sh.rows, sh.n);
+        for (int T : {1, 2, 4, 8})
+            time_case(s, "decode", std::string(sh.name) + " T=" + std::to_string(T), dense_args(sh.type, w, sh.n, sh.rows),
+                      a, T, T, y, ggml_row_bytes(sh.type, sh.n) * sh.rows, 200);
+        cudaFree(w);
+    }
+    cudaFree(y);
+    free_acts(a);
+}
+
+// The MoE calls of a decode pass as the backend makes them, quantization of x included: routed experts (512 of H 2560
+// x I 640, top-10 of T = 1 token) and the shared expert (I 640, T = 1, 2, 4, 8), in the expert formats of the
+// published files (GGUF.md §4) and the synthetic Q2_0. The two-launch path (cuda::moe_decode / shexp_decode) when it
+// takes the call, else (STRATA_CUDA_MOE_DECODE=0, or T·k > 16) the five / four launches it replaces.
+void bench_moe(cudaStream_t s) {
+    const int E = 512, k = 10, H = 2560, I = 640;
+    struct Mix {
+        GgmlType gate, down;
+    };
+    const Mix mixes[] = {{GgmlType::Q2_0, GgmlType::Q2_0}, {GgmlType::IQ2_XS, GgmlType::IQ4_NL},
+                         {GgmlType::IQ3_XXS, GgmlType::IQ4_NL}, {GgmlType::Q2_K, GgmlType::Q4_0}};
+    Acts a = make_acts(8, H);
+    float *y = nullptr, *g = nullptr, *u = nullptr, *down = nullptr, *gvec = nullptr, *wts = nullptr;
+    const int Pmax = 8 * k;
+    CUDA_CHECK(cudaMalloc(&y, (size_t)8 * H * 4));
+    CUDA_CHECK(cudaMalloc(&g, (size_t)Pmax * I * 4));
+    CUDA_CHECK(cudaMalloc(&u, (size_t)Pmax * I * 4));
+    CUDA_CHECK(cudaMalloc(&down, (size_t)Pmax * H * 4));
+    CUDA_CHECK(cudaMalloc(&gvec, (size_t)H * 4));
+    CUDA_CHECK(cudaMemset(gvec, 0, (size_t)H * 4));
+    std::vector<float> w_host(Pmax, 0.1f);
+    CUDA_CHECK(cudaMalloc(&wts, Pmax * 4));
+    CUDA_CHECK(cudaMemcpy(wts, w_host.data(), Pmax * 4, cudaMemcpyHostToDevice));
+    Acts h = make_acts(Pmax, I);
+    int32_t* d_ids = nullptr;
+    CUDA_CHECK(cudaMalloc(&d_ids, Pmax * 4));
+    CUDA_CHECK(cudaMemset(d_ids, 0, Pmax * 4));
+    void* scratch = nullptr;
+    const size_t scratch_bytes = cuda::moe_decode_scratch_bytes(Pmax, I);
+    CUDA_CHECK(cudaMalloc(&scratch, scratch_bytes));
+    for (const Mix& mix : mixes) {
+        const std::string types = std::string(ggml_type_name(mix.gate)) + "/" + ggml_type_name(mix.down);
+        const int ba = cuda::act_block(mix.gate), bh = cuda::act_block(mix.down);
+        // routed: 512 experts, T = 1 takes 10 distinct ones (all three matrices read once each)
+        uint8_t *wg = upload_rows(mix.gate, (int64_t)E * I, H), *wu = upload_rows(mix.gate, (int64_t)E * I, H);
+        uint8_t* wd = upload_rows(mix.down, (int64_t)E * H, I);
+        std::vector<int32_t> ids(k);
+        std::vector<int> pool(E);
+        for (int i = 0; i < E; ++i) pool[i] = i;
+        std::shuffle(pool.begin(), pool.end(), rng);
+        for (int j = 0; j < k; ++j) ids[j] = pool[j];
+        int32_t* r_ids = nullptr;
+        CUDA_CHECK(cudaMalloc(&r_ids, k * 4));
+        CUDA_CHECK(cudaMemcpy(r_ids, ids.data(), k * 4, cudaMemcpyHostToDevice));
+        auto expert = [&](GgmlType t, const uint8_t* w, int n, int rows, const int32_t* id, int act_div, bool many) {
+            cuda::MatmulArgs m = dense_args(t, w, n, rows);
+            m.mat_stride = many ? m.row_bytes * rows : 0;
+            m.ids = id;
+            m.act_div = act_div;
+            return m;
+        };
+        auto run = [&](const cuda::MatmulArgs& mg, const cuda::MatmulArgs& mu, const cuda::MatmulArgs& md, int T, int kk,
+                       bool shared) {
+            const int P = T * kk;
+            cuda::quantize_act(s, ba, a.x, T, H, a.q);
+            if (cuda::moe_decode_supported(mg, mu, md, P)) {
+                if (shared) cuda::shexp_decode(s, mg, mu, md, a.q, a.x, gvec, T, scratch, scratch_bytes, y);
+                else cuda::moe_decode(s, mg, mu, md, a.q, wts, T, kk, scratch, scratch_bytes, y);
+                return;
+            }
+            if (!cuda::moe_gate_up(s, mg, mu, a.q, P, g)) {
+                cuda::matmul(s, mg, a.x, a.q, P, g);
+                cuda::matmul(s, mu, a.x, a.q, P, u);
+                cuda::swiglu(s, g, u, (size_t)P * I, g);
+            }
+            cuda::quantize_act(s, bh, g, P, I, h.q);
+            cuda::matmul(s, md, g, h.q, P, down);
+            if (shared) cuda::shexp_gated_add(s, a.x, gvec, down, T, H, y);
+            else cuda::moe_combine(s, down, wts, T, kk, H, y);
+        };
+        const size_t expert_bytes = 2 * ggml_row_bytes(mix.gate, H) * I + ggml_row_bytes(mix.down, I) * H;
+        {
+            const cuda::MatmulArgs mg = expert(mix.gate, wg, H, I, r_ids, k, true), mu = expert(mix.gate, wu, H, I, r_ids, k, true);
+            const cuda::MatmulArgs md = expert(mix.down, wd, I, H, r_ids, 1, true);
+            time_fn(s, "moe", "routed top-10 T=1 " + types, mix.gate, H, I, 1, k, k * expert_bytes, 200,
+                    [&] { run(mg, mu, md, 1, k, false); });
+        }
+        // shared expert: one matrix each (the first expert's), ids as the backend passes them (zeros / none)
+        for (int T : {1, 2, 4, 8}) {
+            const bool fused_path = cuda::moe_decode_supported(expert(mix.gate, wg, H, I, nullptr, 1, false),
+                                                               expert(mix.gate, wu, H, I, nullptr, 1, false),
+                                                               expert(mix.down, wd, I, H, nullptr, 1, false), T);
+            const int32_t* sid = fused_path ? nullptr : d_ids;   // moe_gate_up needs ids: all zeros, one matrix
+            const cuda::MatmulArgs mg = expert(mix.gate, wg, H, I, sid, 1, false), mu = expert(mix.gate, wu, H, I, sid, 1, false);
+            const cuda::MatmulArgs md = expert(mix.down, wd, I, H, nullptr, 1, false);
+            time_fn(s, "moe", "shared T=" + std::to_string(T) + " " + types, mix.gate, H, I, T, T, expert_bytes, 200,
+                    [&] { run(mg, mu, md, T, 1, true); });
+        }
+        for (void* p : {(void*)wg, (void*)wu, (void*)wd, (void*)r_ids}) cudaFree(p);
+    }
+    for (void* p : {(void*)y, (void*)g, (void*)u, (void*)down, (void*)gvec, (void*)wts, (void*)d_ids, scratch})
+        cudaFree(p);
+    free_acts(h);
+    free_acts(a);
+}
+
 // Prompt chunks of T = 256 and 1024 tokens: one matrix (attn_qkv 2560 -> 10240) and gate_exps (2560 -> 640) over
 // 512 experts, top-10 per token drawn at random. Both take the tiled kernels (T >= cuda::kTiledMinRows).
 void bench_prompt(cudaStream_t s) {
@@ -271,10 +410,11 @@ void bench_prompt(cudaStream_t s) {
 
 int main(int argc, char** argv) {
     const char* out = nullptr;
-    bool quick = false, prompt_only = false;
+    bool quick = false, prompt_only = false, decode_only = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--quick") == 0) quick = true;
         else if (std::strcmp(argv[i], "--prompt") == 0) prompt_only = true;
+        else if (std::strcmp(argv[i], "--decode") == 0) decode_only = true;
         else out = argv[i];
     }
     try {
@@ -286,12 +426,19 @@ int main(int argc, char** argv) {
         cudaStream_t s;
         CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
         json = std::string("{\"bench\": \"cuda_matmul_speed\", \"device\": \"") + prop.name + "\", \"results\": [\n";
-        if (!prompt_only) {
-            bench_big(s, quick);
-            bench_dense(s);
-            bench_experts(s);
+        if (decode_only) {
+            bench_decode(s);
+            bench_moe(s);
+        } else {
+            if (!prompt_only) {
+                bench_big(s, quick);
+                bench_dense(s);
+                bench_experts(s);
+                bench_decode(s);
+                bench_moe(s);
+            }
+            bench_prompt(s);
         }
-        bench_prompt(s);
         CUDA_CHECK(cudaStreamSynchronize(s));
     } catch (const std::exception& e) {
         std::fprintf(stderr, "cuda_matmul_speed: error: %s\n", e.what());

@@ -2,6 +2,7 @@
 // (quantize_act, matmul gate and up by id, swiglu, quantize_act of h, matmul down by id, moe_combine / the gated add)
 // on the decode shape (H 2560, I 640, 64 experts, top-10 of T = 1 and top-8 of T = 2) and a small one, for the
 // expert formats of the published files; twice each (same bits required), and the refusals of moe_decode_supported.
+// Also the T = 1 split-K matmuls (narrow outputs) of every format against the T = 2 kernels.
 // usage: moe_decode_test
 #include <algorithm>
 #include <cmath>
@@ -174,6 +175,36 @@ void check_refusals() {
     }
 }
 
+// Split-K at T = 1 (narrow outputs: matmul_q8_splitk_kernel / matmul_plain_splitk_kernel) against the T = 2 kernels
+// on the same row twice: the same chunk arithmetic summed in another order.
+void check_splitk(std::mt19937& rng) {
+    for (GgmlType t : gputest::all_formats())
+        for (int n : {2560, 6144}) {
+            const int rows = 320;
+            uint8_t* w = to_device(gputest::random_rows(t, rows, n, rng));
+            std::normal_distribution<float> normal(0.0f, 1.0f);
+            std::vector<float> x(n);
+            for (float& v : x) v = normal(rng);
+            std::vector<float> x2 = x;
+            x2.insert(x2.end(), x.begin(), x.end());
+            float *dx = to_device(x2), *y1 = to_device(std::vector<float>(rows)), *y2 = to_device(std::vector<float>(2 * rows));
+            const int blk = cuda::act_block(t);
+            cuda::ActQ8 act{to_device(std::vector<int8_t>(2 * n)), to_device(std::vector<float>(blk ? 2 * n / blk : 1))};
+            const cuda::MatmulArgs m = args(t, w, n, rows, 1, nullptr, 1);
+            if (blk) cuda::quantize_act(0, blk, dx, 2, n, act);
+            std::vector<float> got[2];
+            for (auto& out : got) {
+                cuda::matmul(0, m, dx, blk ? act : cuda::ActQ8{}, 1, y1);
+                out = to_host(y1, rows);
+            }
+            cuda::matmul(0, m, dx, blk ? act : cuda::ActQ8{}, 2, y2);
+            const std::vector<float> want = to_host(y2, rows);   // row 0 of the T = 2 result
+            report(std::string("matmul T=1 split-K ") + ggml_type_name(t) + " n=" + std::to_string(n), rel_err(got[0], want),
+                   1e-5, std::memcmp(got[0].data(), got[1].data(), rows * 4) == 0);
+            for (void* p : {(void*)w, (void*)dx, (void*)y1, (void*)y2, (void*)act.q, (void*)act.d}) cudaFree(p);
+        }
+}
+
 }  // namespace
 
 int main() {
@@ -181,6 +212,7 @@ int main() {
     try {
         cuda::upload_iq_tables();
         check_refusals();
+        check_splitk(rng);
         for (GgmlType gate : {GgmlType::Q2_0, GgmlType::IQ2_XS, GgmlType::IQ3_XXS, GgmlType::Q2_K, GgmlType::Q4_K})
             for (GgmlType down : {GgmlType::Q2_0, GgmlType::IQ4_NL, GgmlType::Q4_0}) {
                 check({gate, down, 2560, 640, 64, 1, 10, false}, rng);
