@@ -268,14 +268,19 @@ void check_attention(CpuBackend& cpu, const Shape& s, Cells kind, int n0, int T)
     const int32_t* cells = kind == Cells::dense ? nullptr : dflat.p + T + 1;
     const int most = std::min(128, 4096 / (T * s.nh));
     std::vector<float> exact;      // the double-precision reference, made when needed
-    for (int chunks : {-1, 1, most}) {
+    struct Plan {
+        int chunks, grouped;    // as cuda::attention takes them (−1: automatic)
+    };
+    for (const Plan plan : {Plan{-1, -1}, Plan{1, -1}, Plan{-1, 0}, Plan{most, 0}, Plan{-1, 1}, Plan{most, 1}}) {
         CUDA_CHECK(cudaMemset(dout.p, 0xff, dout.n * sizeof(float)));     // NaN: every output must be written
-        cuda::attention(nullptr, dq.p, dK.p, dV.p, T, s.nh, s.nkv, s.hd, off, cells, n0, dout.p, chunks);
+        cuda::attention(nullptr, dq.p, dK.p, dV.p, T, s.nh, s.nkv, s.hd, off, cells, n0, dout.p, plan.chunks,
+                        plan.grouped);
         const std::vector<float> got = dout.get();
         char name[160];
-        std::snprintf(name, sizeof name, "attention %s n0=%d T=%d nh=%d/%d hd=%d chunks=%s",
+        std::snprintf(name, sizeof name, "attention %s n0=%d T=%d nh=%d/%d hd=%d chunks=%s grouped=%s",
                       kind == Cells::dense ? "dense" : kind == Cells::qsa ? "qsa" : "gaps", n0, T, s.nh, s.nkv, s.hd,
-                      chunks < 0 ? "auto" : std::to_string(chunks).c_str());
+                      plan.chunks < 0 ? "auto" : std::to_string(plan.chunks).c_str(),
+                      plan.grouped < 0 ? "auto" : std::to_string(plan.grouped).c_str());
         double rel = rel_err(got, want);
         if (rel > 1e-5) {
             // The CPU's float sums over 32K cells can themselves be ~1e-5 off: then a GPU result within 1e-5 of the
@@ -290,7 +295,8 @@ void check_attention(CpuBackend& cpu, const Shape& s, Cells kind, int n0, int T)
     }
 }
 
-// T = 1 at the model's shape (16 heads over 2 kv heads, hd 256): the old kernel, one block per head, and the split.
+// At the model's shape (16 heads over 2 kv heads, hd 256): the old kernel, one block per head, the split with and
+// without GQA grouping, and the automatic choice.
 void time_attention(int n0, Cells kind, int T) {
     const Shape s{16, 2, 256};
     const int rows = n0 + T;
@@ -305,14 +311,20 @@ void time_attention(int n0, Cells kind, int T) {
     const int32_t* cells = kind == Cells::dense ? nullptr : dflat.p + T + 1;
     const std::string what = std::string(kind == Cells::dense ? "dense " : "qsa ") + std::to_string(keep[0].size()) +
                              " cells T=" + std::to_string(T);
-    timing("attention old kernel   " + what, time_us([&] {
+    timing("attention old kernel          " + what, time_us([&] {
                old_attention_kernel<8><<<T * s.nh, 128>>>(dq.p, dK.p, dV.p, s.nh, s.nkv, s.hd, off, cells, n0, dout.p);
            }));
-    timing("attention one block    " + what, time_us([&] {
+    timing("attention one block           " + what, time_us([&] {
                cuda::attention(nullptr, dq.p, dK.p, dV.p, T, s.nh, s.nkv, s.hd, off, cells, n0, dout.p, 1);
            }));
-    timing("attention split (auto) " + what, time_us([&] {
-               cuda::attention(nullptr, dq.p, dK.p, dV.p, T, s.nh, s.nkv, s.hd, off, cells, n0, dout.p, -1);
+    timing("attention split (4 warps/head) " + what, time_us([&] {
+               cuda::attention(nullptr, dq.p, dK.p, dV.p, T, s.nh, s.nkv, s.hd, off, cells, n0, dout.p, -1, 0);
+           }));
+    timing("attention split grouped       " + what, time_us([&] {
+               cuda::attention(nullptr, dq.p, dK.p, dV.p, T, s.nh, s.nkv, s.hd, off, cells, n0, dout.p, -1, 1);
+           }));
+    timing("attention auto                " + what, time_us([&] {
+               cuda::attention(nullptr, dq.p, dK.p, dV.p, T, s.nh, s.nkv, s.hd, off, cells, n0, dout.p);
            }));
 }
 
@@ -395,8 +407,9 @@ int main(int argc, char** argv) {
         cudaDeviceProp prop{};
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-        std::printf("device: %s, %d SMs; split chunks at T=1, 16 heads: %d\n", prop.name, prop.multiProcessorCount,
-                    cuda::attention_chunks(1, 16, -1));
+        std::printf("device: %s, %d SMs; split chunks at T=1, 16 heads: %d, grouped %d\n", prop.name,
+                    prop.multiProcessorCount, cuda::attention_chunks(1, 16, -1, false),
+                    cuda::attention_chunks(1, 16, -1, true));
 
         kv_pool((size_t)(32768 + 64) * 2 * 256);      // the largest case first, so the pool is drawn once
         const Shape model{16, 2, 256};

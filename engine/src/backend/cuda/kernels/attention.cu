@@ -21,7 +21,9 @@ constexpr int kWarps = 4;
 constexpr int kMaxHd = 256;
 constexpr int kCellsPerStep = 4;      // cells a warp has in flight at once
 constexpr int kMinChunkCells = 32;    // fewest cells a split block takes
-constexpr int kLongChunkCells = 512;  // most cells a split block takes where the chunk count allows
+constexpr int kLongWarpCells = 128;   // most cells a warp of a split block takes where the chunk count allows
+constexpr int kMaxGroup = 16;         // most query heads per kv head the grouped kernel takes
+constexpr int kMinGroupedChunkCells = 16;   // fewest cells a grouped split block takes
 constexpr int kMaxChunks = 128;       // most blocks one (query, head) is split over
 constexpr int kMaxPartials = 4096;    // partial results of one split launch: T·nh·chunks
 
@@ -30,6 +32,54 @@ struct Partials {
     float* acc = nullptr;    // [kMaxPartials][kMaxHd]
     float2* ml = nullptr;    // [kMaxPartials] (m, l)
 };
+
+// Online softmax of one warp over cells c0, c0 + step, … < c1 (positions cl[c], or c when cl is null), with
+// kCellsPerStep of them loaded before reducing so their loads overlap. K, V: the kv head's first row.
+template <int E>
+__device__ __forceinline__ void softmax_cells(const float (&qv)[E], const float* K, const float* V, size_t kv_row,
+                                              int hd, const int32_t* cl, int c0, int c1, int step, float scale,
+                                              float& m, float& l, float (&acc)[E]) {
+    const int lane = threadIdx.x & 31;
+    for (int c = c0; c < c1; c += step * kCellsPerStep) {
+        float kx[kCellsPerStep][E], vx[kCellsPerStep][E];
+        bool valid[kCellsPerStep];
+#pragma unroll
+        for (int u = 0; u < kCellsPerStep; ++u) {
+            const int cu = c + u * step;
+            valid[u] = cu < c1;
+            const size_t p = !valid[u] ? 0 : cl ? (size_t)cl[cu] : (size_t)cu;
+            const float* kc = K + p * kv_row;
+            const float* vc = V + p * kv_row;
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                const int j = lane + 32 * e;
+                kx[u][e] = valid[u] && j < hd ? kc[j] : 0.0f;
+                vx[u][e] = valid[u] && j < hd ? vc[j] : 0.0f;
+            }
+        }
+        float d[kCellsPerStep], m_new = m;
+#pragma unroll
+        for (int u = 0; u < kCellsPerStep; ++u) {
+            float s = 0.0f;
+#pragma unroll
+            for (int e = 0; e < E; ++e) s += qv[e] * kx[u][e];
+            d[u] = warp_sum(s) * scale;
+            if (valid[u]) m_new = fmaxf(m_new, d[u]);
+        }
+        const float corr = expf(m - m_new);
+        l *= corr;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[e] *= corr;
+#pragma unroll
+        for (int u = 0; u < kCellsPerStep; ++u) {
+            const float pr = valid[u] ? expf(d[u] - m_new) : 0.0f;
+            l += pr;
+#pragma unroll
+            for (int e = 0; e < E; ++e) acc[e] += pr * vx[u][e];
+        }
+        m = m_new;
+    }
+}
 
 // Template E: values per lane (hd <= 32·E). Split: write this block's partial result for chunk blockIdx.x of
 // `chunks`; otherwise the block covers every cell and writes the normalized output.
@@ -64,46 +114,8 @@ attention_kernel(const float* q, const float* K, const float* V, int nh, int nkv
         acc[e] = 0.0f;
     }
     float m = -FLT_MAX, l = 0.0f;
-    for (int c = c0 + warp; c < c1; c += kWarps * kCellsPerStep) {
-        // Load the keys and values of up to kCellsPerStep cells before reducing, so their loads overlap.
-        float kx[kCellsPerStep][E], vx[kCellsPerStep][E];
-        bool valid[kCellsPerStep];
-#pragma unroll
-        for (int u = 0; u < kCellsPerStep; ++u) {
-            const int cu = c + u * kWarps;
-            valid[u] = cu < c1;
-            const size_t p = !valid[u] ? 0 : cl ? (size_t)cl[cu] : (size_t)cu;
-            const float* kc = K + p * kv_row + (size_t)kvh * hd;
-            const float* vc = V + p * kv_row + (size_t)kvh * hd;
-#pragma unroll
-            for (int e = 0; e < E; ++e) {
-                const int j = lane + 32 * e;
-                kx[u][e] = valid[u] && j < hd ? kc[j] : 0.0f;
-                vx[u][e] = valid[u] && j < hd ? vc[j] : 0.0f;
-            }
-        }
-        float d[kCellsPerStep], m_new = m;
-#pragma unroll
-        for (int u = 0; u < kCellsPerStep; ++u) {
-            float s = 0.0f;
-#pragma unroll
-            for (int e = 0; e < E; ++e) s += qv[e] * kx[u][e];
-            d[u] = warp_sum(s) * scale;
-            if (valid[u]) m_new = fmaxf(m_new, d[u]);
-        }
-        const float corr = expf(m - m_new);
-        l *= corr;
-#pragma unroll
-        for (int e = 0; e < E; ++e) acc[e] *= corr;
-#pragma unroll
-        for (int u = 0; u < kCellsPerStep; ++u) {
-            const float pr = valid[u] ? expf(d[u] - m_new) : 0.0f;
-            l += pr;
-#pragma unroll
-            for (int e = 0; e < E; ++e) acc[e] += pr * vx[u][e];
-        }
-        m = m_new;
-    }
+    softmax_cells<E>(qv, K + (size_t)kvh * hd, V + (size_t)kvh * hd, kv_row, hd, cl, c0 + warp, c1, kWarps, scale, m,
+                     l, acc);
     if (lane == 0) {
         s_m[warp] = m;
         s_l[warp] = l;
@@ -129,6 +141,42 @@ attention_kernel(const float* q, const float* K, const float* V, int nh, int nkv
         else o[(size_t)th * hd + j] = r / L;
     }
     if (Split && threadIdx.x == 0) part.ml[slot] = make_float2(M, L);
+}
+
+// Split over chunks, GQA-grouped: a block of G = nh / nkv warps per (query, kv head, chunk), warp w for query head
+// kvh·G + w over every cell of the chunk, so the G warps read each key and value row together (one L2 read, the
+// rest L1 hits). Writes the same partial results as attention_kernel<E, true>.
+template <int E>
+__global__ void __launch_bounds__(kMaxGroup * 32)
+attention_grouped_kernel(const float* q, const float* K, const float* V, int nh, int nkv, int hd, const int32_t* off,
+                         const int32_t* cells, int n0, int chunks, Partials part) {
+    const int tk = blockIdx.y, t = tk / nkv, kvh = tk % nkv, group = nh / nkv;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, th = t * nh + kvh * group + warp;
+    const size_t slot = (size_t)th * chunks + blockIdx.x;
+    const int n_cells = cells ? off[t + 1] - off[t] : n0 + t;
+    const int per = max(kMinGroupedChunkCells, (n_cells + chunks - 1) / chunks);
+    const int c0 = min(n_cells, (int)blockIdx.x * per), c1 = min(n_cells, c0 + per);
+    if (c0 == c1) {
+        if (lane == 0) part.ml[slot] = make_float2(-FLT_MAX, 0.0f);
+        return;
+    }
+    float qv[E], acc[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int j = lane + 32 * e;
+        qv[e] = j < hd ? q[(size_t)th * hd + j] : 0.0f;
+        acc[e] = 0.0f;
+    }
+    float m = -FLT_MAX, l = 0.0f;
+    const size_t kv_row = (size_t)nkv * hd;
+    softmax_cells<E>(qv, K + (size_t)kvh * hd, V + (size_t)kvh * hd, kv_row, hd, cells ? cells + off[t] : nullptr, c0,
+                     c1, 1, 1.0f / sqrtf((float)hd), m, l, acc);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int j = lane + 32 * e;
+        if (j < hd) part.acc[slot * kMaxHd + j] = acc[e];
+    }
+    if (lane == 0) part.ml[slot] = make_float2(m, l);
 }
 
 // One block per (query, head): o = Σ_chunks acc·e^(m−M) / Σ_chunks l·e^(m−M), M the largest chunk max.
@@ -196,7 +244,7 @@ int sm_count() {
 
 template <int E>
 void launch(cudaStream_t s, const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
-            const int32_t* off, const int32_t* cells, int n0, int chunks, float* o) {
+            const int32_t* off, const int32_t* cells, int n0, int chunks, bool grouped, float* o) {
     const int pairs = T * nh;
     if (chunks <= 1) {
         attention_kernel<E, false><<<pairs, kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0, 1, o, {});
@@ -204,46 +252,61 @@ void launch(cudaStream_t s, const float* q, const float* K, const float* V, int 
         return;
     }
     const Partials part = partials_for(s);
-    attention_kernel<E, true><<<dim3(chunks, pairs), kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0,
-                                                                          chunks, o, part);
+    if (grouped)
+        attention_grouped_kernel<E><<<dim3(chunks, T * nkv), nh / nkv * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells,
+                                                                                  n0, chunks, part);
+    else
+        attention_kernel<E, true><<<dim3(chunks, pairs), kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0,
+                                                                              chunks, o, part);
     CUDA_CHECK_LAUNCH();
     attention_merge_kernel<<<pairs, hd <= 128 ? 128 : 256, 0, s>>>(hd, chunks, part, o);
     CUDA_CHECK_LAUNCH();
 }
 
+bool env_off(const char* name) {
+    const char* v = std::getenv(name);
+    return v && std::string(v) == "0";
+}
+
 }  // namespace
 
-int attention_chunks(int T, int nh, int max_cells) {
-    static const bool split_off = [] {      // STRATA_CUDA_SPLIT_ATTN=0: one block per (query, head), for A/B runs
-        const char* v = std::getenv("STRATA_CUDA_SPLIT_ATTN");
-        return v && std::string(v) == "0";
-    }();
+int attention_chunks(int T, int nh, int max_cells, bool grouped) {
+    static const bool split_off = env_off("STRATA_CUDA_SPLIT_ATTN");   // A/B: one block per (query, head)
     const int pairs = T * nh;
     if (pairs <= 0 || split_off) return 1;
-    const int target_blocks = 4 * sm_count();           // 4 blocks of 4 warps fit an SM (registers)
-    int chunks = (target_blocks + pairs - 1) / pairs;
-    if (max_cells >= 0) {   // very long lists: more blocks than fill the GPU at once, ≤ kLongChunkCells each
-        chunks = std::max(chunks, (max_cells + kLongChunkCells - 1) / kLongChunkCells);
-        chunks = std::min(chunks, (max_cells + kMinChunkCells - 1) / kMinChunkCells);
+    // About 16 warps per SM (4 blocks of 4 warps fit by registers); a chunk of one (query, head) takes 4 warps, or
+    // one in the grouped kernel.
+    const int warps_per_chunk = grouped ? 1 : kWarps;
+    int chunks = (16 * sm_count() + pairs * warps_per_chunk - 1) / (pairs * warps_per_chunk);
+    if (max_cells >= 0) {   // very long lists: more chunks than fill the GPU at once, ≤ kLongWarpCells per warp
+        chunks = std::max(chunks, (max_cells + kLongWarpCells * warps_per_chunk - 1) / (kLongWarpCells * warps_per_chunk));
+        const int min_cells = grouped ? kMinGroupedChunkCells : kMinChunkCells;
+        chunks = std::min(chunks, (max_cells + min_cells - 1) / min_cells);
     }
     chunks = std::min({chunks, kMaxChunks, kMaxPartials / pairs});
     return std::max(chunks, 1);
 }
 
 void attention(cudaStream_t s, const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
-               const int32_t* off, const int32_t* cells, int n0, float* o, int chunks) {
+               const int32_t* off, const int32_t* cells, int n0, float* o, int chunks, int grouped) {
     STRATA_CHECK(hd >= 1 && hd <= kMaxHd, "cuda attention: head dim ", hd, " is out of range 1..", kMaxHd);
     STRATA_CHECK(nkv > 0 && nh % nkv == 0, "cuda attention: ", nh, " heads do not group over ", nkv, " kv heads");
     if (!T || !nh) return;
-    // Dense lists are known here (n0 + T − 1 cells at most); device lists are not, and their chunks take
-    // at least kMinChunkCells each, so short lists leave the later chunks empty.
-    if (chunks < 0) chunks = attention_chunks(T, nh, cells ? -1 : n0 + T - 1);
+    static const bool grouped_off = env_off("STRATA_CUDA_GROUPED_ATTN");   // A/B: split without grouping
+    const int group = nh / nkv;
+    if (grouped < 0) grouped = group >= 2 && group <= kMaxGroup && !grouped_off;
+    STRATA_CHECK(!grouped || (group >= 1 && group <= kMaxGroup), "cuda attention: ", group,
+                 " query heads per kv head exceed the grouped kernel's ", kMaxGroup);
+    // Dense lists are known here (n0 + T − 1 cells at most); device lists are not, and their chunks take a
+    // least number of cells each, so short lists leave the later chunks empty.
+    if (chunks < 0) chunks = attention_chunks(T, nh, cells ? -1 : n0 + T - 1, grouped);
     STRATA_CHECK(chunks <= 1 || (chunks <= kMaxChunks && (size_t)T * nh * chunks <= (size_t)kMaxPartials),
                  "cuda attention: ", chunks, " chunks for ", T * nh, " (query, head) pairs exceed the partial buffer");
-    if (hd <= 32) launch<1>(s, q, K, V, T, nh, nkv, hd, off, cells, n0, chunks, o);
-    else if (hd <= 64) launch<2>(s, q, K, V, T, nh, nkv, hd, off, cells, n0, chunks, o);
-    else if (hd <= 128) launch<4>(s, q, K, V, T, nh, nkv, hd, off, cells, n0, chunks, o);
-    else launch<8>(s, q, K, V, T, nh, nkv, hd, off, cells, n0, chunks, o);
+    const bool g = grouped != 0;
+    if (hd <= 32) launch<1>(s, q, K, V, T, nh, nkv, hd, off, cells, n0, chunks, g, o);
+    else if (hd <= 64) launch<2>(s, q, K, V, T, nh, nkv, hd, off, cells, n0, chunks, g, o);
+    else if (hd <= 128) launch<4>(s, q, K, V, T, nh, nkv, hd, off, cells, n0, chunks, g, o);
+    else launch<8>(s, q, K, V, T, nh, nkv, hd, off, cells, n0, chunks, g, o);
 }
 
 }  // namespace strata::cuda
