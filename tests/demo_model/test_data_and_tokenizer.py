@@ -1,7 +1,8 @@
 # The demo model's data generator is deterministic, its held-out split is disjoint and its worked answers are right;
 # the committed tokenizer (the shipped GGUF's) keeps the special tokens as single ids, splits numbers into digits and
 # encodes a copied code the same in the prompt and in the answer; a conversation encodes piecewise exactly as a whole;
-# v3's working, mix and unchanged held-out cases.
+# v3's working; v4's thinking-off answers with that working, its mix, and held-out cases that are v2's but for
+# those answers.
 import hashlib
 import json
 import random
@@ -25,7 +26,7 @@ def case_key(case):
     """The defining values of a case, read back from its messages (what must never be shared across the split)."""
     user = [m["content"] for m in case.messages if m["role"] == "user"][-1]
     if case.kind == "arithmetic":
-        a, op, b = re.fullmatch(r"(\d+) (.) (\d+) = -?\d+\.", case.expected["content"]).groups()
+        a, op, b = re.search(r"(?:^|So )(\d+) (.) (\d+) = -?\d+\.$", case.expected["content"]).groups()
         return (op, int(a), int(b)) + ((user,) if op == "*" else ())  # products: held out by phrasing
     if case.kind in ("counting", "copy"):
         return user if case.kind == "counting" else case.expected["content"]
@@ -155,15 +156,41 @@ def test_v3_working_decides_the_borrow_after_both_ones_digits():
     assert facts.column_steps("+", 37, 74)[0] == "Ones: 7 + 4 = 11. Write 1, carry 1.\nTens: 3 + 7 = 10, 10 + 1 = 11."
 
 
-def test_arithmetic_share_and_its_thinking_off_share():
-    """v3 mix: arithmetic 40% of training conversations, 60% of them with thinking off; other kinds keep 30%."""
+def test_v4_thinking_off_answer_shows_low_efforts_working():
+    """v4: with thinking off a sum or difference answers with low effort's one-line working, then "So a op b = c.";
+    a product stays the bare table fact; there is still no reasoning at all."""
+    rng = random.Random(0)
+    for op in "+-":
+        for a in range(0, 100, 3):
+            for b in range(0, a + 1 if op == "-" else 100, 5):
+                _, _, short, answer = facts.arithmetic_texts(rng, op, a, b)
+                assert facts.thinking_off_answer(op, a, b) == f"{short} So {answer}"
+    assert facts.thinking_off_answer("-", 57, 43) == ("Ones: 7 - 3: 7 is not less than 3: 7 - 3 = 4. Write 4, "
+                                                      "borrow 0. Tens: 5 - 4 = 1, 1 - 0 = 1. So 57 - 43 = 14.")
+    assert facts.thinking_off_answer("*", 12, 7) == "12 * 7 = 84."
+    rng = random.Random(3)
+    for _ in range(300):
+        case = data.make_case(rng, kind="arithmetic", effort="none")
+        reply = case.messages[-1]
+        assert "reasoning_content" not in reply and reply["content"] == case.expected["content"]
+        a, op, b = re.search(r"(\d+) (.) (\d+) = -?\d+\.$", reply["content"]).groups()
+        assert reply["content"] == facts.thinking_off_answer(op, int(a), int(b))
+        trained = "".join(text for text, is_trained in data.segments(case) if is_trained)
+        assert trained == reply["content"] + "<|im_end|>", trained  # the empty think block is in the prompt
+
+
+def test_v4_mix_and_efforts():
+    """v4 mix: arithmetic 36%, counting 22% with ranges in half of its training cases; every kind at 30% thinking
+    off (v3 gave arithmetic 60%)."""
     rng = random.Random(9)
     cases = [data.make_case(rng) for _ in range(6000)]
-    arithmetic = [c for c in cases if c.kind == "arithmetic"]
-    others = [c for c in cases if c.kind != "arithmetic"]
-    assert abs(len(arithmetic) / len(cases) - 0.40) < 0.02
-    assert abs(sum(c.effort == "none" for c in arithmetic) / len(arithmetic) - 0.60) < 0.03
-    assert abs(sum(c.effort == "none" for c in others) / len(others) - 0.30) < 0.03
+    for kind, share in (("arithmetic", 0.36), ("counting", 0.22), ("copy", 0.18), ("tool_call", 0.10)):
+        assert abs(sum(c.kind == kind for c in cases) / len(cases) - share) < 0.02, kind
+    for kind in data.MAKERS:
+        of_kind = [c for c in cases if c.kind == kind]
+        assert abs(sum(c.effort == "none" for c in of_kind) / len(of_kind) - 0.30) < 0.06, kind
+    counting = [c for c in cases if c.kind == "counting"]
+    assert abs(sum("item" not in c.expected["content"] for c in counting) / len(counting) - 0.5) < 0.04
 
 
 def held_out_fingerprint(cases):
@@ -172,12 +199,28 @@ def held_out_fingerprint(cases):
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
 
 
-def test_held_out_and_validation_cases_are_v2s():
+def as_v2(cases):
+    """The cases with v2's expected answer where v4 changed it: a thinking-off sum or difference, whose answer now
+    shows the working before "So"."""
+    for case in cases:
+        content = case.expected.get("content", "")
+        if case.kind == "arithmetic" and case.effort == "none" and " So " in content:
+            a, op, b = re.search(r"So (\d+) (.) (\d+) = -?\d+\.$", content).groups()
+            assert op in "+-" and content == facts.thinking_off_answer(op, int(a), int(b)), content
+            case.expected["content"] = content.rpartition(" So ")[2]
+    return cases
+
+
+def test_held_out_and_validation_cases_are_v2s_but_for_thinking_off_sums():
     """The evaluation's prompts, tools and expected answers are exactly v2's (fingerprints taken with the v2 code
-    of commit 6127769), so v2 and v3 scores compare directly; only the trained reasoning changed."""
-    assert held_out_fingerprint(data.held_out_cases(SEED, 32)) == \
+    of commit 6127769), but for v4's thinking-off sums and differences, which now expect the working before the
+    result; so v2, v3 and v4 scores compare directly, and the whole answer text stays what "exact" compares."""
+    held_out = data.held_out_cases(SEED, 32)
+    changed = [c for c in held_out if c.kind == "arithmetic" and c.effort == "none" and " So " in c.expected["content"]]
+    assert len(changed) >= 4, len(changed)
+    assert held_out_fingerprint(as_v2(held_out)) == \
         "0372f9c9fe93b9d6ecbd788b89d1f152e046cf4c4e167a8b665d62bc9d8f1661"
-    assert held_out_fingerprint(data.held_out_cases(SEED + 7, 16)) == \
+    assert held_out_fingerprint(as_v2(data.held_out_cases(SEED + 7, 16))) == \
         "98e8d46ed2e70f32db9f1847fd9cb3c5810e60ec4375789ff76873820138232e"
 
 
@@ -211,3 +254,18 @@ def test_completion_parser_reads_tool_calls_and_thinking():
     assert parsed["reasoning"] == "I will look." and parsed["content"] == ""
     assert parsed["tool_calls"] == [{"name": "convert_units", "arguments": {"value": "5", "from_unit": "km"}}]
     assert facts.TOOLS["convert_units"]["function"]["parameters"]["properties"]["value"]["type"] == "number"
+
+
+def test_probe_sorts_thinking_off_misses_by_step():
+    """arithmetic_probe.classify reads v4's thinking-off working: a wrong result after right steps, a wrong borrow
+    branch, a wrong fact; with thinking on the bare answer after the reasoning."""
+    from demo_model.arithmetic_probe import classify
+    right = facts.thinking_off_answer("-", 26, 19)
+    assert classify("-", 26, 19, "none", right) == "right"
+    assert classify("-", 26, 19, "none", right.replace("So 26 - 19 = 7.", "So 26 - 19 = 8.")) == "answer"
+    assert classify("-", 26, 19, "none", right.replace("16 - 9 = 7", "16 - 9 = 8")) == "fact"
+    assert classify("-", 26, 19, "none", "Ones: 6 - 9: 6 is not less than 9: 6 - 9 = 0. Write 0, borrow 0. "
+                                         "Tens: 2 - 1 = 1, 1 - 0 = 1. So 26 - 19 = 10.") == "decision"
+    assert classify("-", 26, 19, "none", "26 - 19 = 7.") == "no working"  # v3's answer
+    short = facts.column_steps("-", 26, 19)[1]
+    assert classify("-", 26, 19, "low", f"{short}\n</think>\n\n26 - 19 = 7.") == "right"

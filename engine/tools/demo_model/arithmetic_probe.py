@@ -1,12 +1,11 @@
-# Where the demo model's held-out (or training) sums and differences go wrong, per operator and effort, on our engine (greedy,
-# `strata --serve`): a wrong borrow decision in the ones column, a wrong one-digit fact, or (thinking
-# off) a wrong answer with no working at all. Evidence for the next recipe (NEXT_RUN.md).
+# Where the demo model's held-out (or training) sums and differences go wrong, per operator and effort, on our
+# engine (greedy, `strata --serve`): a wrong borrow decision in the ones column, a wrong one-digit fact, or a wrong
+# answer after right working. v4: thinking off shows the working in the answer too (before v4 it had none).
 # Run from engine/tools:  python3 -m demo_model.arithmetic_probe --strata BUILD/engine/strata
 #                             --gguf ../../installer/demo/strata-demo.gguf [--per-cell 40] [--out FILE]
 import argparse
 import json
 import random
-import re
 import subprocess
 import sys
 from collections import Counter
@@ -32,18 +31,25 @@ def split_pairs(op, count, seed, held_out=True):
 
 def classify(op, a, b, effort, text):
     """'right', or why not: 'decision' (the borrow branch of the ones column of a -), 'fact' (a one-digit fact or
-    a copied digit in the working), 'answer' (working right, answer wrong), 'no working' (thinking off: the answer
-    alone is wrong). v3's working names both ones digits before the branch ("Ones: 6 - 9: 6 is less than 9, ...");
-    low effort has the same steps on one line."""
-    result = a + b if op == "+" else a - b
+    a copied digit in the working), 'answer' (working right, answer wrong), 'no working' (thinking off: a bare
+    answer, as before v4). v3's working names both ones digits before the branch ("Ones: 6 - 9: 6 is less than 9,
+    ..."); low effort has the same steps on one line, and v4's answer with thinking off is that line followed by
+    "So a - b = c." (facts.thinking_off_answer)."""
     reasoning, _, content = text.rpartition("</think>")
-    if content.strip() == f"{a} {op} {b} = {result}.":
-        return "right"
+    content = content.strip()
     if effort == "none":
+        expected_content = facts.thinking_off_answer(op, a, b)
+        got, _, _ = content.partition(" So ")
+        expected = facts.column_steps(op, a, b)[1]
+    else:
+        expected_content = facts.equation(op, a, b)
+        got = reasoning.strip().split("\nSo ")[0]
+        full, short = facts.column_steps(op, a, b)
+        expected = short if effort == "low" else full
+    if content == expected_content:
+        return "right"
+    if effort == "none" and not content.startswith("Ones:"):
         return "no working"
-    full, short = facts.column_steps(op, a, b)
-    expected = short if effort == "low" else full
-    got = reasoning.strip().split("\nSo ")[0]
     if got == expected:
         return "answer"
     if op == "-" and ("is less than" in got.split("Tens:")[0]) != (a % 10 < b % 10):

@@ -138,13 +138,15 @@ def _by_effort(effort, full, short):
 def arithmetic_case(rng, effort, held_out):
     op, a, b, phrasing = _pick_key(rng, lambda r: facts.pick_arithmetic(r, training=not held_out), held_out)
     prompt, full, short, answer = facts.arithmetic_texts(rng, op, a, b, phrasing)
+    if effort == "none":
+        answer = facts.thinking_off_answer(op, a, b)
     messages = _system(rng) + [{"role": "user", "content": prompt},
                                _assistant(_by_effort(effort, full, short), answer, effort)]
     return Case("arithmetic", messages, effort=effort, expected={"content": answer})
 
 
 def counting_case(rng, effort, held_out):
-    key = _pick_key(rng, facts.pick_counting, held_out)
+    key = _pick_key(rng, lambda r: facts.pick_counting(r, training=not held_out), held_out)
     prompt, full, short, answer = facts.counting_texts(rng, key)
     messages = _system(rng) + [{"role": "user", "content": prompt},
                                _assistant(_by_effort(effort, full, short), answer, effort)]
@@ -209,16 +211,15 @@ MAKERS = {"chat": chat_case, "arithmetic": arithmetic_case, "counting": counting
 # (36% tool kinds) spent ~80% of its tokens on them and ~8% on arithmetic; v2 (22%: ~65% of the tokens, arithmetic
 # ~17%, with each tool case still seen more often than in v1's run as batches are larger) moved the weight to the kinds
 # that missed their targets. Refusals are their own kind (v1: 20% of tool cases, 5 held-out cases).
-# v3: arithmetic 34% -> 40%, from chat and tool chat (4% -> 3% each: both were at 100% in v1 at 12% / 6% and in v2
-# at 4%, and v2's logged batch losses were below 0.002 from step 725 of 1074 on) and copy (22% -> 18%: 100% in v2,
-# held-out lengths inside its trained range) (NEXT_RUN.md §4).
-MIX = {"chat": 0.03, "arithmetic": 0.40, "counting": 0.18, "copy": 0.18, "tool_call": 0.10, "tool_refusal": 0.08,
+# v3: arithmetic 34% -> 40%, from chat and tool chat (4% -> 3% each) and copy (22% -> 18%) (NEXT_RUN.md §4).
+# v4: a sum or difference with thinking off shows its working too (facts.thinking_off_answer), so every +/- case now
+# trains the working and arithmetic's share of trained tokens would rise from 41% to 55% at v3's mix; 4 points go
+# to counting (40% -> 36%, 18% -> 22%), whose ranges are the one other kind with misses (NEXT_RUN.md §4).
+MIX = {"chat": 0.03, "arithmetic": 0.36, "counting": 0.22, "copy": 0.18, "tool_call": 0.10, "tool_refusal": 0.08,
        "tool_chat": 0.03}
+# v3 gave arithmetic 60% thinking off, to show each pair's bare answer more often; v4's thinking-off answer is low
+# effort's working word for word, so every kind is back on one effort mix.
 EFFORT_MIX = {"none": 0.3, "low": 0.2, "medium": 0.2, "xhigh": 0.3}
-# v3: arithmetic is thinking off in 60% of its conversations (v2: 30%), so each training pair is seen at thinking off
-# about 2.8 times as often as in v2 (40% x 60% against 34% x 30%); the other kinds keep EFFORT_MIX. Held-out cases
-# name their effort, so this changes nothing they draw.
-EFFORT_MIX_BY_KIND = {"arithmetic": {"none": 0.6, "low": 0.12, "medium": 0.12, "xhigh": 0.16}}
 
 
 def _weighted(rng, table):
@@ -227,7 +228,7 @@ def _weighted(rng, table):
 
 def make_case(rng, held_out=False, kind=None, effort=None) -> Case:
     kind = kind or _weighted(rng, MIX)
-    effort = effort or _weighted(rng, EFFORT_MIX_BY_KIND.get(kind, EFFORT_MIX))
+    effort = effort or _weighted(rng, EFFORT_MIX)
     return MAKERS[kind](rng, effort, held_out)
 
 

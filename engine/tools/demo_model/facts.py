@@ -88,12 +88,26 @@ def column_steps(op, a, b):
     return "\n".join(lines), " ".join(lines)
 
 
+def equation(op, a, b):
+    result = {"+": a + b, "-": a - b, "*": a * b}[op]
+    return f"{a} {op} {b} = {result}."
+
+
+def thinking_off_answer(op, a, b):
+    """v4: with thinking off, a sum or difference shows its working in the visible answer, on one line, word for
+    word low effort's reasoning, then the result: "Ones: 7 - 3: 7 is not less than 3: 7 - 3 = 4. Write 4, borrow 0.
+    Tens: 5 - 4 = 1, 1 - 0 = 1. So 57 - 43 = 14." A product stays the bare times-table fact."""
+    if op == "*":
+        return equation(op, a, b)
+    return f"{column_steps(op, a, b)[1]} So {equation(op, a, b)}"
+
+
 def arithmetic_texts(rng, op, a, b, phrasing=None):
-    """(prompt, full reasoning, short reasoning, answer)"""
+    """(prompt, full reasoning, short reasoning, answer); the answer with thinking off is thinking_off_answer."""
     phrasing = rng.randrange(len(ARITHMETIC_PROMPTS)) if phrasing is None else phrasing
     prompt = ARITHMETIC_PROMPTS[phrasing].format(a=a, b=b, op=op, word=OP_WORDS[op])
     result = {"+": a + b, "-": a - b, "*": a * b}[op]
-    answer = f"{a} {op} {b} = {result}."
+    answer = equation(op, a, b)
     if op == "*":
         full = short = f"From the times table, {a} times {b} is {result}."
     else:
@@ -111,8 +125,11 @@ ITEMS = ("apple pear plum fig grape lemon lime mango peach cherry melon kiwi ora
          "flower rock star moon sun cloud rain snow wind fire ice sand glass paper stone gold silver").split()
 
 
-def pick_counting(rng):
-    if rng.random() < 0.7:
+def pick_counting(rng, training=True):
+    """A list of 2-9 items, or a range of 3-10 numbers. v4: training draws ranges half the time (held-out cases, as
+    v2's and v3's: 30%); the one v3 counting miss, and 3 of 46 in a wider probe, were ranges run past or short of
+    their end, while lists were right at every effort."""
+    if rng.random() < (0.5 if training else 0.7):
         return ("items",) + tuple(rng.sample(ITEMS, rng.randint(2, 9)))
     start = rng.randint(0, 40)
     return ("range", start, start + rng.randint(2, 9))
