@@ -4,6 +4,7 @@
 // Partial sums are added in a fixed order (no atomics): results are the same run to run.
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -27,6 +28,20 @@ constexpr int kGroup = 16;                // lanes per up row in kernel 2 (r = 3
 constexpr int kGroups = kThreads / kGroup;
 
 std::atomic<int64_t> g_fused{0};
+std::atomic<int> g_pdl{-1};   // kernel 2 as a programmatic dependent launch: -1 = STRATA_CUDA_HYPER_PDL (default off)
+
+// Programmatic dependent launch (sm_90): kernel 1 lets kernel 2's blocks start early; kernel 2 waits for kernel 1's
+// completion and memory before reading its outputs. Both are no-ops when kernel 2 was launched the ordinary way.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 // Kernel 1's shared memory for T tokens of a chunk of cw inputs: Q8 (blk > 0) int8 values + scales, else f32 values
 // at a row stride of 33 per 32 (lanes read different 32-input units: the padding spreads them over the banks).
@@ -57,22 +72,45 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
         const uint8_t* wr = row < r ? down + (size_t)row * down_rb : inject + (size_t)(row - r) * inj_rb;
         for (int u = lane; u < units; u += 32) prefetch_l2(wr + (size_t)((c0 / 32 + u) / kSub) * F::BYTES);
     }
+    pdl_launch_dependents();
 
-    const int s_first = c0 / H, s_last = (c0 + cw - 1) / H;
-    for (int t = 0; t < T; ++t)
-        for (int s = s_first; s <= s_last; ++s) {
-            const float* xs = X + (size_t)t * nH + (size_t)s * H;
-            float ss = 0.0f;
-            if ((H & 3) == 0)
-                for (int j = threadIdx.x; j < H / 4; j += blockDim.x) {
-                    const float4 v = ((const float4*)xs)[j];
-                    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    // Sums of squares: all tokens' loads in flight together, one barrier for every (token, stream).
+    __shared__ float red[kMaxTokens][kMaxStreams][kThreads / 32];
+    const int s_first = c0 / H, s_last = (c0 + cw - 1) / H, ns = s_last - s_first + 1;
+    for (int s = s_first; s <= s_last; ++s) {
+        float ss[NT];
+#pragma unroll
+        for (int t = 0; t < NT; ++t) ss[t] = 0.0f;
+        const float* xs = X + (size_t)s * H;
+        if ((H & 3) == 0)
+            for (int j = threadIdx.x; j < H / 4; j += blockDim.x)
+#pragma unroll
+                for (int t = 0; t < NT; ++t) {
+                    if (t >= T) break;
+                    const float4 v = ((const float4*)(xs + (size_t)t * nH))[j];
+                    ss[t] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
                 }
-            else
-                for (int j = threadIdx.x; j < H; j += blockDim.x) ss += xs[j] * xs[j];
-            ss = block_sum(ss);
-            if (threadIdx.x == 0) inv[t][s - s_first] = 1.0f / sqrtf(ss / H + eps);
+        else
+            for (int j = threadIdx.x; j < H; j += blockDim.x)
+#pragma unroll
+                for (int t = 0; t < NT; ++t) {
+                    if (t >= T) break;
+                    const float v = xs[(size_t)t * nH + j];
+                    ss[t] += v * v;
+                }
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const float v = warp_sum(ss[t]);
+            if (lane == 0 && t < T) red[t][s - s_first][warp] = v;
         }
+    }
+    __syncthreads();
+    if (threadIdx.x < T * ns) {
+        const int t = threadIdx.x / ns, si = threadIdx.x % ns;
+        float ss = 0.0f;
+        for (int k = 0; k < kThreads / 32; ++k) ss += red[t][si][k];
+        inv[t][si] = 1.0f / sqrtf(ss / H + eps);
+    }
     __syncthreads();
 
     int8_t* xq = (int8_t*)smem4;                                          // [T, cw]
@@ -80,21 +118,58 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
     float* xf = (float*)smem4;                                            // [T, cw / 32, 33]
     const bool write_xn = blockIdx.y == 0;
     if constexpr (BLK > 0) {
-        constexpr int V = BLK / 32;
-        const int nblk = cw / BLK;
-        for (int b = warp; b < T * nblk; b += kThreads / 32) {
-            const int t = b / nblk, cb = (b % nblk) * BLK;
-            float v[V];
+        // One thread per 32 consecutive inputs (all tokens' units spread over the block); the SG = BLK / 32 threads
+        // of an activation block are consecutive lanes and share its amax by shuffles. Every thread runs every
+        // round (the shuffles take the whole warp); quantize_block's arithmetic.
+        constexpr int SG = BLK / 32;
+        const int nblk = cw / BLK, all_units = T * units;
+        for (int it = 0; it < (all_units + kThreads - 1) / kThreads; ++it) {
+            const int i = it * kThreads + threadIdx.x;
+            const bool valid = i < all_units;
+            const int t = valid ? i / units : 0, uu = valid ? i % units : 0, cs = c0 + 32 * uu;
+            const int s0 = cs / H, next = (s0 + 1) * H;   // the stream of the unit's first input, where the next starts
+            const float4* x4 = (const float4*)(X + (size_t)t * nH + cs);
+            float v[32];
+            float amax = 0.0f;
 #pragma unroll
-            for (int k = 0; k < V; ++k) {
-                const int c = c0 + cb + lane + 32 * k;
-                float y = X[(size_t)t * nH + c] * inv[t][c / H - s_first];
-                if (w) y *= w[c % w_len];
-                v[k] = y;
-                if (write_xn) xn[(size_t)t * nH + c] = y;
+            for (int e4 = 0; e4 < 8; ++e4) {
+                const float4 xv = valid ? x4[e4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = cs + 4 * e4 + q;
+                    float y = xs[q] * inv[t][(c < next ? s0 : c / H) - s_first];
+                    if (w) y *= w[w_len == nH ? c : c % w_len];
+                    v[4 * e4 + q] = y;
+                    amax = fmaxf(amax, fabsf(y));
+                }
             }
-            const float d = quantize_block<BLK>(v, xq + t * cw + cb, lane);
-            if (lane == 0) xd[t * nblk + cb / BLK] = d;
+#pragma unroll
+            for (int o = 1; o < SG; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            if (!valid) continue;
+            if (write_xn) {
+                float4* xo = (float4*)(xn + (size_t)t * nH + cs);
+#pragma unroll
+                for (int e4 = 0; e4 < 8; ++e4) xo[e4] = make_float4(v[4 * e4], v[4 * e4 + 1], v[4 * e4 + 2], v[4 * e4 + 3]);
+            }
+            const float dd = amax / 127.0f;
+            const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+            int packed[8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                uint32_t word = 0;
+#pragma unroll
+                for (int b = 0; b < 4; ++b) {
+                    float r = rintf(v[4 * k + b] * id);
+                    if (BLK == 256) r = fminf(127.0f, fmaxf(-127.0f, r));
+                    word |= (uint32_t)(uint8_t)(int8_t)(int)r << (8 * b);
+                }
+                packed[k] = (int)word;
+            }
+            int4* qo = (int4*)(xq + t * cw + 32 * uu);
+            qo[0] = make_int4(packed[0], packed[1], packed[2], packed[3]);
+            qo[1] = make_int4(packed[4], packed[5], packed[6], packed[7]);
+            if (uu % SG == 0) xd[t * nblk + (32 * uu) / BLK] = BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;
         }
     } else {
         for (int i = threadIdx.x; i < T * cw; i += kThreads) {
@@ -174,6 +249,11 @@ hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, i
     } else if (g == 0) {
         prefetch_l2(wr);
     }
+    pdl_wait();   // kernel 1's part and xn (launched as its programmatic dependent: only the prefetch came before)
+    const int nH = n * H;
+    float xv[NT];   // this row's xn, loaded while the prologue runs
+#pragma unroll
+    for (int t = 0; t < NT; ++t) xv[t] = g == 0 && t < T ? xn[(size_t)t * nH + row] : 0.0f;
 
     const float inv_n = 1.0f / (float)n;
     for (int i = threadIdx.x; i < T * r; i += blockDim.x) {
@@ -241,11 +321,10 @@ hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, i
             }
         }
     }
-    const int nH = n * H;
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
         const float dot = group_sum<kGroup>(acc[t]);
-        if (g == 0 && active && t < T) val[t][gi] = 1.0f / (1.0f + expf(-dot)) * xn[(size_t)t * nH + row];
+        if (g == 0 && active && t < T) val[t][gi] = 1.0f / (1.0f + expf(-dot)) * xv[t];
     }
     __syncthreads();
     for (int i = threadIdx.x; i < T * J; i += blockDim.x) {
@@ -272,6 +351,19 @@ bool fused_enabled() {
         return !(v && std::strcmp(v, "0") == 0);
     }();
     return on;
+}
+
+bool pdl_on() {
+    int v = g_pdl.load();
+    if (v < 0) {
+        const char* e = std::getenv("STRATA_CUDA_HYPER_PDL");
+        int major = 0, dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        v = e && std::strcmp(e, "1") == 0 && major >= 9 ? 1 : 0;
+        g_pdl.store(v);
+    }
+    return v == 1;
 }
 
 struct Layout {
@@ -331,6 +423,8 @@ void hyper_read_upload_tables() {
     CUDA_CHECK(cudaMemcpyToSymbol(d_kvalues_iq4nl, iq::kvalues_iq4nl, sizeof(iq::kvalues_iq4nl)));
 }
 
+void hyper_read_set_pdl(int mode) { g_pdl.store(mode < 0 ? -1 : mode ? 1 : 0); }
+
 void hyper_read_v1(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj) {
     STRATA_CHECK(hyper_read_supported(a, T), "cuda hyper_read_v1: shape n=", a.n, " H=", a.H, " r=", a.r, " T=", T,
                  " or weight types ", ggml_type_name(a.down_type), "/", ggml_type_name(a.up_type), " not supported");
@@ -339,7 +433,8 @@ void hyper_read_v1(cudaStream_t s, const HyperReadArgs& a, const float* X, int T
 }
 
 void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj) {
-    if (use_v1()) return hyper_read_v1(s, a, X, T, scratch, u, inj);
+    // (kernel 1 reads X as float4s: an unaligned X, which no caller makes today, takes the older kernels)
+    if (use_v1() || reinterpret_cast<uintptr_t>(X) % 16 != 0) return hyper_read_v1(s, a, X, T, scratch, u, inj);
     STRATA_CHECK(hyper_read_supported(a, T), "cuda hyper_read: shape n=", a.n, " H=", a.H, " r=", a.r, " T=", T,
                  " or weight types ", ggml_type_name(a.down_type), "/", ggml_type_name(a.up_type), " not supported");
     const bool with_inj = inj != nullptr;
@@ -373,12 +468,29 @@ void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, v
     const int blk_up = is_plain(a.up_type) ? 0 : hr_act_block(a.up_type, a.f32_act);
     const size_t smem2 = mix_smem(a, T, blk_up);
     const int J = kGroups / a.n;
+    const bool pdl = pdl_on();
     const unsigned mix_blocks = (unsigned)((a.H + J - 1) / J);
     with_hr_format(a.up_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
-            kernel<<<mix_blocks, kThreads, smem2, s>>>(part, l.chunks, l.R, a.r, a.n, a.H, T, a.up, a.up_rb, xn, u,
-                                                       with_inj ? inj : nullptr);
+            float* inj_out = with_inj ? inj : nullptr;
+            if (!pdl) {
+                kernel<<<mix_blocks, kThreads, smem2, s>>>(part, l.chunks, l.R, a.r, a.n, a.H, T, a.up, a.up_rb, xn, u,
+                                                           inj_out);
+                return;
+            }
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3(mix_blocks);
+            cfg.blockDim = dim3(kThreads);
+            cfg.dynamicSmemBytes = smem2;
+            cfg.stream = s;
+            cudaLaunchAttribute attr[1];
+            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = attr;
+            cfg.numAttrs = 1;
+            CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, (const float*)part, l.chunks, l.R, a.r, a.n, a.H, T, a.up,
+                                          a.up_rb, (const float*)xn, u, inj_out));
         };
         if constexpr (F::ABLK == 0) {
             if (one) launch(hr_mix_kernel<F, false, true, 1>);
