@@ -35,9 +35,11 @@ namespace {
 const char* kUsage =
     "cpu_pool_bench [--workers 1,2,6] [--k 2,3,4,5,6] [--mb 1024] [--layers 48] [--passes 5] [--gap-us 0]\n"
     "               [--format Q2_0] [--tokens 1] [--hidden 2560] [--inter 640] [--hugepages 0]\n"
+    "               [--ceilings 1]\n"
     "  --mb: size of the synthetic expert tensors (more than the caches hold; experts cycle through it)\n"
     "  --gap-us: the caller idles this long between layers (the GPU's share of a hybrid layer)\n"
-    "  --hugepages 1: expert tensors on transparent huge pages (Linux), 0: on 4 KB pages\n";
+    "  --hugepages 1: expert tensors on transparent huge pages (Linux), 0: on 4 KB pages\n"
+    "  --ceilings 0: skip the DRAM-read and one-call gemv measurements (reported as 0)\n";
 
 struct Options {
     std::vector<int> workers = {1, 2};
@@ -50,6 +52,7 @@ struct Options {
     int tokens = 1;
     int64_t hidden = 2560, inter = 640;
     bool hugepages = false;
+    bool ceilings = true;
 };
 
 std::vector<int> int_list(const std::string& s) {
@@ -203,6 +206,7 @@ int main(int argc, char** argv) {
         else if (k == "--hidden") o.hidden = std::stoll(v);
         else if (k == "--inter") o.inter = std::stoll(v);
         else if (k == "--hugepages") o.hugepages = v != "0";
+        else if (k == "--ceilings") o.ceilings = v != "0";
         else { std::fprintf(stderr, "unknown option %s\n%s", k.c_str(), kUsage); return 2; }
     }
     const GgmlTypeInfo* info = type_by_name(o.format);
@@ -242,8 +246,8 @@ int main(int argc, char** argv) {
     size_t cursor = 0;
     for (int workers : o.workers) {
         ThreadPool ceiling_pool(workers);
-        const double dram = dram_read_gbs(ceiling_pool, gate.bytes, 2);
-        const double stream = gemv_stream_gbs(ceiling_pool, gate.w, act.data(), 2);
+        const double dram = o.ceilings ? dram_read_gbs(ceiling_pool, gate.bytes, 2) : 0;
+        const double stream = o.ceilings ? gemv_stream_gbs(ceiling_pool, gate.w, act.data(), 2) : 0;
         CpuExpertPool pool(workers, false);
         for (int k : o.ks) {
             std::vector<float> out((size_t)o.tokens * k * H);
