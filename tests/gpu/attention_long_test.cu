@@ -271,7 +271,8 @@ void check_attention(CpuBackend& cpu, const Shape& s, Cells kind, int n0, int T)
     struct Plan {
         int chunks, grouped;    // as cuda::attention takes them (−1: automatic)
     };
-    for (const Plan plan : {Plan{-1, -1}, Plan{1, -1}, Plan{-1, 0}, Plan{most, 0}, Plan{-1, 1}, Plan{most, 1}}) {
+    for (const Plan plan :
+         {Plan{-1, -1}, Plan{1, -1}, Plan{-1, 0}, Plan{most, 0}, Plan{1, 1}, Plan{-1, 1}, Plan{most, 1}}) {
         CUDA_CHECK(cudaMemset(dout.p, 0xff, dout.n * sizeof(float)));     // NaN: every output must be written
         cuda::attention(nullptr, dq.p, dK.p, dV.p, T, s.nh, s.nkv, s.hd, off, cells, n0, dout.p, plan.chunks,
                         plan.grouped);
@@ -296,7 +297,7 @@ void check_attention(CpuBackend& cpu, const Shape& s, Cells kind, int n0, int T)
 }
 
 // At the model's shape (16 heads over 2 kv heads, hd 256): the old kernel, one block per head, the split with and
-// without GQA grouping, and the automatic choice.
+// without GQA grouping, grouped without split, and the automatic choice.
 void time_attention(int n0, Cells kind, int T) {
     const Shape s{16, 2, 256};
     const int rows = n0 + T;
@@ -322,6 +323,9 @@ void time_attention(int n0, Cells kind, int T) {
            }));
     timing("attention split grouped       " + what, time_us([&] {
                cuda::attention(nullptr, dq.p, dK.p, dV.p, T, s.nh, s.nkv, s.hd, off, cells, n0, dout.p, -1, 1);
+           }));
+    timing("attention grouped one block   " + what, time_us([&] {
+               cuda::attention(nullptr, dq.p, dK.p, dV.p, T, s.nh, s.nkv, s.hd, off, cells, n0, dout.p, 1, 1);
            }));
     timing("attention auto                " + what, time_us([&] {
                cuda::attention(nullptr, dq.p, dK.p, dV.p, T, s.nh, s.nkv, s.hd, off, cells, n0, dout.p);

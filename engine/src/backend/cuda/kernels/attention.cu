@@ -1,7 +1,7 @@
 // attention: softmax attention of each query over its kept key cells (GQA). A block of 4 warps runs an online
 // softmax over a range of one (query, head)'s cells, each warp 4 cells at a time. Few queries (decode, verify) split
-// the cells over many blocks ("flash decoding") whose partial results a second kernel merges; many queries take one
-// block per (query, head) over all its cells.
+// the cells over many blocks ("flash decoding"), grouped by kv head so a block's warps share each K/V row, and a
+// second kernel merges the partial results; many queries take one block per (query, head) over all its cells.
 #include <algorithm>
 #include <cfloat>
 #include <cstdlib>
@@ -143,20 +143,20 @@ attention_kernel(const float* q, const float* K, const float* V, int nh, int nkv
     if (Split && threadIdx.x == 0) part.ml[slot] = make_float2(M, L);
 }
 
-// Split over chunks, GQA-grouped: a block of G = nh / nkv warps per (query, kv head, chunk), warp w for query head
-// kvh·G + w over every cell of the chunk, so the G warps read each key and value row together (one L2 read, the
-// rest L1 hits). Writes the same partial results as attention_kernel<E, true>.
+// GQA-grouped, split over chunks or not: a block of G = nh / nkv warps per (query, kv head, chunk), warp w for query
+// head kvh·G + w over every cell of the chunk, so the G warps read each key and value row together (one L2 read,
+// the rest L1 hits). Writes the same partial results as attention_kernel<E, true>, or with one chunk the output o.
 template <int E>
 __global__ void __launch_bounds__(kMaxGroup * 32)
 attention_grouped_kernel(const float* q, const float* K, const float* V, int nh, int nkv, int hd, const int32_t* off,
-                         const int32_t* cells, int n0, int chunks, Partials part) {
+                         const int32_t* cells, int n0, int chunks, Partials part, float* o) {
     const int tk = blockIdx.y, t = tk / nkv, kvh = tk % nkv, group = nh / nkv;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, th = t * nh + kvh * group + warp;
     const size_t slot = (size_t)th * chunks + blockIdx.x;
     const int n_cells = cells ? off[t + 1] - off[t] : n0 + t;
     const int per = max(kMinGroupedChunkCells, (n_cells + chunks - 1) / chunks);
     const int c0 = min(n_cells, (int)blockIdx.x * per), c1 = min(n_cells, c0 + per);
-    if (c0 == c1) {
+    if (c0 == c1 && chunks > 1) {
         if (lane == 0) part.ml[slot] = make_float2(-FLT_MAX, 0.0f);
         return;
     }
@@ -171,6 +171,14 @@ attention_grouped_kernel(const float* q, const float* K, const float* V, int nh,
     const size_t kv_row = (size_t)nkv * hd;
     softmax_cells<E>(qv, K + (size_t)kvh * hd, V + (size_t)kvh * hd, kv_row, hd, cells ? cells + off[t] : nullptr, c0,
                      c1, 1, 1.0f / sqrtf((float)hd), m, l, acc);
+    if (chunks == 1) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            const int j = lane + 32 * e;
+            if (j < hd) o[(size_t)th * hd + j] = acc[e] / l;
+        }
+        return;
+    }
 #pragma unroll
     for (int e = 0; e < E; ++e) {
         const int j = lane + 32 * e;
@@ -246,6 +254,12 @@ template <int E>
 void launch(cudaStream_t s, const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
             const int32_t* off, const int32_t* cells, int n0, int chunks, bool grouped, float* o) {
     const int pairs = T * nh;
+    if (chunks <= 1 && grouped) {
+        attention_grouped_kernel<E><<<dim3(1, T * nkv), nh / nkv * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0, 1,
+                                                                             {}, o);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     if (chunks <= 1) {
         attention_kernel<E, false><<<pairs, kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0, 1, o, {});
         CUDA_CHECK_LAUNCH();
@@ -254,7 +268,7 @@ void launch(cudaStream_t s, const float* q, const float* K, const float* V, int 
     const Partials part = partials_for(s);
     if (grouped)
         attention_grouped_kernel<E><<<dim3(chunks, T * nkv), nh / nkv * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells,
-                                                                                  n0, chunks, part);
+                                                                                  n0, chunks, part, o);
     else
         attention_kernel<E, true><<<dim3(chunks, pairs), kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0,
                                                                               chunks, o, part);
@@ -294,12 +308,16 @@ void attention(cudaStream_t s, const float* q, const float* K, const float* V, i
     if (!T || !nh) return;
     static const bool grouped_off = env_off("STRATA_CUDA_GROUPED_ATTN");   // A/B: split without grouping
     const int group = nh / nkv;
-    if (grouped < 0) grouped = group >= 2 && group <= kMaxGroup && !grouped_off;
+    const bool grouped_auto = grouped < 0;
+    if (grouped_auto) grouped = group >= 2 && group <= kMaxGroup && !grouped_off;
     STRATA_CHECK(!grouped || (group >= 1 && group <= kMaxGroup), "cuda attention: ", group,
                  " query heads per kv head exceed the grouped kernel's ", kMaxGroup);
     // Dense lists are known here (n0 + T − 1 cells at most); device lists are not, and their chunks take a
     // least number of cells each, so short lists leave the later chunks empty.
-    if (chunks < 0) chunks = attention_chunks(T, nh, cells ? -1 : n0 + T - 1, grouped);
+    if (chunks < 0) {
+        chunks = attention_chunks(T, nh, cells ? -1 : n0 + T - 1, grouped);
+        if (chunks <= 1 && grouped_auto) grouped = 0;   // one block per (query, head) where no split is worth it
+    }
     STRATA_CHECK(chunks <= 1 || (chunks <= kMaxChunks && (size_t)T * nh * chunks <= (size_t)kMaxPartials),
                  "cuda attention: ", chunks, " chunks for ", T * nh, " (query, head) pairs exceed the partial buffer");
     const bool g = grouped != 0;
