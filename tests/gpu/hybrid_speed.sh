@@ -4,7 +4,8 @@
 # the routing profile the cache is filled from) and for (b). Prints: the experts' load (pinning) time and GB/s, the
 # prompt tok/s of a 1K-token prompt, the PCIe GB/s of its expert copies, decode tok/s and the per-pass split; then
 # (b) again with STRATA_GPU_MISS_SHARE=${MISS_SHARE:-0.75} (that share of each decode pass's missed experts copied
-# over PCIe and computed on the GPU while the CPU computes the rest). ~80-100 s on the H200. Results under $OUT (decode.json, the engines' logs, hybrid_speed.txt).
+# over PCIe and computed on the GPU while the CPU computes the rest); before that, tests/gpu/pin_speed (ways to pin
+# host memory, H2D GB/s from pinned memory). ~90-110 s on the H200. Results under $OUT (decode.json, the engines' logs, hybrid_speed.txt).
 # usage: bash tests/gpu/hybrid_speed.sh BUILD_DIR [SYN_MODEL]
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
@@ -15,6 +16,9 @@ mkdir -p "$OUT"
 [ -f "$MODEL" ] || { echo "no synthetic model at $MODEL (engine/tools/make_synthetic.py $MODEL --experts q2_0)"; exit 1; }
 python3 -c "import gguf" 2>/dev/null || {
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/gguf-*.whl && export PYTHONPATH=/tmp/site; }
+# Ways to pin host memory on this machine (tests/gpu/pin_speed.cu, 4 GiB each, ~10 s).
+cmake --build "$BUILD" --target pin_speed > "$OUT/pin_speed_build.log" 2>&1 &&
+  timeout 40 "$BUILD/engine/pin_speed" 4 > "$OUT/pin_speed.txt" 2>&1; cat "$OUT/pin_speed.txt"
 timeout 115 python3 bench/decode.py --strata "$BUILD/engine/strata" --model "$MODEL" --out "$OUT" \
     --contexts 1024 --decode 48 --budget-s 80 --settings gpu,pc12,pc12pcie --miss-share "${MISS_SHARE:-0.75}" \
     > "$OUT/decode_py.log" 2>&1
