@@ -5,7 +5,9 @@
 #   checks     tests/gpu/run.sh (ops, tiny-model parity, expert-cache parity, matmul speed; memcheck when SANITIZER=1)
 #   gdn        tests/gpu/gdn_fused.sh         attn     tests/gpu/attention_long.sh
 #   cpupool    bench/cpu_pool/run.sh          hybrid   tests/gpu/hybrid_speed.sh + hybrid_checks.sh
-#   graphs     tests/gpu/graphs_check.sh      decode   bench/decode/run_h200.sh (BUDGET_S, default 240)
+#   graphs     tests/gpu/graphs_check.sh      decode   bench/decode/run_h200.sh (budget: the step's limit - 30 s)
+#   t1         bench/cuda_kernels/t1_ops.sh   t1dec    tests/gpu/t1_ops_decode.sh
+#   matmul     tests/gpu/matmul_t1.sh         pool     tests/gpu/cpu_pool.sh (the pool + one hybrid decode)
 # usage: tests/gpu/round.sh NAME STEP[:SECONDS] ...
 set -u
 cd "$(dirname "$0")/../.."
@@ -38,6 +40,10 @@ for spec in "$@"; do
     attn)    cmd=(env OUT=$dir bash tests/gpu/attention_long.sh build-gpu "$MODEL") ;;
     cpupool) cmd=(env OUT=$dir WORKERS=1,2,4,6,8 bash bench/cpu_pool/run.sh build-gpu) ;;
     hybrid)  cmd=(bash -c "OUT=$dir bash tests/gpu/hybrid_speed.sh build-gpu $MODEL; OUT=$dir/checks bash tests/gpu/hybrid_checks.sh") ;;
+    t1)      cmd=(env OUT=$dir bash bench/cuda_kernels/t1_ops.sh build-gpu) ;;
+    t1dec)   cmd=(env OUT=$dir bash tests/gpu/t1_ops_decode.sh build-gpu "$MODEL") ;;
+    matmul)  cmd=(env OUT=$dir bash tests/gpu/matmul_t1.sh build-gpu "$MODEL") ;;
+    pool)    cmd=(env OUT=$dir bash tests/gpu/cpu_pool.sh build-gpu "$MODEL") ;;
     graphs)  cmd=(env OUT=$dir SKIP_OPS=1 bash tests/gpu/graphs_check.sh build-gpu) ;;
     decode)  cmd=(env OUT=$dir SYN_MODEL=$MODEL BUDGET_S=$(( limit - 30 )) bash bench/decode/run_h200.sh build-gpu) ;;
     *) echo "round: unknown step $step"; continue ;;
