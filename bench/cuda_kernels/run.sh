@@ -7,6 +7,8 @@
 #         current default                                                 -> speed_decode.json / .log
 #         STRATA_CUDA_MOE_DECODE=0 STRATA_CUDA_SPLITK=0 (kernels before)   -> speed_decode_before.json / .log
 #   3. compare.py before / after side by side                             -> compare_decode.txt (printed)
+#   4. --decode with STRATA_CUDA_T1_ROWS=1 and with STRATA_CUDA_T1_STAGED=1 (T = 1 candidates for many rows: 4 rows
+#      per warp / rows staged in shared memory by 16-byte loads), each against the default -> compare_t1_*.txt
 # FULL=1 also runs the whole benchmark (big matrices, dense, experts, prompt; ~2 min) -> speed_full.json.
 # cuda_ops_test (every op CUDA vs CPU) is the lead's separate step (tests/gpu/run.sh, round.sh).
 # usage: OUT=dir bash bench/cuda_kernels/run.sh [BUILD_DIR]   (default build-gpu: cmake -DSTRATA_CUDA=ON, built)
@@ -23,10 +25,13 @@ cmake --build "$BUILD" -j "$(nproc)" --target cuda_matmul_speed moe_decode_test 
   { tail -30 "$OUT/build.log"; echo "build FAILED"; exit 1; }
 BIN=$BUILD/engine
 
-echo "== moe_decode_test ($(date +%T))"
-timeout 60 "$BIN/moe_decode_test" > "$OUT/moe_decode.log" 2>&1 || status=1
-grep -E "FAIL|error" "$OUT/moe_decode.log" | head -20
-tail -1 "$OUT/moe_decode.log"
+echo "== moe_decode_test ($(date +%T)), also with STRATA_CUDA_T1_ROWS=1 and STRATA_CUDA_T1_STAGED=1"
+for v in "" T1_ROWS T1_STAGED; do
+  log=$OUT/moe_decode${v:+_$v}.log
+  env ${v:+STRATA_CUDA_$v=1} timeout 60 "$BIN/moe_decode_test" > "$log" 2>&1 || status=1
+  grep -E "FAIL|error" "$log" | head -20
+  echo "${v:-default}: $(tail -1 "$log")"
+done
 echo "== moe_gate_up_test ($(date +%T))"
 timeout 30 "$BIN/moe_gate_up_test" > "$OUT/moe_gate_up.log" 2>&1 || status=1
 grep -E "FAIL|error" "$OUT/moe_gate_up.log" | head; tail -1 "$OUT/moe_gate_up.log"
@@ -39,6 +44,14 @@ STRATA_CUDA_MOE_DECODE=0 STRATA_CUDA_SPLITK=0 timeout 60 "$BIN/cuda_matmul_speed
   --decode > "$OUT/speed_decode_before.log" 2>&1 || status=1
 python3 bench/cuda_kernels/compare.py "$OUT/speed_decode_before.json" "$OUT/speed_decode.json" \
   > "$OUT/compare_decode.txt" 2>&1 && grep -E "^(group|decode|moe)" "$OUT/compare_decode.txt" | grep -E "group|T=1|moe"
+for v in T1_ROWS T1_STAGED; do   # the two T = 1 candidates for many rows, each against the default
+  lower=$(echo "$v" | tr 'A-Z' 'a-z')
+  echo "== the same with STRATA_CUDA_$v=1 ($(date +%T))"
+  env "STRATA_CUDA_$v=1" timeout 60 "$BIN/cuda_matmul_speed" "$OUT/speed_decode_$lower.json" --decode \
+    > "$OUT/speed_decode_$lower.log" 2>&1 || status=1
+  python3 bench/cuda_kernels/compare.py "$OUT/speed_decode.json" "$OUT/speed_decode_$lower.json" \
+    > "$OUT/compare_$lower.txt" 2>&1 && grep -E "^decode .*T=1 " "$OUT/compare_$lower.txt"
+done
 
 if [ "${FULL:-0}" = 1 ]; then
   echo "== cuda_matmul_speed, all groups ($(date +%T))"

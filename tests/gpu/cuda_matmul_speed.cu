@@ -315,13 +315,16 @@ void bench_moe(cudaStream_t s) {
             m.act_div = act_div;
             return m;
         };
+        // fq: the decode path's gate/up kernel quantizes x itself (no quantize_act launch)
         auto run = [&](const cuda::MatmulArgs& mg, const cuda::MatmulArgs& mu, const cuda::MatmulArgs& md, int T, int kk,
-                       bool shared) {
+                       bool shared, bool fq = false) {
             const int P = T * kk;
-            cuda::quantize_act(s, ba, a.x, T, H, a.q);
-            if (cuda::moe_decode_supported(mg, mu, md, P)) {
-                if (shared) cuda::shexp_decode(s, mg, mu, md, a.q, a.x, gvec, T, scratch, scratch_bytes, y);
-                else cuda::moe_decode(s, mg, mu, md, a.q, wts, T, kk, scratch, scratch_bytes, y);
+            const bool decode = cuda::moe_decode_supported(mg, mu, md, P);
+            if (!(decode && fq)) cuda::quantize_act(s, ba, a.x, T, H, a.q);
+            if (decode) {
+                const cuda::ActQ8 act = fq ? cuda::ActQ8{} : a.q;
+                if (shared) cuda::shexp_decode(s, mg, mu, md, act, a.x, gvec, T, scratch, scratch_bytes, y);
+                else cuda::moe_decode(s, mg, mu, md, act, a.x, wts, T, kk, scratch, scratch_bytes, y);
                 return;
             }
             if (!cuda::moe_gate_up(s, mg, mu, a.q, P, g)) {
@@ -340,6 +343,8 @@ void bench_moe(cudaStream_t s) {
             const cuda::MatmulArgs md = expert(mix.down, wd, I, H, r_ids, 1, true);
             time_fn(s, "moe", "routed top-10 T=1 " + types, mix.gate, H, I, 1, k, k * expert_bytes, 200,
                     [&] { run(mg, mu, md, 1, k, false); });
+            time_fn(s, "moe", "routed top-10 T=1 fq " + types, mix.gate, H, I, 1, k, k * expert_bytes, 200,
+                    [&] { run(mg, mu, md, 1, k, false, true); });
         }
         // shared expert: one matrix each (the first expert's), ids as the backend passes them (zeros / none)
         for (int T : {1, 2, 4, 8}) {
@@ -351,6 +356,9 @@ void bench_moe(cudaStream_t s) {
             const cuda::MatmulArgs md = expert(mix.down, wd, I, H, nullptr, 1, false);
             time_fn(s, "moe", "shared T=" + std::to_string(T) + " " + types, mix.gate, H, I, T, T, expert_bytes, 200,
                     [&] { run(mg, mu, md, T, 1, true); });
+            if (T == 1)
+                time_fn(s, "moe", "shared T=1 fq " + types, mix.gate, H, I, T, T, expert_bytes, 200,
+                        [&] { run(mg, mu, md, T, 1, true, true); });
         }
         for (void* p : {(void*)wg, (void*)wu, (void*)wd, (void*)r_ids}) cudaFree(p);
     }

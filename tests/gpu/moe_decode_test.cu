@@ -1,8 +1,9 @@
 // Needs a GPU: the two-launch decode experts (cuda::moe_decode, cuda::shexp_decode) against the kernels they replace
 // (quantize_act, matmul gate and up by id, swiglu, quantize_act of h, matmul down by id, moe_combine / the gated add)
 // on the decode shape (H 2560, I 640, 64 experts, top-10 of T = 1 and top-8 of T = 2) and a small one, for the
-// expert formats of the published files; twice each (same bits required), and the refusals of moe_decode_supported.
-// Also the T = 1 split-K matmuls (narrow outputs) of every format against the T = 2 kernels.
+// expert formats of the published files; twice each and once quantizing x in the kernel (same bits required), and
+// the refusals of moe_decode_supported.
+// Also the T = 1 matmuls (split-K for narrow outputs, the kernels for many rows) of every format against T = 2.
 // usage: moe_decode_test
 #include <algorithm>
 #include <cmath>
@@ -52,7 +53,7 @@ double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
 
 void report(const std::string& name, double rel, double tol, bool same_bits) {
     const bool ok = rel <= tol && same_bits;
-    std::printf("%-58s rel %.3e (tol %.0e)%s  %s\n", name.c_str(), rel, tol, same_bits ? "" : " RUNS DIFFER",
+    std::printf("%-58s rel %.3e (tol %.0e)%s  %s\n", name.c_str(), rel, tol, same_bits ? "" : " RUNS/PATHS DIFFER",
                 ok ? "ok" : "FAIL");
     failed += !ok;
 }
@@ -136,18 +137,21 @@ void check(const Case& c, std::mt19937& rng) {
     const size_t bytes = cuda::moe_decode_scratch_bytes(P, c.I);
     void* scratch = nullptr;
     CUDA_CHECK(cudaMalloc(&scratch, bytes));
-    std::vector<float> got[2];
-    for (auto& out : got) {
+    std::vector<float> got[3];   // twice with x quantized first, once quantized in the kernel (act.q null)
+    for (int run = 0; run < 3; ++run) {
         float* dy = to_device(c.shared ? y0 : std::vector<float>((size_t)c.T * c.H, NAN));
         cuda::quantize_act(s, ba, dx, c.T, c.H, ax);
-        if (c.shared) cuda::shexp_decode(s, mg, mu, md, ax, dx, dg, c.T, scratch, bytes, dy);
-        else cuda::moe_decode(s, mg, mu, md, ax, dw, c.T, c.k, scratch, bytes, dy);
-        out = to_host(dy, want.size());
+        const cuda::ActQ8 act = run < 2 ? ax : cuda::ActQ8{};
+        if (c.shared) cuda::shexp_decode(s, mg, mu, md, act, dx, dg, c.T, scratch, bytes, dy);
+        else cuda::moe_decode(s, mg, mu, md, act, dx, dw, c.T, c.k, scratch, bytes, dy);
+        got[run] = to_host(dy, want.size());
         cudaFree(dy);
     }
     CUDA_CHECK(cudaDeviceSynchronize());
     // 2e-4 as cuda_ops_test's moe_experts: the gate/up sums run in another order, so h can land one Q8 step apart.
-    report(name, rel_err(got[0], want), 2e-4, std::memcmp(got[0].data(), got[1].data(), want.size() * 4) == 0);
+    const size_t nb = want.size() * 4;
+    report(name, rel_err(got[0], want), 2e-4,
+           std::memcmp(got[0].data(), got[1].data(), nb) == 0 && std::memcmp(got[0].data(), got[2].data(), nb) == 0);
     for (void* p : {(void*)wg, (void*)wu, (void*)wd, (void*)dx, (void*)dg, (void*)dw, (void*)dids, (void*)ax.q,
                     (void*)ax.d, (void*)ah.q, (void*)ah.d, (void*)g, (void*)u, (void*)down, scratch})
         cudaFree(p);
@@ -167,7 +171,8 @@ void check_refusals() {
     } cases[] = {{"Q4_K down (Q8_K activations)", g768, g768, args(GgmlType::Q4_K, w, 768, 2560, 8, ids, 1), 10},
                  {"17 pairs", g, g, d, 17},
                  {"gate Q2_0, up IQ2_XS", g, args(GgmlType::IQ2_XS, w, 2560, 640, 8, ids, 10), d, 10},
-                 {"F16 gate/up", args(GgmlType::F16, w, 2560, 640, 8, ids, 10), args(GgmlType::F16, w, 2560, 640, 8, ids, 10), d, 10}};
+                 {"F16 gate/up", args(GgmlType::F16, w, 2560, 640, 8, ids, 10),
+                  args(GgmlType::F16, w, 2560, 640, 8, ids, 10), d, 10}};
     for (const Refusal& r : cases) {
         const bool refused = !cuda::moe_decode_supported(r.g, r.u, r.d, r.P);
         std::printf("refuses %-40s %s\n", r.name, refused ? "ok" : "FAIL");
@@ -175,12 +180,14 @@ void check_refusals() {
     }
 }
 
-// Split-K at T = 1 (narrow outputs: matmul_q8_splitk_kernel / matmul_plain_splitk_kernel) against the T = 2 kernels
-// on the same row twice: the same chunk arithmetic summed in another order.
-void check_splitk(std::mt19937& rng) {
+// T = 1 against the T = 2 kernels on the same row twice (the same chunk arithmetic summed in another order): split-K
+// at 320 rows of 6144 (narrow outputs: matmul_q8_splitk_kernel / matmul_plain_splitk_kernel), and 8196 rows of 2560
+// (over the split-K bound, the last group of 4 rows partial): the kernel for many rows that the switches pick
+// (one row per warp by default, STRATA_CUDA_T1_ROWS=1, STRATA_CUDA_T1_STAGED=1).
+void check_t1(std::mt19937& rng) {
     for (GgmlType t : gputest::all_formats())
         for (int n : {2560, 6144}) {
-            const int rows = 320;
+            const int rows = n == 2560 ? 8196 : 320;
             uint8_t* w = to_device(gputest::random_rows(t, rows, n, rng));
             std::normal_distribution<float> normal(0.0f, 1.0f);
             std::vector<float> x(n);
@@ -199,8 +206,9 @@ void check_splitk(std::mt19937& rng) {
             }
             cuda::matmul(0, m, dx, blk ? act : cuda::ActQ8{}, 2, y2);
             const std::vector<float> want = to_host(y2, rows);   // row 0 of the T = 2 result
-            report(std::string("matmul T=1 split-K ") + ggml_type_name(t) + " n=" + std::to_string(n), rel_err(got[0], want),
-                   1e-5, std::memcmp(got[0].data(), got[1].data(), rows * 4) == 0);
+            report(std::string("matmul T=1 ") + ggml_type_name(t) + " n=" + std::to_string(n) + " rows=" +
+                       std::to_string(rows), rel_err(got[0], want), 1e-5,
+                   std::memcmp(got[0].data(), got[1].data(), rows * 4) == 0);
             for (void* p : {(void*)w, (void*)dx, (void*)y1, (void*)y2, (void*)act.q, (void*)act.d}) cudaFree(p);
         }
 }
@@ -212,7 +220,7 @@ int main() {
     try {
         cuda::upload_iq_tables();
         check_refusals();
-        check_splitk(rng);
+        check_t1(rng);
         for (GgmlType gate : {GgmlType::Q2_0, GgmlType::IQ2_XS, GgmlType::IQ3_XXS, GgmlType::Q2_K, GgmlType::Q4_K})
             for (GgmlType down : {GgmlType::Q2_0, GgmlType::IQ4_NL, GgmlType::Q4_0}) {
                 check({gate, down, 2560, 640, 64, 1, 10, false}, rng);

@@ -978,7 +978,7 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
     } else if (decode) {
         cuda::moe_decode(impl_->stream, expert_args(w.gate_exps, I, H, k), expert_args(w.up_exps, I, H, k),
                          expert_args(w.down_exps, H, I, 1), impl_->quantized(x, T, H, cuda::act_block(w.gate_exps.type)),
-                         d_w, T, k, gate.p, (size_t)P * I * 4, y);
+                         x, d_w, T, k, gate.p, (size_t)P * I * 4, y);
         ++fused_gate_up_count;
     } else {
         impl_->gate_up(expert_args(w.gate_exps, I, H, k), expert_args(w.up_exps, I, H, k), x, T, P, gate.as<float>());

@@ -363,6 +363,17 @@ bool splitk(const MatmulArgs& m, int P, int units) {
     return on && P == 1 && !m.ids && m.rows <= kSplitKMaxRows && units >= kSplitKMinUnits;
 }
 
+// STRATA_CUDA_T1_STAGED=1: single-row matmuls of many rows (over kSplitKMaxRows) in the integer formats copy their
+// rows to shared memory with 16-byte loads first (matmul_q8_staged_kernel). An A/B switch; read once.
+bool t1_staged(const MatmulArgs& m, size_t smem) {
+    static const bool on = [] {
+        const char* v = std::getenv("STRATA_CUDA_T1_STAGED");
+        return v && std::strcmp(v, "1") == 0;
+    }();
+    return on && !m.ids && m.rows > kSplitKMaxRows && (m.rows * m.row_bytes) % 16 == 0 && (uintptr_t)m.w % 16 == 0 &&
+           smem <= kFusedSmemMax;
+}
+
 // The Q8-activation kernels: FQ = false reads act, FQ = true quantizes x in each block (smem bytes for that).
 template <class F, bool FQ>
 void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y, size_t smem) {
@@ -375,6 +386,17 @@ void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, i
             matmul_q8_splitk_kernel<F, FQ><<<grid, kWarps * 32, smem, s>>>(m.w, m.row_bytes, m.rows, m.n, act.q,
                                                                            act.d, x, y);
             return;
+        }
+        if constexpr (QInt<F>::kHas) {
+            const size_t staged = staged_smem_bytes(m.n, F::ABLK, m.row_bytes);
+            if (!FQ && t1_staged(m, staged)) {
+                static ResidentCache known;
+                const unsigned resident = resident_for(s, matmul_q8_staged_kernel<F>, known, staged);
+                const unsigned grid = std::min(grid_for((size_t)m.rows, kWarps * kStagedRows), resident);
+                matmul_q8_staged_kernel<F><<<grid, kWarps * 32, staged, s>>>(m.w, m.row_bytes, m.rows, m.n, act.q,
+                                                                            act.d, y);
+                return;
+            }
         }
         if constexpr (QInt<F>::kHas)
             if (t1_rows()) {

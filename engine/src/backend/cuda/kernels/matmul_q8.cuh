@@ -192,6 +192,87 @@ matmul_q8_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
     }
 }
 
+// Sum over groups of LANES consecutive lanes (LANES a power of two dividing 32); every lane gets its group's sum.
+template <int LANES>
+__device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+    for (int o = LANES / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// One activation row, many output rows (the GDN input projections 2560 -> 16480), integer formats: each warp copies
+// kStagedRows consecutive rows (contiguous bytes, from the 16-byte boundary at or before them to the one at or after
+// them) into its part of shared memory with 16-byte loads, all issued before any is stored, then decodes them from
+// there, 8 lanes a row (lane s: chunks s, s + 8, …), against the activation row that the block copied to shared
+// memory once. Needs W 16-byte aligned and rows · row_bytes a multiple of 16 (so no load passes the matrix's end);
+// dynamic shared memory staged_smem_bytes(). An A/B candidate (STRATA_CUDA_T1_STAGED=1) until measured.
+constexpr int kStagedRows = 4;
+constexpr int kStagedBatch = 8;   // 16-byte words per lane in flight
+
+__host__ __device__ inline size_t staged_warp_words(size_t row_bytes) {
+    return (kStagedRows * row_bytes + 15) / 16 + 1;
+}
+__host__ __device__ inline size_t staged_act_bytes(int n, int ablk) {
+    return ((size_t)n + (size_t)(n / ablk) * 4 + 15) / 16 * 16;
+}
+inline size_t staged_smem_bytes(int n, int ablk, size_t row_bytes) {
+    return staged_act_bytes(n, ablk) + (size_t)kWarps * staged_warp_words(row_bytes) * 16;
+}
+
+template <class F>
+__global__ void __launch_bounds__(kWarps * 32)
+matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
+                        const int8_t* __restrict__ aq, const float* __restrict__ ad, float* __restrict__ y) {
+    using Q = QInt<F>;
+    extern __shared__ uint4 staged[];   // the activation row (n int8, then its scales), then each warp's rows
+    __shared__ uint4 smem[GridSmem<F>::kWords];
+    const void* grid = stage_grid<F>(smem);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nd = n / F::ABLK, units = n / 32;
+    int8_t* sq = (int8_t*)staged;
+    float* sd = (float*)(sq + n);
+    for (int i = threadIdx.x; i < n / 16; i += blockDim.x) staged[i] = __ldg((const uint4*)aq + i);
+    for (int i = threadIdx.x; i < nd; i += blockDim.x) sd[i] = __ldg(ad + i);
+    __syncthreads();
+    uint4* buf = (uint4*)((uint8_t*)staged + staged_act_bytes(n, F::ABLK)) + (size_t)warp * staged_warp_words(row_bytes);
+    constexpr int kLanes = 32 / kStagedRows;
+    constexpr int kSub = F::QK / 32;
+    const int s = lane % kLanes, r = lane / kLanes;
+    const int64_t stride = (int64_t)gridDim.x * kWarps * kStagedRows;
+    for (int64_t r0 = ((int64_t)blockIdx.x * kWarps + warp) * kStagedRows; r0 < rows; r0 += stride) {
+        const int nr = (int)min((int64_t)kStagedRows, rows - r0);
+        const size_t start = (size_t)r0 * row_bytes, a0 = start & ~(size_t)15;
+        const int nw = (int)((start + (size_t)nr * row_bytes + 15 - a0) / 16);
+        const uint4* src = (const uint4*)(W + a0);
+        for (int i0 = 0; i0 < nw; i0 += 32 * kStagedBatch) {
+            uint4 v[kStagedBatch];
+#pragma unroll
+            for (int j = 0; j < kStagedBatch; ++j)
+                if (i0 + lane + 32 * j < nw) v[j] = __ldg(src + i0 + lane + 32 * j);
+#pragma unroll
+            for (int j = 0; j < kStagedBatch; ++j)
+                if (i0 + lane + 32 * j < nw) buf[i0 + lane + 32 * j] = v[j];
+        }
+        __syncwarp();
+        float acc = 0.0f;
+        if (r < nr) {
+            const uint8_t* wr = (const uint8_t*)buf + (start - a0) + (size_t)r * row_bytes;
+#pragma unroll 2
+            for (int u = s; u < units; u += kLanes) {
+                IChunk c;
+                Q::decode(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, c);
+                const int4* q4 = (const int4*)(sq + 32 * u);
+                const int4 lo = q4[0], hi = q4[1];
+                const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+                acc += chunk_term<Q::kSplit, Q::kMin>(c, a, sd[(32 * u) / F::ABLK]);
+            }
+        }
+        acc = group_sum<kLanes>(acc);
+        if (s == 0 && r < nr) y[r0 + r] = acc;
+        __syncwarp();   // buf is rewritten by the next rows
+    }
+}
+
 // Several activation rows (T ≥ 2) and an integer format: each warp takes kRows consecutive rows at once, so every
 // activation chunk it loads serves kRows rows (with one row per warp, re-reading the activations of 8 tokens for
 // each chunk would cost more than the weights).

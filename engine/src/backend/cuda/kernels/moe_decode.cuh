@@ -18,22 +18,16 @@ constexpr int kDecodeWarps = 8;       // warps per block of both kernels
 constexpr int kHBlock = 32;           // h is quantized in Q8_0 blocks: the down formats with ABLK 32
 constexpr int kGateUpRows = 4;        // h rows per warp: kDecodeWarps · kGateUpRows == kHBlock rows per block
 static_assert(kDecodeWarps * kGateUpRows == kHBlock, "one gate/up block makes one Q8_0 block of h");
-constexpr int kDownRows = 2;          // output rows per warp of the down kernel
-
-// Sum over the `lanes` consecutive lanes of a group (lanes a power of two dividing 32).
-template <int LANES>
-__device__ __forceinline__ float group_sum(float v) {
-#pragma unroll
-    for (int o = LANES / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+constexpr int kDownRows = 1;          // output rows per warp of the down kernel (more warps in flight than 2)
+constexpr size_t kFusedXMax = 40 * 1024;   // shared memory for x quantized in the gate/up kernel (act.q null)
 
 // Block (g, p): rows 32g … 32g + 31 of pair p's gate and up (matrix ids[p], or the one matrix when ids is null;
 // activation row p / act_div). Each warp takes 4 rows, 8 lanes a row, lane s of a row chunks s, s + 8, … (an
 // activation chunk loaded once serves the warp's 4 rows). h = silu(g)·u as swiglu, then quantized by warp 0 with
 // quantize_act's arithmetic into hq [P, rows] / hd [P, rows / 32]. With gvec, block column gridDim.x − 1 instead
-// computes gate_out[p] = σ(x[p / act_div] · gvec) (f32, the shared expert's gate).
-template <class F>
+// computes gate_out[p] = σ(x[p / act_div] · gvec) (f32, the shared expert's gate). FQ: aq / ad are ignored and
+// the block quantizes its activation row of x into shared memory itself (quantize_act's arithmetic, the same bits).
+template <class F, bool FQ>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
 moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, size_t row_bytes, int rows,
                        int n, size_t mat_stride, const int32_t* __restrict__ ids, int act_div,
@@ -53,14 +47,15 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
         return;
     }
     const void* grid = stage_grid<F>(smem);
+    if constexpr (FQ) quantize_rows_to_smem<F::ABLK>(x, n, arow, arow, aq, ad);
     constexpr int kSub = F::QK / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, s = lane % kLanes;
     const int local = warp * kGateUpRows + lane / kLanes;   // row within the block's 32
     const int row = blockIdx.x * kHBlock + local;
     const int units = n / 32, nd = n / F::ABLK;
     const size_t off = (ids ? (size_t)__ldg(ids + p) * mat_stride : 0) + (size_t)row * row_bytes;
-    const int8_t* xq = aq + (size_t)arow * n;
-    const float* xd = ad + (size_t)arow * nd;
+    const int8_t* xq = aq + (FQ ? 0 : (size_t)arow * n);
+    const float* xd = ad + (FQ ? 0 : (size_t)arow * nd);
     float ag = 0.0f, au = 0.0f;
 #pragma unroll 2
     for (int u = s; u < units; u += kLanes) {
@@ -69,9 +64,9 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
         Q::decode(Wg + b, u % kSub, grid, cg);
         Q::decode(Wu + b, u % kSub, grid, cu);
         const int4* q4 = (const int4*)(xq + 32 * u);
-        const int4 lo = __ldg(q4), hi = __ldg(q4 + 1);
+        const int4 lo = load_act4<FQ>(q4), hi = load_act4<FQ>(q4 + 1);
         const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-        const float da = __ldg(xd + (32 * u) / F::ABLK);
+        const float da = load_act_scale<FQ>(xd + (32 * u) / F::ABLK);
         ag += chunk_term<Q::kSplit, Q::kMin>(cg, a, da);
         au += chunk_term<Q::kSplit, Q::kMin>(cu, a, da);
     }
@@ -87,10 +82,10 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
     }
 }
 
-// Block (b, t): output rows of token t, 2 per warp (16 lanes a row). Row r: y[t, r] = Σ_j w_j · (down_{e_j}[r] ·
-// h[t·k + j]) over the token's k pairs, w_j = wts[t·k + j], e_j = ids[t·k + j] (or the one matrix when ids is
-// null); accumulate: y[t, r] += the sum instead of =. The lanes of a row take the (pair, chunk) units s, s + 16, …
-// of all k pairs, so a row of n = 640 (20 chunks) keeps every lane busy.
+// Block (b, t): output rows of token t, kDownRows per warp (32 / kDownRows lanes a row). Row r: y[t, r] = Σ_j w_j ·
+// (down_{e_j}[r] · h[t·k + j]) over the token's k pairs, w_j = wts[t·k + j], e_j = ids[t·k + j] (or the one matrix
+// when ids is null); accumulate: y[t, r] += the sum instead of =. The lanes of a row take the (pair, chunk) units
+// s, s + lanes, … of all k pairs, so a row of n = 640 (20 chunks) keeps every lane busy.
 template <class F>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
 moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int rows, int n, size_t mat_stride,
@@ -107,7 +102,7 @@ moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int row
     const int units = n / 32, total = k * units;
     float acc = 0.0f;
     if (row < rows) {
-#pragma unroll 2
+#pragma unroll 4
         for (int v = s; v < total; v += kLanes) {
             const int j = v / units, c = v - j * units;
             const int p = t * k + j;
@@ -164,7 +159,7 @@ DecodeScratch split_scratch(void* scratch, size_t bytes, int P, int I) {
 }
 
 // Both launches, each format picked by its own switch; the down kernel's weights come from `wts`, or with gvec from
-// the gate/up kernel's extra column (the shared expert's gate).
+// the gate/up kernel's extra column (the shared expert's gate). act.q null: the gate/up kernel quantizes x itself.
 void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
                 const float* x, const float* gvec, const float* wts, int T, int k, void* scratch, size_t bytes,
                 float* y) {
@@ -174,9 +169,19 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
         using F = decltype(f);
         if constexpr (QInt<F>::kHas) {
             const dim3 grid((unsigned)(I / q8::kHBlock) + (gvec ? 1u : 0u), (unsigned)P);
-            q8::moe_gate_up_q8h_kernel<F><<<grid, q8::kDecodeWarps * 32, 0, s>>>(
-                gate.w, up.w, gate.row_bytes, I, gate.n, gate.mat_stride, gate.ids, gate.act_div, act.q, act.d, x,
-                gvec, d.gates, d.hq, d.hd);
+            auto launch = [&](auto kernel, size_t smem) {
+                kernel<<<grid, q8::kDecodeWarps * 32, smem, s>>>(gate.w, up.w, gate.row_bytes, I, gate.n,
+                                                                 gate.mat_stride, gate.ids, gate.act_div, act.q, act.d,
+                                                                 x, gvec, d.gates, d.hq, d.hd);
+            };
+            if (act.q) {
+                launch(q8::moe_gate_up_q8h_kernel<F, false>, 0);
+            } else {
+                const size_t smem = q8::fused_act_bytes(1, gate.n, F::ABLK);
+                STRATA_CHECK(x && smem <= q8::kFusedXMax, "cuda moe_decode: no quantized input, and x of ", gate.n,
+                             " values needs ", smem, " bytes of shared memory to quantize in the kernel");
+                launch(q8::moe_gate_up_q8h_kernel<F, true>, smem);
+            }
             CUDA_CHECK_LAUNCH();
         }
     });
@@ -216,10 +221,10 @@ bool moe_decode_supported(const MatmulArgs& gate, const MatmulArgs& up, const Ma
 size_t moe_decode_scratch_bytes(int P, int I) { return decode_scratch_bytes(P, I); }
 
 void moe_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
-                const float* wts, int T, int k, void* scratch, size_t scratch_bytes, float* y) {
+                const float* x, const float* wts, int T, int k, void* scratch, size_t scratch_bytes, float* y) {
     STRATA_CHECK(moe_decode_supported(gate, up, down, T * k), "cuda moe_decode: ", T, " tokens × ", k, " of ",
                  ggml_type_name(gate.type), " / ", ggml_type_name(down.type), " experts is not a decode-path call");
-    run_decode(s, gate, up, down, act, nullptr, nullptr, wts, T, k, scratch, scratch_bytes, y);
+    run_decode(s, gate, up, down, act, x, nullptr, wts, T, k, scratch, scratch_bytes, y);
 }
 
 void shexp_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,

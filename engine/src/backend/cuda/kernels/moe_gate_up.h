@@ -26,12 +26,13 @@ size_t moe_decode_scratch_bytes(int P, int I);
 
 // Routed experts in two launches: y[t] = Σ_j wts[t·k + j] · down_p(h_p), h_p = silu(gate_p · x) ⊙ (up_p · x),
 // p = t·k + j, matrices ids[p] (gate.ids == up.ids == down.ids, gate.act_div == k), h quantized to Q8_0 as the CPU
-// path does. y is written (no separate combine). act: x [T, n] quantized for gate's type.
+// path does. y is written (no separate combine). act: x [T, n] quantized for gate's type (quantize_act), or act.q
+// null: the gate/up kernel quantizes x itself (the same bits; one launch fewer, each block re-reads x).
 void moe_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
-                const float* wts, int T, int k, void* scratch, size_t scratch_bytes, float* y);
+                const float* x, const float* wts, int T, int k, void* scratch, size_t scratch_bytes, float* y);
 
 // The shared expert in two launches: y[t] += σ(x[t] · gvec) · down(silu(gate · x[t]) ⊙ (up · x[t])); one matrix each
-// (no ids, act_div 1), gvec [n] f32 on the device; act: x quantized for gate's type.
+// (no ids, act_div 1), gvec [n] f32 on the device; act: x quantized for gate's type, or act.q null as moe_decode.
 void shexp_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
                   const float* x, const float* gvec, int T, void* scratch, size_t scratch_bytes, float* y);
 
