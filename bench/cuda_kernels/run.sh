@@ -28,7 +28,7 @@ BIN=$BUILD/engine
 echo "== moe_decode_test ($(date +%T)), also with STRATA_CUDA_T1_ROWS=1 and STRATA_CUDA_T1_STAGED=1"
 for v in "" T1_ROWS T1_STAGED; do
   log=$OUT/moe_decode${v:+_$v}.log
-  env ${v:+STRATA_CUDA_$v=1} timeout 60 "$BIN/moe_decode_test" > "$log" 2>&1 || status=1
+  env ${v:+STRATA_CUDA_$v=1} timeout 60 "$BIN/moe_decode_test" ${v:+--t1} > "$log" 2>&1 || status=1
   grep -E "FAIL|error" "$log" | head -20
   echo "${v:-default}: $(tail -1 "$log")"
 done
