@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The T = 1 kernels of hyper_read / route_topk / rms_norm in a real decode (issue #7, setting (a)), ~60-90 s:
-#   1. strata generate on the synthetic model, 128 tokens, with the replaced kernels (STRATA_CUDA_HYPER_READ=v1
-#      STRATA_CUDA_ROUTE_TOPK=v1 STRATA_CUDA_RMS_NORM=v1) and with the current ones: tok/s, tokens agreeing
-#   2. STRATA_CUDA_PROFILE=1 tables from strata --serve, 64 tokens after a 1024-token prompt, both settings
+# The T = 1 kernels of hyper_read / route_topk / rms_norm in a real decode (issue #7, setting (a)), ~70-90 s:
+#   1. strata generate on the synthetic model, 128 tokens, with the replaced kernels (old: STRATA_CUDA_HYPER_READ=v1
+#      STRATA_CUDA_ROUTE_TOPK=v1 STRATA_CUDA_RMS_NORM=v1), with the current ones (new) and with the current ones and
+#      hyper_read's kernels as programmatic dependent launches (pdl: STRATA_CUDA_HYPER_PDL=1): tok/s, tokens agreeing
+#   2. STRATA_CUDA_PROFILE=1 tables from strata --serve, 64 tokens after a 1024-token prompt, the three settings
 # Writes $OUT/t1_ops_decode.json and the logs; prints a short summary.
 # usage: bash tests/gpu/t1_ops_decode.sh BUILD_DIR [SYN_MODEL]   (default /tmp/syn-q2_0.gguf)
 set -u
@@ -14,23 +15,27 @@ BIN=$BUILD/engine
 mkdir -p "$OUT"
 rm -f "$OUT"/t1_decode_* "$OUT"/t1_profile_* "$OUT"/t1_ops_decode.json
 [ -f "$MODEL" ] || { echo "t1_ops_decode.sh: $MODEL is missing (engine/tools/make_synthetic.py $MODEL --experts q2_0)"; exit 1; }
-OLD="STRATA_CUDA_HYPER_READ=v1 STRATA_CUDA_ROUTE_TOPK=v1 STRATA_CUDA_RMS_NORM=v1"
+settings() {   # the environment of a setting
+  case $1 in
+    old) echo "STRATA_CUDA_HYPER_READ=v1 STRATA_CUDA_ROUTE_TOPK=v1 STRATA_CUDA_RMS_NORM=v1" ;;
+    pdl) echo "STRATA_CUDA_HYPER_PDL=1" ;;
+    *) echo "STRATA_T1=new" ;;
+  esac
+}
 rc=0
 
-echo "== 1. decode on $(basename "$MODEL"), replaced kernels (old) and current (new)"
+echo "== 1. decode on $(basename "$MODEL"): replaced kernels (old), current (new), current with PDL (pdl)"
 PROMPT=$(python3 -c "print(','.join(str(100 + 37 * i % 400) for i in range(32)))")
-for v in old new; do
-  envs=$([ $v = old ] && echo "$OLD" || echo "STRATA_T1=new")
-  env $envs timeout 60 "$BIN/strata" generate --backend cuda --model "$MODEL" --prompt-ids "$PROMPT" \
+for v in old new pdl; do
+  env $(settings $v) timeout 60 "$BIN/strata" generate --backend cuda --model "$MODEL" --prompt-ids "$PROMPT" \
       -n 128 --ignore-eos --ctx 512 > "$OUT/t1_decode_$v.tokens" 2> "$OUT/t1_decode_$v.log"
   echo "rc $?" >> "$OUT/t1_decode_$v.log"
   echo "$v: $(grep -E 'decode:|rc |error' "$OUT/t1_decode_$v.log" | tr '\n' ' ')"
 done
 
 echo "== 2. STRATA_CUDA_PROFILE=1 in strata --serve, 64 tokens after 1024"
-for v in old new; do
-  envs=$([ $v = old ] && echo "$OLD" || echo "STRATA_T1=new")
-  env $envs STRATA_CUDA_PROFILE=1 timeout 60 python3 - "$BIN/strata" "$MODEL" 1024 \
+for v in old new pdl; do
+  env $(settings $v) STRATA_CUDA_PROFILE=1 timeout 60 python3 - "$BIN/strata" "$MODEL" 1024 \
       > "$OUT/t1_profile_$v.out" 2> "$OUT/t1_profile_$v.log" <<'PY'
 import subprocess, sys
 strata, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -60,7 +65,7 @@ def read(name):
     p = os.path.join(out, name)
     return open(p).read() if os.path.exists(p) else ""
 r = {}
-for v in ("old", "new"):
+for v in ("old", "new", "pdl"):
     d = re.search(r"decode: (\d+) tokens in ([\d.]+) s \(([\d.]+) tok/s\)", read(f"t1_decode_{v}.log"))
     r[f"decode_tok_s_{v}"] = float(d.group(3)) if d else None
     log = read(f"t1_profile_{v}.log")
@@ -72,12 +77,14 @@ for v in ("old", "new"):
     p = re.search(r"per decode pass \((\d+) passes\):.*GPU busy ([\d.]+) ms, GPU span ([\d.]+) ms, wall ([\d.]+) ms", log)
     r[f"profile_{v}"] = {"ops": ops, "gpu_busy_ms": float(p.group(2)) if p else None,
                          "gpu_span_ms": float(p.group(3)) if p else None, "wall_ms": float(p.group(4)) if p else None}
-a, b = read("t1_decode_old.tokens").strip().split(","), read("t1_decode_new.tokens").strip().split(",")
-r["tokens_agreeing_from_start"] = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-r["tokens"] = len(b)
+def agree(x, y):
+    a, b = read(f"t1_decode_{x}.tokens").strip().split(","), read(f"t1_decode_{y}.tokens").strip().split(",")
+    return next((i for i, (p, q) in enumerate(zip(a, b)) if p != q), min(len(a), len(b)))
+r["tokens_old_new_agreeing_from_start"] = agree("old", "new")
+r["tokens_new_pdl_identical"] = read("t1_decode_new.tokens") == read("t1_decode_pdl.tokens")
 json.dump(r, open(os.path.join(out, "t1_ops_decode.json"), "w"), indent=1)
 print(json.dumps(r, indent=1))
-sys.exit(0 if r["decode_tok_s_new"] and r["profile_new"]["ops"] else 1)
+sys.exit(0 if r["decode_tok_s_new"] and r["profile_new"]["ops"] and r["tokens_new_pdl_identical"] else 1)
 PY
 echo "t1_ops_decode.sh rc $rc"
 exit $rc

@@ -28,10 +28,11 @@ constexpr int kGroup = 16;                // lanes per up row in kernel 2 (r = 3
 constexpr int kGroups = kThreads / kGroup;
 
 std::atomic<int64_t> g_fused{0};
-std::atomic<int> g_pdl{-1};   // kernel 2 as a programmatic dependent launch: -1 = STRATA_CUDA_HYPER_PDL (default off)
+std::atomic<int> g_pdl{-1};   // programmatic dependent launches: -1 = STRATA_CUDA_HYPER_PDL (default off)
 
-// Programmatic dependent launch (sm_90): kernel 1 lets kernel 2's blocks start early; kernel 2 waits for kernel 1's
-// completion and memory before reading its outputs. Both are no-ops when kernel 2 was launched the ordinary way.
+// Programmatic dependent launch (sm_90): each kernel may start before the previous one in the stream ends (kernel 1
+// lets kernel 2's blocks start right away) and waits for that kernel's completion and memory (pdl_wait) before reading
+// anything but weights. Both are no-ops for a kernel launched the ordinary way.
 __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
@@ -73,6 +74,7 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
         for (int u = lane; u < units; u += 32) prefetch_l2(wr + (size_t)((c0 / 32 + u) / kSub) * F::BYTES);
     }
     pdl_launch_dependents();
+    pdl_wait();   // X (as the previous kernel's programmatic dependent: only the prefetch came before)
 
     // Sums of squares: all tokens' loads in flight together, one barrier for every (token, stream).
     __shared__ float red[kMaxTokens][kMaxStreams][kThreads / 32];
@@ -249,7 +251,7 @@ hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, i
     } else if (g == 0) {
         prefetch_l2(wr);
     }
-    pdl_wait();   // kernel 1's part and xn (launched as its programmatic dependent: only the prefetch came before)
+    pdl_wait();   // kernel 1's part and xn (as its programmatic dependent: only the prefetch came before)
     const int nH = n * H;
     float xv[NT];   // this row's xn, loaded while the prologue runs
 #pragma unroll
@@ -366,6 +368,27 @@ bool pdl_on() {
     return v == 1;
 }
 
+// kernel<<<grid, kThreads, smem, s>>>(args), as a programmatic dependent launch of the stream's previous kernel when
+// pdl (the kernel waits with pdl_wait before reading what that kernel wrote).
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, size_t smem, cudaStream_t s, bool pdl, Args... args) {
+    if (!pdl) {
+        kernel<<<grid, kThreads, smem, s>>>(args...);
+        return;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
+}
+
 struct Layout {
     size_t xn = 0, part = 0, total = 0;
     int cw = 0, chunks = 0, R = 0, blk = 0;
@@ -445,13 +468,14 @@ void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, v
     float* part = (float*)(base + l.part);
     const bool one = T == 1;
 
+    const bool pdl = pdl_on();
     const dim3 down_grid((unsigned)l.chunks, (unsigned)((l.R + kBlockRows - 1) / kBlockRows));
     const size_t smem1 = down_smem(T, l.cw, l.blk);
     with_hr_format(a.down_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
-            kernel<<<down_grid, kThreads, smem1, s>>>(X, a.norm, a.norm_len, a.n, a.H, a.eps, l.cw, a.down, a.down_rb,
-                                                      a.inject, a.inject_rb, a.r, l.R, T, xn, part);
+            launch_kernel(kernel, down_grid, smem1, s, pdl, X, (const float*)a.norm, a.norm_len, a.n, a.H, a.eps, l.cw,
+                          a.down, a.down_rb, a.inject, a.inject_rb, a.r, l.R, T, xn, part);
         };
         if constexpr (F::ABLK == 32 || F::ABLK == 256) {
             if (l.blk) {
@@ -468,29 +492,12 @@ void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, v
     const int blk_up = is_plain(a.up_type) ? 0 : hr_act_block(a.up_type, a.f32_act);
     const size_t smem2 = mix_smem(a, T, blk_up);
     const int J = kGroups / a.n;
-    const bool pdl = pdl_on();
     const unsigned mix_blocks = (unsigned)((a.H + J - 1) / J);
     with_hr_format(a.up_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
-            float* inj_out = with_inj ? inj : nullptr;
-            if (!pdl) {
-                kernel<<<mix_blocks, kThreads, smem2, s>>>(part, l.chunks, l.R, a.r, a.n, a.H, T, a.up, a.up_rb, xn, u,
-                                                           inj_out);
-                return;
-            }
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3(mix_blocks);
-            cfg.blockDim = dim3(kThreads);
-            cfg.dynamicSmemBytes = smem2;
-            cfg.stream = s;
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attr[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.attrs = attr;
-            cfg.numAttrs = 1;
-            CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, (const float*)part, l.chunks, l.R, a.r, a.n, a.H, T, a.up,
-                                          a.up_rb, (const float*)xn, u, inj_out));
+            launch_kernel(kernel, dim3(mix_blocks), smem2, s, pdl, (const float*)part, l.chunks, l.R, a.r, a.n, a.H, T,
+                          a.up, a.up_rb, (const float*)xn, u, with_inj ? inj : nullptr);
         };
         if constexpr (F::ABLK == 0) {
             if (one) launch(hr_mix_kernel<F, false, true, 1>);
