@@ -1,6 +1,5 @@
 // Activation quantizers: Q8_0 (32 int8 + fp16 scale) and Q8_K (256 int8 + f32 scale + 16 sums of 16),
 // laid out as in ggml, and the choice of activation format per weight type.
-#include <algorithm>
 #include <cmath>
 #include "quant/quant_internal.h"
 #include "common/error.h"
@@ -39,33 +38,27 @@ size_t act_bytes(GgmlType t, int64_t n) {
     return 0;
 }
 
-// nearbyint for |v| < 2^22 in the default rounding mode, without the libm call (GCC calls nearbyintf per value
-// unless built for SSE4.1: ~6 ns a value, 15 µs for a 2560-wide Q2_0 activation row). Equal as an integer for every
-// float of magnitude <= 300 (checked exhaustively); quantized values stay within 127. Likewise std::max / std::min
-// below instead of fmaxf / fminf calls: the same results (a NaN input is skipped by both).
-static inline float round_to_nearest(float v) { return (v + 12582912.0f) - 12582912.0f; }
-
 static void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, x += 32) {
         float amax = 0.0f;
-        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+        for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[j]));
         float d = amax / 127.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[i].d = f32_to_fp16(d);
-        for (int j = 0; j < 32; ++j) y[i].qs[j] = (int8_t)round_to_nearest(x[j] * id);
+        for (int j = 0; j < 32; ++j) y[i].qs[j] = (int8_t)std::nearbyint(x[j] * id);
     }
 }
 
 static void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, x += QK_K) {
         float amax = 0.0f;
-        for (int j = 0; j < QK_K; ++j) amax = std::max(amax, std::fabs(x[j]));
+        for (int j = 0; j < QK_K; ++j) amax = std::fmax(amax, std::fabs(x[j]));
         float d = amax / 127.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[i].d = d;
         for (int j = 0; j < QK_K; ++j) {
-            float v = round_to_nearest(x[j] * id);
-            y[i].qs[j] = (int8_t)std::min(127.0f, std::max(-127.0f, v));
+            float v = std::nearbyint(x[j] * id);
+            y[i].qs[j] = (int8_t)std::fmin(127.0f, std::fmax(-127.0f, v));
         }
         for (int g = 0; g < 16; ++g) {
             int s = 0;
