@@ -505,7 +505,9 @@ void test_hyper_read() {
     const int n = 4;
     // Q8: the fused norm sums in another order, so an xn value can quantize to the neighbouring int8 (seen on the H200:
     // 2.4e-3); f32: up to 2.8e-5 seen at H = 2048.
-    const double tol = mode.empty() ? 1e-2 : 5e-5;   // Q8: 6.3e-3 seen at T = 9 (the composed path)
+    // Q8: 6.3e-3 seen at T = 9 (the composed path), 1.04e-2 at T = 1 on the inj output with an IQ4_NL up (the two-kernel
+    // path of 2026-11-30; round 2): a flip of one int8 of `a` before the 4-bit up matrix. f32 stays within 5e-5.
+    const double tol = mode.empty() ? 2e-2 : 5e-5;
     for (const Case& c : cases) {
         const int nH = n * c.H;
         HyperWeights w;
@@ -592,8 +594,9 @@ void test_gdn_block(const std::string& suffix = "", bool expect_fused = true) {
 }
 
 // The recurrence kernel's quantized o (STRATA_CUDA_GDN_QUANT, on by default) against quantize_act on the same o (a
-// backend made with it off): y, S and the history must be the same bits. Q8_0 (Q2_0 out weight) at d 32 and 128,
-// Q8_K (IQ2_XS) at d 128; T = 1, 3, 8 and 40 (the tiled prompt matmul).
+// backend made with it off): y, S and the history must be the same bits. Q8_0 (Q2_0 out weight) at d 32 and 128;
+// a Q8_K out weight (IQ2_XS) at d 128 must not take the in-kernel path (its Q8_K form was 1e-7 off: gdn_fused.cu);
+// T = 1, 3, 8 and 40 (the tiled prompt matmul).
 void test_gdn_quant_bits() {
     setenv("STRATA_CUDA_GDN_QUANT", "0", 1);
     CudaBackend plain(0);
@@ -604,7 +607,7 @@ void test_gdn_quant_bits() {
         bool quantizes;
     };
     const Case cases[] = {{256, 2, 6, 32, GgmlType::Q2_0, true}, {2048, 16, 48, 128, GgmlType::Q2_0, true},
-                          {2048, 16, 48, 128, GgmlType::IQ2_XS, true}, {64, 2, 4, 16, GgmlType::Q8_0, false}};
+                          {2048, 16, 48, 128, GgmlType::IQ2_XS, false}, {64, 2, 4, 16, GgmlType::Q8_0, false}};
     const int K = 4;
     for (const Case& c : cases) {
         const int kd = c.nk * c.d, vd = c.nv * c.d, cd = 2 * kd + vd;

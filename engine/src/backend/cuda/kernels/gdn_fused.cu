@@ -169,9 +169,11 @@ void gdn_conv_norm(cudaStream_t s, const float* qkv, int ld, int T, int nk, int 
     CUDA_CHECK_LAUNCH();
 }
 
+// Q8_0 only: the Q8_K form (two heads per 256-block) gave y 1e-7 off the separate quantization on the H200
+// (tests/gpu/results/2026-11-30-round2: gdn_block quantized o IQ2_XS), so the out matmul quantizes Q8_K itself.
 int gdn_quantize_block(int d, int nv, int blk) {
+    (void)nv;
     if (blk == 32 && d % 32 == 0 && d <= 128) return 32;
-    if (blk == 256 && d == 128 && nv % 2 == 0) return 256;
     return 0;
 }
 

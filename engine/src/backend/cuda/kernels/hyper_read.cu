@@ -457,7 +457,9 @@ void hyper_read_v1(cudaStream_t s, const HyperReadArgs& a, const float* X, int T
 
 void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj) {
     // (kernel 1 reads X as float4s: an unaligned X, which no caller makes today, takes the older kernels)
-    if (use_v1() || reinterpret_cast<uintptr_t>(X) % 16 != 0) return hyper_read_v1(s, a, X, T, scratch, u, inj);
+    // T > 2 also takes them: measured slower there on the H200 (T = 8: 65 vs 45 µs; t1_ops.json of
+    // tests/gpu/results/2026-11-30-round2), faster at T = 1 (13.8 vs 20.5) and T = 2 (23.8 vs 26.4).
+    if (use_v1() || T > 2 || reinterpret_cast<uintptr_t>(X) % 16 != 0) return hyper_read_v1(s, a, X, T, scratch, u, inj);
     STRATA_CHECK(hyper_read_supported(a, T), "cuda hyper_read: shape n=", a.n, " H=", a.H, " r=", a.r, " T=", T,
                  " or weight types ", ggml_type_name(a.down_type), "/", ggml_type_name(a.up_type), " not supported");
     const bool with_inj = inj != nullptr;
