@@ -257,72 +257,12 @@ hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, i
 #pragma unroll
     for (int t = 0; t < NT; ++t) xv[t] = g == 0 && t < T ? xn[(size_t)t * nH + row] : 0.0f;
 
-    const float inv_n = 1.0f / (float)n;
-    for (int i = threadIdx.x; i < T * r; i += blockDim.x) {
-        const int t = i / r, k = i % r;
-        float v = 0.0f;
-        for (int c = 0; c < chunks; ++c) v += part[((size_t)c * T + t) * R + k];
-        v *= inv_n;
-        a[i] = v / (1.0f + expf(-v));
-    }
-    if (inj && blockIdx.x == 0)
-        for (int i = threadIdx.x; i < T * n; i += blockDim.x) {
-            const int t = i / n, k = r + i % n;
-            float v = 0.0f;
-            for (int c = 0; c < chunks; ++c) v += part[((size_t)c * T + t) * R + k];
-            inj[i] = 1.0f / (1.0f + expf(-(v * inv_n))) * 2.0f;
-        }
-    __syncthreads();
-    if constexpr (Q8) {
-        constexpr int B = F::ABLK, V = B / 32;
-        for (int b = threadIdx.x >> 5; b < T * r / B; b += blockDim.x >> 5) {
-            float v[V];
-#pragma unroll
-            for (int k = 0; k < V; ++k) v[k] = a[b * B + lane + 32 * k];
-            const float d = quantize_block<B>(v, aq + b * B, lane);
-            if (lane == 0) ad[b] = d;
-        }
-        __syncthreads();
-    }
+    mix_prologue<F, Q8>(part, chunks, R, r, n, T, blockIdx.x == 0 ? inj : nullptr, a, aq, ad);
 
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-    if constexpr (PLAIN) {
-        for (int i = g; i < r; i += kGroup) {
-            const float wv = plain_at<F>(wr, i);
-#pragma unroll
-            for (int t = 0; t < NT; ++t)
-                if (t < T) acc[t] = fmaf(wv, a[t * r + i], acc[t]);
-        }
-    } else {
-        constexpr int kSub = F::QK / 32;
-        for (int c = g; c < r / 32; c += kGroup) {
-            const uint8_t* blk = wr + (size_t)(c / kSub) * F::BYTES;
-            if constexpr (Q8) {
-                const int nd = r / F::ABLK;
-                const auto act = [&](int t, int (&q)[8]) -> float {
-                    const int4* q4 = (const int4*)(aq + t * r + 32 * c);
-                    const int4 lo = q4[0], hi = q4[1];
-                    q[0] = lo.x; q[1] = lo.y; q[2] = lo.z; q[3] = lo.w;
-                    q[4] = hi.x; q[5] = hi.y; q[6] = hi.z; q[7] = hi.w;
-                    return ad[t * nd + (32 * c) / F::ABLK];
-                };
-                QDot<F>::template dot<NT>(blk, c % kSub, QDot<F>::global_grid(), act, T, acc);
-            } else {
-                float wv[32];
-                F::deq32(blk, c % kSub, wv);
-#pragma unroll
-                for (int t = 0; t < NT; ++t) {
-                    if (t >= T) break;
-                    float sdot = 0.0f;
-#pragma unroll
-                    for (int e = 0; e < 32; ++e) sdot = fmaf(wv[e], a[t * r + 32 * c + e], sdot);
-                    acc[t] += sdot;
-                }
-            }
-        }
-    }
+    up_row_dot<F, Q8, PLAIN, NT, kGroup>(wr, r, g, T, a, aq, ad, acc);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
         const float dot = group_sum<kGroup>(acc[t]);

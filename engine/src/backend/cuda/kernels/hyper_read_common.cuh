@@ -100,6 +100,84 @@ bool with_hr_format(GgmlType t, Fn&& fn) {
     }
 }
 
+// The mix kernels' prologue, every block: a [T, r] = silu(Σ_c part[c, t, k] / n) in shared memory; inj [T, n] =
+// 2σ(Σ_c part[c, t, r + s] / n) when inj is given (the caller passes it in block 0 only); then, in the Q8 mode, a
+// quantized per activation block into aq / ad. part [chunks, T, R]. Ends with the block synchronised.
+template <class F, bool Q8>
+__device__ __forceinline__ void mix_prologue(const float* __restrict__ part, int chunks, int R, int r, int n, int T,
+                                             float* __restrict__ inj, float* a, int8_t* aq, float* ad) {
+    const float inv_n = 1.0f / (float)n;
+    for (int i = threadIdx.x; i < T * r; i += blockDim.x) {
+        const int t = i / r, k = i % r;
+        float v = 0.0f;
+        for (int c = 0; c < chunks; ++c) v += part[((size_t)c * T + t) * R + k];
+        v *= inv_n;
+        a[i] = v / (1.0f + expf(-v));
+    }
+    if (inj)
+        for (int i = threadIdx.x; i < T * n; i += blockDim.x) {
+            const int t = i / n, k = r + i % n;
+            float v = 0.0f;
+            for (int c = 0; c < chunks; ++c) v += part[((size_t)c * T + t) * R + k];
+            inj[i] = 1.0f / (1.0f + expf(-(v * inv_n))) * 2.0f;
+        }
+    __syncthreads();
+    if constexpr (Q8) {
+        const int lane = threadIdx.x & 31;
+        constexpr int B = F::ABLK, V = B / 32;
+        for (int b = threadIdx.x >> 5; b < T * r / B; b += blockDim.x >> 5) {
+            float v[V];
+#pragma unroll
+            for (int k = 0; k < V; ++k) v[k] = a[b * B + lane + 32 * k];
+            const float d = quantize_block<B>(v, aq + b * B, lane);
+            if (lane == 0) ad[b] = d;
+        }
+        __syncthreads();
+    }
+}
+
+// acc[t] += this lane's share of up row wr · a[t] (length r) for t < T: lane g of a G-lane group takes elements
+// (PLAIN) or 32-value chunks g, g + G, …; a in f32, or its Q8 form aq / ad (Q8). The caller sums over the group.
+template <class F, bool Q8, bool PLAIN, int NT, int G>
+__device__ __forceinline__ void up_row_dot(const uint8_t* wr, int r, int g, int T, const float* a, const int8_t* aq,
+                                           const float* ad, float (&acc)[NT]) {
+    if constexpr (PLAIN) {
+        for (int i = g; i < r; i += G) {
+            const float wv = plain_at<F>(wr, i);
+#pragma unroll
+            for (int t = 0; t < NT; ++t)
+                if (t < T) acc[t] = fmaf(wv, a[t * r + i], acc[t]);
+        }
+    } else {
+        constexpr int kSub = F::QK / 32;
+        for (int c = g; c < r / 32; c += G) {
+            const uint8_t* blk = wr + (size_t)(c / kSub) * F::BYTES;
+            if constexpr (Q8) {
+                const int nd = r / F::ABLK;
+                const auto act = [&](int t, int (&q)[8]) -> float {
+                    const int4* q4 = (const int4*)(aq + t * r + 32 * c);
+                    const int4 lo = q4[0], hi = q4[1];
+                    q[0] = lo.x; q[1] = lo.y; q[2] = lo.z; q[3] = lo.w;
+                    q[4] = hi.x; q[5] = hi.y; q[6] = hi.z; q[7] = hi.w;
+                    return ad[t * nd + (32 * c) / F::ABLK];
+                };
+                QDot<F>::template dot<NT>(blk, c % kSub, QDot<F>::global_grid(), act, T, acc);
+            } else {
+                float wv[32];
+                F::deq32(blk, c % kSub, wv);
+#pragma unroll
+                for (int t = 0; t < NT; ++t) {
+                    if (t >= T) break;
+                    float sdot = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < 32; ++e) sdot = fmaf(wv[e], a[t * r + 32 * c + e], sdot);
+                    acc[t] += sdot;
+                }
+            }
+        }
+    }
+}
+
 inline bool is_plain(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
 
 inline int qk_of(GgmlType t) {
