@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
@@ -36,6 +37,27 @@ __device__ __forceinline__ float block_sum(float v) {
 inline unsigned grid_for(size_t n, int block) {
     size_t g = (n + block - 1) / block;
     return (unsigned)(g < 1 ? 1 : (g > 0x7fffffff ? 0x7fffffff : g));
+}
+
+// One block of BLK activations quantized by one warp with quantize_act's arithmetic, lane l holding values l, l + 32,
+// … in v: the int8 values go to qb[0 … BLK); returns the block's scale (Q8_0, BLK 32: rounded to fp16 as stored;
+// Q8_K, BLK 256: values clamped to ±127). Every kernel that quantizes activations calls this, so they agree bit for bit.
+template <int BLK>
+__device__ __forceinline__ float quantize_act_block(const float (&v)[BLK / 32], int lane, int8_t* qb) {
+    constexpr int V = BLK / 32;
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < V; ++k) amax = fmaxf(amax, fabsf(v[k]));
+    amax = warp_max(amax);
+    const float dd = amax / 127.0f;
+    const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        float r = rintf(v[k] * id);
+        if (BLK == 256) r = fminf(127.0f, fmaxf(-127.0f, r));   // Q8_K clamps, Q8_0 does not need to
+        qb[lane + 32 * k] = (int8_t)(int)r;
+    }
+    return BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;
 }
 
 }  // namespace strata::cuda

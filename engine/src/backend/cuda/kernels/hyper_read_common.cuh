@@ -46,25 +46,6 @@ __device__ __forceinline__ float plain_at(const uint8_t* row, int i) {
     else return bf16_to_float(ld16(row + 2 * i));
 }
 
-// Q8 activation blocks (quantize_act's arithmetic): v holds lane's values BLK/32 … of one block of BLK.
-template <int BLK>
-__device__ __forceinline__ float quantize_block(const float (&v)[BLK / 32], int8_t* q, int lane) {
-    constexpr int V = BLK / 32;
-    float amax = 0.0f;
-#pragma unroll
-    for (int k = 0; k < V; ++k) amax = fmaxf(amax, fabsf(v[k]));
-    amax = warp_max(amax);
-    const float dd = amax / 127.0f;
-    const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        float r = rintf(v[k] * id);
-        if (BLK == 256) r = fminf(127.0f, fmaxf(-127.0f, r));
-        q[lane + 32 * k] = (int8_t)(int)r;
-    }
-    return BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;
-}
-
 // Sum over groups of G consecutive lanes (G a power of two ≤ 32).
 template <int G>
 __device__ __forceinline__ float group_sum(float v) {
@@ -129,7 +110,7 @@ __device__ __forceinline__ void mix_prologue(const float* __restrict__ part, int
             float v[V];
 #pragma unroll
             for (int k = 0; k < V; ++k) v[k] = a[b * B + lane + 32 * k];
-            const float d = quantize_block<B>(v, aq + b * B, lane);
+            const float d = quantize_act_block<B>(v, lane, aq + b * B);
             if (lane == 0) ad[b] = d;
         }
         __syncthreads();

@@ -45,13 +45,13 @@ hr_norm_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
         xn[(size_t)t * nH + c] = y;
     }
     if constexpr (BLK == 256) {
-        const float d = quantize_block<256>(v, xq + (size_t)t * nH + c0, lane);
+        const float d = quantize_act_block<256>(v, lane, xq + (size_t)t * nH + c0);
         if (lane == 0) xd[((size_t)t * nH + c0) / 256] = d;
     } else if constexpr (BLK == 32) {
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
             const float vk[1] = {v[k]};
-            const float d = quantize_block<32>(vk, xq + (size_t)t * nH + c0 + 32 * k, lane);
+            const float d = quantize_act_block<32>(vk, lane, xq + (size_t)t * nH + c0 + 32 * k);
             if (lane == 0) xd[((size_t)t * nH + c0 + 32 * k) / 32] = d;
         }
     }

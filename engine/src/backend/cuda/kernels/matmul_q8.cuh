@@ -15,20 +15,8 @@ constexpr int kWarps = 4;   // warps per block; the launchers in matmul.cu use t
 // kernel and the fused-quantization matmuls both call this, so their int8 values and scales are the same bits.
 template <int BLK>
 __device__ __forceinline__ void quantize_act_values(const float (&v)[BLK / 32], int lane, int8_t* qb, float* d) {
-    constexpr int V = BLK / 32;
-    float amax = 0.0f;
-#pragma unroll
-    for (int k = 0; k < V; ++k) amax = fmaxf(amax, fabsf(v[k]));
-    amax = warp_max(amax);
-    const float dd = amax / 127.0f;
-    const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        float r = rintf(v[k] * id);
-        if (BLK == 256) r = fminf(127.0f, fmaxf(-127.0f, r));   // Q8_K clamps, Q8_0 does not need to
-        qb[lane + 32 * k] = (int8_t)(int)r;
-    }
-    if (lane == 0) *d = BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;   // Q8_0 keeps an fp16 scale
+    const float scale = quantize_act_block<BLK>(v, lane, qb);
+    if (lane == 0) *d = scale;
 }
 
 template <int BLK>
