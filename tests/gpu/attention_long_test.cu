@@ -17,32 +17,19 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
+#include "gpu_test_util.h"
 
 using namespace strata;
 
 namespace {
 
+using gputest::rel_err;
+
 std::mt19937 rng(7);
 std::string json_checks, json_timings;
 int n_checks = 0, n_failed = 0;
 
-std::vector<float> randn(size_t n, float sd = 1.0f) {
-    std::normal_distribution<float> d(0.0f, sd);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
-}
-
-// max|a − b| / max|b|, as cuda_ops_test measures.
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        const double d = std::fabs((double)a[i] - b[i]);
-        num = std::isnan(d) ? INFINITY : std::max(num, d);
-        den = std::max(den, std::fabs((double)b[i]));
-    }
-    return num / std::max(den, 1e-30);
-}
+std::vector<float> randn(size_t n, float sd = 1.0f) { return gputest::randn(rng, n, sd); }
 
 void report(const std::string& name, double rel, double tol) {
     const bool ok = rel <= tol;

@@ -18,10 +18,13 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "random_blocks.h"
+#include "gpu_test_util.h"
 
 using namespace strata;
 
 namespace {
+
+using gputest::rel_err;
 
 std::mt19937 rng(12345);
 CpuBackend* cpu = nullptr;
@@ -41,23 +44,7 @@ struct Result {
 };
 std::vector<Result> results;
 
-std::vector<float> randn(size_t n, float sd = 1.0f) {
-    std::normal_distribution<float> d(0.0f, sd);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
-}
-
-// max|a − b| / max|b|
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        const double d = std::fabs((double)a[i] - b[i]);
-        num = std::isnan(d) ? INFINITY : std::max(num, d);
-        den = std::max(den, std::fabs((double)b[i]));
-    }
-    return num / std::max(den, 1e-30);
-}
+std::vector<float> randn(size_t n, float sd = 1.0f) { return gputest::randn(rng, n, sd); }
 
 void report(const std::string& name, const std::vector<float>& got, const std::vector<float>& want, double tol) {
     const double r = rel_err(got, want);

@@ -18,38 +18,17 @@
 #include "backend/cuda/kernels/kernels.h"
 #include "backend/cuda/kernels/moe_gate_up.h"
 #include "random_blocks.h"
+#include "gpu_test_util.h"
 
 using namespace strata;
 
 namespace {
 
+using gputest::rel_err;
+using gputest::to_device;
+using gputest::to_host;
+
 int failed = 0;
-
-template <class T>
-T* to_device(const std::vector<T>& h) {
-    T* d = nullptr;
-    CUDA_CHECK(cudaMalloc(&d, std::max<size_t>(1, h.size()) * sizeof(T)));
-    CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-
-template <class T>
-std::vector<T> to_host(const T* d, size_t n) {
-    std::vector<T> h(n);
-    CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
-
-// max |got − want| / max |want|, infinite on NaN.
-double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-        const double d = std::fabs((double)got[i] - want[i]);
-        num = std::isnan(d) ? INFINITY : std::max(num, d);
-        den = std::max(den, (double)std::fabs(want[i]));
-    }
-    return num / std::max(den, 1e-30);
-}
 
 void report(const std::string& name, double rel, double tol, bool same_bits) {
     const bool ok = rel <= tol && same_bits;

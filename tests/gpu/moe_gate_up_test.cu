@@ -13,25 +13,14 @@
 #include "backend/cuda/kernels/kernels.h"
 #include "backend/cuda/kernels/moe_gate_up.h"
 #include "random_blocks.h"
+#include "gpu_test_util.h"
 
 using namespace strata;
 
 namespace {
 
-template <class T>
-T* to_device(const std::vector<T>& h) {
-    T* d = nullptr;
-    CUDA_CHECK(cudaMalloc(&d, std::max<size_t>(1, h.size()) * sizeof(T)));
-    CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-
-template <class T>
-std::vector<T> to_host(const T* d, size_t n) {
-    std::vector<T> h(n);
-    CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
+using gputest::to_device;
+using gputest::to_host;
 
 // One format and token count; returns max |fused − reference| / max |reference|.
 double check(GgmlType t, int T, std::mt19937& rng) {
