@@ -32,10 +32,10 @@ except Exception as e:
     print(f"no decode.json ({e}); see {out}/decode_py.log"); sys.exit(0)
 import os
 log = open(f"{out}/pc12.log").read() if os.path.exists(f"{out}/pc12.log") else ""
-m = re.search(r"experts pinned: (\d+) MiB in (\d+) ms \(([\d.]+) GB/s\), (\d+) loader threads; cudaHostAlloc (\d+) ms, copies (\d+) ms", log)
+m = re.search(r"experts pinned: (\d+) MiB in (\d+) ms \(([\d.]+) GB/s\), (\d+) loader threads; (?:cudaHostAlloc|locking) (\d+) ms, copies (\d+) ms", log)
 if m:
     print(f"load: {int(m[1]) / 1024:.1f} GiB of experts pinned in {int(m[2]) / 1000:.1f} s = {m[3]} GB/s "
-          f"({m[4]} threads; cudaHostAlloc {m[5]} ms, copies {m[6]} ms, summed over threads)")
+          f"({m[4]} threads; page locking {m[5]} ms, copies {m[6]} ms, summed over threads)")
 m = re.search(r"(\d+) MiB of missed experts over PCIe for prompt chunks in (\d+) ms of copies \(([\d.]+) GB/s\)", log)
 if m:
     print(f"PCIe: {m[1]} MiB of missed experts in {m[2]} ms of copy-stream time = {m[3]} GB/s (whole run)")

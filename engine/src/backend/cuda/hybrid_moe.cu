@@ -110,8 +110,8 @@ HybridMoe::~HybridMoe() {
         cudaFree(L.d_gate);
         cudaFree(L.d_up);
         cudaFree(L.d_down);
-        if (L.pinned) cudaFreeHost(L.pinned);
     }
+    unpin_experts();
     cudaFree(d_stage_gate_);
     cudaFree(d_stage_up_);
     cudaFree(d_stage_down_);

@@ -127,6 +127,8 @@ private:
         uint8_t* d_up = nullptr;
         uint8_t* d_down = nullptr;
         void* pinned = nullptr;               // the layer's pinned piece (gate | up | down), or null
+        size_t pinned_size = 0;               // its bytes when it is mapped memory locked by cudaHostRegister
+                                              // (0: from cudaHostAlloc)
     };
     struct PendingMoves {
         std::vector<CacheMove> moves;
@@ -170,6 +172,7 @@ private:
                        const std::vector<MissBatch>& batches, const int32_t* d_route, const int32_t* d_stage,
                        const int32_t* d_token, float* out);
     void pin_experts();          // every layer's experts into a pinned piece, several layers at a time
+    void unpin_experts();
     void harvest_copy_timings(bool wait);
     void cpu_thread_main();
     void submit_cpu_job(CpuJob job);
