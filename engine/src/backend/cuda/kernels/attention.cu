@@ -1,7 +1,8 @@
 // attention: softmax attention of each query over its kept key cells (GQA). A block of 4 warps runs an online
 // softmax over a range of one (query, head)'s cells, each warp 4 cells at a time. Few queries (decode, verify) split
-// the cells over many blocks ("flash decoding"), grouped by kv head so a block's warps share each K/V row, and a
-// second kernel merges the partial results; many queries take one block per (query, head) over all its cells.
+// the cells over many blocks ("flash decoding") and a second kernel merges the partial results; many queries take
+// one block per (query, head) over all its cells. A variant grouped by kv head (a block's warps share each K/V row)
+// is kept for A/B (STRATA_CUDA_GROUPED_ATTN=1): slower on the H200.
 #include <algorithm>
 #include <cfloat>
 #include <cstdlib>
@@ -291,6 +292,7 @@ int attention_chunks(int T, int nh, int max_cells, bool grouped) {
     // About 16 warps per SM (4 blocks of 4 warps fit by registers); a chunk of one (query, head) takes 4 warps, or
     // one in the grouped kernel.
     const int warps_per_chunk = grouped ? 1 : kWarps;
+    if (pairs * kWarps >= 16 * sm_count()) return 1;   // one block per (query, head) fills the GPU: no split
     int chunks = (16 * sm_count() + pairs * warps_per_chunk - 1) / (pairs * warps_per_chunk);
     if (max_cells >= 0) {   // very long lists: more chunks than fill the GPU at once, ≤ kLongWarpCells per warp
         chunks = std::max(chunks, (max_cells + kLongWarpCells * warps_per_chunk - 1) / (kLongWarpCells * warps_per_chunk));
@@ -306,18 +308,21 @@ void attention(cudaStream_t s, const float* q, const float* K, const float* V, i
     STRATA_CHECK(hd >= 1 && hd <= kMaxHd, "cuda attention: head dim ", hd, " is out of range 1..", kMaxHd);
     STRATA_CHECK(nkv > 0 && nh % nkv == 0, "cuda attention: ", nh, " heads do not group over ", nkv, " kv heads");
     if (!T || !nh) return;
-    static const bool grouped_off = env_off("STRATA_CUDA_GROUPED_ATTN");   // A/B: split without grouping
+    // Grouping by kv head measured slower on the H200 (T = 1 at 2K cells 38 vs 20 µs, T = 8 98 vs 70): off unless
+    // asked for (STRATA_CUDA_GROUPED_ATTN=1, or grouped = 1).
+    static const bool grouped_on = [] {
+        const char* v = std::getenv("STRATA_CUDA_GROUPED_ATTN");
+        return v && std::string(v) == "1";
+    }();
     const int group = nh / nkv;
     const bool grouped_auto = grouped < 0;
-    if (grouped_auto) grouped = group >= 2 && group <= kMaxGroup && !grouped_off;
+    if (grouped_auto) grouped = group >= 2 && group <= kMaxGroup && grouped_on;
     STRATA_CHECK(!grouped || (group >= 1 && group <= kMaxGroup), "cuda attention: ", group,
                  " query heads per kv head exceed the grouped kernel's ", kMaxGroup);
     // Dense lists are known here (n0 + T − 1 cells at most); device lists are not, and their chunks take a
     // least number of cells each, so short lists leave the later chunks empty.
-    if (chunks < 0) {
-        chunks = attention_chunks(T, nh, cells ? -1 : n0 + T - 1, grouped);
-        if (chunks <= 1 && grouped_auto) grouped = 0;   // one block per (query, head) where no split is worth it
-    }
+    if (chunks < 0) chunks = attention_chunks(T, nh, cells ? -1 : n0 + T - 1, grouped);
+    if (chunks <= 1 && grouped_auto) grouped = 0;   // one block per (query, head) where no split is worth it
     STRATA_CHECK(chunks <= 1 || (chunks <= kMaxChunks && (size_t)T * nh * chunks <= (size_t)kMaxPartials),
                  "cuda attention: ", chunks, " chunks for ", T * nh, " (query, head) pairs exceed the partial buffer");
     const bool g = grouped != 0;

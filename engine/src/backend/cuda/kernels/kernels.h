@@ -156,8 +156,8 @@ void rope(cudaStream_t s, float* x, int T, int n_heads, int hd, int n_rot, float
 // chunks: blocks each (query, head) is split over (1 = one block over all its cells, no merge); −1 picks
 // attention_chunks(T, nh, the most cells of a query when known, else −1, grouped). grouped: one block per (query,
 // kv head, chunk) with a warp per query head of the group (1), a block of 4 warps per (query, head, chunk) (0), or
-// −1: grouped when nh / nkv is 2 … 16 and the automatic chunk count is above 1. STRATA_CUDA_SPLIT_ATTN=0 /
-// STRATA_CUDA_GROUPED_ATTN=0 turn the automatic choices off (A/B runs).
+// −1: not grouped (grouped when nh / nkv is 2 … 16, the split is used and STRATA_CUDA_GROUPED_ATTN=1).
+// STRATA_CUDA_SPLIT_ATTN=0: no split (A/B runs).
 void attention(cudaStream_t s, const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                const int32_t* off, const int32_t* cells, int n0, float* o, int chunks = -1, int grouped = -1);
 int attention_chunks(int T, int nh, int max_cells, bool grouped);
