@@ -92,6 +92,17 @@ struct CudaBackend::Impl {
         fail("cuda: weight ", w.tensor ? w.tensor->name : "(unnamed)", " is not on the device (prepare_weights not called?)");
     }
 
+    // A 2-D weight on the device as a matmul operand (rows of ne[0] values in its block format).
+    cuda::MatmulArgs dense_args(const Weight& w) const {
+        cuda::MatmulArgs m;
+        m.type = w.type;
+        m.w = dev(w);
+        m.row_bytes = w.row_bytes;
+        m.rows = w.n_rows();
+        m.n = (int)w.ne[0];
+        return m;
+    }
+
     const float* dev_f32(const Weight& w) {
         auto it = f32.find(w.data);
         if (it != f32.end()) return it->second;
@@ -582,13 +593,7 @@ void CudaBackend::embed(const Weight& table, const int32_t* ids, int T, float* y
 
 void CudaBackend::matmul(const Weight& w, const float* x, int T, float* y) {
     Impl::OpScope prof_op(*impl_, "matmul", ggml_type_name(w.type));
-    cuda::MatmulArgs m;
-    m.type = w.type;
-    m.w = impl_->dev(w);
-    m.row_bytes = w.row_bytes;
-    m.rows = w.n_rows();
-    m.n = (int)w.ne[0];
-    impl_->matmul_rows(m, x, T, T, y);
+    impl_->matmul_rows(impl_->dense_args(w), x, T, T, y);
     impl_->done("matmul", true);
 }
 
@@ -761,15 +766,7 @@ void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float*
     }
     Impl::OpScope prof_op(*impl_, "gdn_block");
     ++fused_gdn_count;
-    auto args = [&](const Weight& m) {
-        cuda::MatmulArgs a;
-        a.type = m.type;
-        a.w = impl_->dev(m);
-        a.row_bytes = m.row_bytes;
-        a.rows = m.n_rows();
-        a.n = (int)m.ne[0];
-        return a;
-    };
+    auto args = [&](const Weight& m) { return impl_->dense_args(m); };
     // The projections qkv [T, cd], z [T, vd], beta and alpha [T, nv]: consecutive ones whose device data follow each
     // other in one format (upload_together) run as one matmul, whose output rows hold them side by side (row stride
     // ld). All matmuls of u share its quantization (act_cache).
@@ -1025,15 +1022,7 @@ void CudaBackend::shared_expert(const MoeWeights& w, const float* u, int T, floa
         impl_->done("shared_expert");
         return;
     }
-    auto args = [&](const Weight& m) {
-        cuda::MatmulArgs a;
-        a.type = m.type;
-        a.w = impl_->dev(m);
-        a.row_bytes = m.row_bytes;
-        a.rows = m.n_rows();
-        a.n = (int)m.ne[0];
-        return a;
-    };
+    auto args = [&](const Weight& m) { return impl_->dense_args(m); };
     // T = 1 only: at T = 8 it was 6.4e-4 off the CPU (tolerance 2e-4) on the H200 (tests/gpu/results/2026-11-30-round2);
     // verify windows keep the checked kernels.
     if (y && T == 1 && !impl_->f32_act &&
