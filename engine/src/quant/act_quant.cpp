@@ -38,6 +38,74 @@ size_t act_bytes(GgmlType t, int64_t n) {
     return 0;
 }
 
+// The quantizers below must give exactly the int8 values of (int8_t)std::nearbyint(x * id) in the default rounding
+// mode (what the oracle tests and ggml expect). GCC turns std::nearbyint into a libm call per value (~6 ns) unless
+// built for SSE4.1, so on x86-64 the SSE2 path converts with cvtps2dq instead: it rounds in the current rounding
+// mode like nearbyint, and there is no add after the multiply that the compiler could fuse into an FMA (which is
+// what broke a39709a's (v + 1.5*2^23) - 1.5*2^23 form in builds with FMA: the product skipped its rounding).
+// test_act_quant compares both paths with a std::nearbyint reference bit for bit.
+#if defined(__SSE2__) || defined(_M_X64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 2)
+#define STRATA_ACT_QUANT_SSE2 1
+#include <emmintrin.h>
+
+// Largest |x| of n floats (n a multiple of 4); a NaN is skipped as std::fmax does (maxps returns its second
+// operand when the first is NaN).
+static inline float abs_max_sse2(const float* x, int n) {
+    const __m128 sign = _mm_set1_ps(-0.0f);
+    __m128 m = _mm_setzero_ps();
+    for (int j = 0; j < n; j += 4) m = _mm_max_ps(_mm_andnot_ps(sign, _mm_loadu_ps(x + j)), m);
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+}
+
+// 16 rounded int32 -> 16 int8 keeping the low byte of each, as the scalar (int8_t) conversion does on x86
+// (a NaN or infinite product converts to 0x80000000, whose low byte is 0).
+static inline __m128i low_bytes_16(__m128i a, __m128i b, __m128i c, __m128i d) {
+    const __m128i ff = _mm_set1_epi32(0xff);
+    __m128i ab = _mm_packs_epi32(_mm_and_si128(a, ff), _mm_and_si128(b, ff));
+    __m128i cd = _mm_packs_epi32(_mm_and_si128(c, ff), _mm_and_si128(d, ff));
+    return _mm_packus_epi16(ab, cd);
+}
+
+static void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, x += 32) {
+        float d = abs_max_sse2(x, 32) / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = f32_to_fp16(d);
+        const __m128 vid = _mm_set1_ps(id);
+        __m128i r[8];
+        for (int k = 0; k < 8; ++k) r[k] = _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(x + 4 * k), vid));
+        _mm_storeu_si128((__m128i*)y[i].qs, low_bytes_16(r[0], r[1], r[2], r[3]));
+        _mm_storeu_si128((__m128i*)(y[i].qs + 16), low_bytes_16(r[4], r[5], r[6], r[7]));
+    }
+}
+
+static void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t nb) {
+    const __m128 lo = _mm_set1_ps(-127.0f), hi = _mm_set1_ps(127.0f);
+    for (int64_t i = 0; i < nb; ++i, x += QK_K) {
+        float d = abs_max_sse2(x, QK_K) / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = d;
+        const __m128 vid = _mm_set1_ps(id);
+        for (int g = 0; g < 16; ++g) {
+            // Clamp before rounding (the same integers, since +-127 are integers): maxps(p, -127) gives -127 for
+            // a NaN p as std::fmax(-127, NaN) does, and +-inf clamp to +-127.
+            __m128i r[4];
+            for (int k = 0; k < 4; ++k) {
+                __m128 p = _mm_mul_ps(_mm_loadu_ps(x + 16 * g + 4 * k), vid);
+                r[k] = _mm_cvtps_epi32(_mm_min_ps(_mm_max_ps(p, lo), hi));
+            }
+            __m128i w0 = _mm_packs_epi32(r[0], r[1]), w1 = _mm_packs_epi32(r[2], r[3]);
+            _mm_storeu_si128((__m128i*)(y[i].qs + 16 * g), _mm_packs_epi16(w0, w1));
+            __m128i s = _mm_madd_epi16(_mm_add_epi16(w0, w1), _mm_set1_epi16(1));  // 4 int32 partial sums
+            s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+            s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+            y[i].bsums[g] = (int16_t)_mm_cvtsi128_si32(s);
+        }
+    }
+}
+#else
 static void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, x += 32) {
         float amax = 0.0f;
@@ -67,6 +135,7 @@ static void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t nb) {
         }
     }
 }
+#endif
 
 static void q2_0_act_groups(const BlockQ8_0* blocks, Q2_0ActGroup* g, int64_t ngroups) {
     for (int64_t i = 0; i < ngroups; ++i) {
