@@ -41,8 +41,8 @@ size_t act_bytes(GgmlType t, int64_t n) {
 // The quantizers below must give exactly the int8 values of (int8_t)std::nearbyint(x * id) in the default rounding
 // mode (what the oracle tests and ggml expect). GCC turns std::nearbyint into a libm call per value (~6 ns) unless
 // built for SSE4.1, so on x86-64 the SSE2 path converts with cvtps2dq instead: it rounds in the current rounding
-// mode like nearbyint, and there is no add after the multiply that the compiler could fuse into an FMA (which is
-// what broke a39709a's (v + 1.5*2^23) - 1.5*2^23 form in builds with FMA: the product skipped its rounding).
+// mode like nearbyint, and there is no add after the multiply that the compiler could fuse into an FMA (a39709a's
+// (v + 1.5*2^23) - 1.5*2^23 gives other integers near .5 ties in builds with FMA: the product skips its rounding).
 // test_act_quant compares both paths with a std::nearbyint reference bit for bit.
 #if defined(__SSE2__) || defined(_M_X64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 2)
 #define STRATA_ACT_QUANT_SSE2 1
