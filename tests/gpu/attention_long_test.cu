@@ -69,71 +69,6 @@ struct DevBuf {
     }
 };
 
-// The attention kernel before the split (commit 6127769), for the timing comparison only.
-template <int E>
-__global__ void __launch_bounds__(128)
-old_attention_kernel(const float* q, const float* K, const float* V, int nh, int nkv, int hd, const int32_t* off,
-                     const int32_t* cells, int n0, float* o) {
-    __shared__ float s_m[4], s_l[4], s_acc[4][256];
-    const int th = blockIdx.x, t = th / nh, h = th % nh, kvh = h / (nh / nkv);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const float scale = 1.0f / sqrtf((float)hd);
-    const size_t kv_row = (size_t)nkv * hd;
-    float qv[E], acc[E];
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-        const int j = lane + 32 * e;
-        qv[e] = j < hd ? q[(size_t)th * hd + j] : 0.0f;
-        acc[e] = 0.0f;
-    }
-    const int n_cells = cells ? off[t + 1] - off[t] : n0 + t;
-    const int32_t* cl = cells ? cells + off[t] : nullptr;
-    float m = -FLT_MAX, l = 0.0f;
-    for (int c = warp; c < n_cells; c += 4) {
-        const size_t p = cl ? (size_t)cl[c] : (size_t)c;
-        const float* kc = K + p * kv_row + (size_t)kvh * hd;
-        const float* vc = V + p * kv_row + (size_t)kvh * hd;
-        float d = 0.0f;
-    #pragma unroll
-    for (int e = 0; e < E; ++e) {
-            const int j = lane + 32 * e;
-            if (j < hd) d += qv[e] * kc[j];
-        }
-        d = cuda::warp_sum(d) * scale;
-        const float m_new = fmaxf(m, d);
-        const float corr = expf(m - m_new), pr = expf(d - m_new);
-        l = l * corr + pr;
-    #pragma unroll
-    for (int e = 0; e < E; ++e) {
-            const int j = lane + 32 * e;
-            acc[e] = acc[e] * corr + (j < hd ? pr * vc[j] : 0.0f);
-        }
-        m = m_new;
-    }
-    if (lane == 0) {
-        s_m[warp] = m;
-        s_l[warp] = l;
-    }
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-        const int j = lane + 32 * e;
-        if (j < hd) s_acc[warp][j] = acc[e];
-    }
-    __syncthreads();
-    float M = -FLT_MAX;
-    for (int w = 0; w < 4; ++w) M = fmaxf(M, s_m[w]);
-    float L = 0.0f, f[4];
-    for (int w = 0; w < 4; ++w) {
-        f[w] = s_l[w] > 0.0f ? expf(s_m[w] - M) : 0.0f;
-        L += s_l[w] * f[w];
-    }
-    for (int j = threadIdx.x; j < hd; j += blockDim.x) {
-        float r = 0.0f;
-        for (int w = 0; w < 4; ++w) r += s_acc[w][j] * f[w];
-        o[(size_t)th * hd + j] = r / L;
-    }
-}
-
 // µs per call of f, averaged over enough calls to last ~50 ms (at least 5), after 3 warm-up calls.
 template <class F>
 double time_us(F f) {
@@ -283,8 +218,9 @@ void check_attention(CpuBackend& cpu, const Shape& s, Cells kind, int n0, int T)
     }
 }
 
-// At the model's shape (16 heads over 2 kv heads, hd 256): the old kernel, one block per head, the split with and
-// without GQA grouping, grouped without split, and the automatic choice.
+// At the model's shape (16 heads over 2 kv heads, hd 256): one block per head, the split with and without GQA
+// grouping, grouped without split, and the automatic choice. (The kernel before the split, commit 6127769: its
+// timings are in tests/gpu/results/2026-11-30-round{1,2}/attention_long.log.)
 void time_attention(int n0, Cells kind, int T) {
     const Shape s{16, 2, 256};
     const int rows = n0 + T;
@@ -299,9 +235,6 @@ void time_attention(int n0, Cells kind, int T) {
     const int32_t* cells = kind == Cells::dense ? nullptr : dflat.p + T + 1;
     const std::string what = std::string(kind == Cells::dense ? "dense " : "qsa ") + std::to_string(keep[0].size()) +
                              " cells T=" + std::to_string(T);
-    timing("attention old kernel          " + what, time_us([&] {
-               old_attention_kernel<8><<<T * s.nh, 128>>>(dq.p, dK.p, dV.p, s.nh, s.nkv, s.hd, off, cells, n0, dout.p);
-           }));
     timing("attention one block           " + what, time_us([&] {
                cuda::attention(nullptr, dq.p, dK.p, dV.p, T, s.nh, s.nkv, s.hd, off, cells, n0, dout.p, 1);
            }));
