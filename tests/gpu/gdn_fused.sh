@@ -65,24 +65,8 @@ if [ -f "$MODEL" ]; then
 
   echo "== 4. STRATA_CUDA_PROFILE=1 in strata --serve, 64 tokens"
   serve_profile() {   # NAME FUSED PROMPT_LEN
-    STRATA_CUDA_FUSED_GDN=$2 STRATA_CUDA_PROFILE=1 timeout 60 python3 - "$BIN/strata" "$MODEL" "$3" \
-        > "$OUT/gdn_profile_$1.out" 2> "$OUT/gdn_profile_$1.log" <<'PY'
-import subprocess, sys
-strata, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-ids = ",".join(str(100 + (37 * i) % 5000) for i in range(n))
-p = subprocess.Popen([strata, "--serve", "--backend", "cuda", "--model", model, "--ctx", str(n + 128)],
-                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-for line in p.stdout:
-    if line.startswith("READY"):
-        p.stdin.write(f"GEN 64 {ids}\n")
-        p.stdin.flush()
-    elif line.startswith(("DONE", "ERR")):
-        print(line.strip())
-        break
-p.stdin.write("QUIT\n")
-p.stdin.flush()
-sys.exit(p.wait())
-PY
+    STRATA_CUDA_FUSED_GDN=$2 STRATA_CUDA_PROFILE=1 timeout 60 python3 tests/gpu/serve_once.py "$BIN/strata" "$MODEL" "$3" \
+        > "$OUT/gdn_profile_$1.out" 2> "$OUT/gdn_profile_$1.log"
     echo "rc $?" >> "$OUT/gdn_profile_$1.log"
     echo "-- $1: $(cat "$OUT/gdn_profile_$1.out")"
     sed -n '/cuda op profile/,/outside decode passes/p' "$OUT/gdn_profile_$1.log" | head -14

@@ -35,24 +35,8 @@ done
 
 echo "== 2. STRATA_CUDA_PROFILE=1 in strata --serve, 64 tokens after 1024"
 for v in old new pdl; do
-  env $(settings $v) STRATA_CUDA_PROFILE=1 timeout 60 python3 - "$BIN/strata" "$MODEL" 1024 \
-      > "$OUT/t1_profile_$v.out" 2> "$OUT/t1_profile_$v.log" <<'PY'
-import subprocess, sys
-strata, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-ids = ",".join(str(100 + (37 * i) % 5000) for i in range(n))
-p = subprocess.Popen([strata, "--serve", "--backend", "cuda", "--model", model, "--ctx", str(n + 128)],
-                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-for line in p.stdout:
-    if line.startswith("READY"):
-        p.stdin.write(f"GEN 64 {ids}\n")
-        p.stdin.flush()
-    elif line.startswith(("DONE", "ERR")):
-        print(line.strip())
-        break
-p.stdin.write("QUIT\n")
-p.stdin.flush()
-sys.exit(p.wait())
-PY
+  env $(settings $v) STRATA_CUDA_PROFILE=1 timeout 60 python3 tests/gpu/serve_once.py "$BIN/strata" "$MODEL" 1024 \
+      > "$OUT/t1_profile_$v.out" 2> "$OUT/t1_profile_$v.log"
   echo "rc $?" >> "$OUT/t1_profile_$v.log"
   echo "-- $v: $(cat "$OUT/t1_profile_$v.out")"
   grep -E "^  (op |hyper_read|route_topk|rms_norm|hyper_inject)|per decode pass" "$OUT/t1_profile_$v.log"
