@@ -24,11 +24,9 @@ static const char* kUsage =
     "  --routing-profile F   fill the cache from recorded routing   --routing-profile-out F  record routing\n"
     "  --expert-adapt N      passes between cache moves (0 = frozen)\n"
     "CPU threads are pinned one per physical core (default: all cores but one); --no-pin leaves them to the OS.\n"
-    "Environment: STRATA_ISA=scalar|avx2|avx512 limits the CPU kernels; STRATA_PROFILE=1 prints per-op times.\n"
-    "  CUDA (A/B switches; defaults are the fastest measured): STRATA_CUDA_GRAPHS=1 and STRATA_CUDA_FUSED_QUANT=1 turn\n"
-    "  on graphs and in-kernel activation quantization; STRATA_CUDA_FUSED_MOE=0, STRATA_CUDA_FUSED_HYPER=0 and\n"
-    "  STRATA_CUDA_TILED=0 turn off the fused MoE block, the fused hyper-connection read and the tiled prompt kernels;\n"
-    "  STRATA_CUDA_SYNC=1 synchronises after every op (debugging).\n";
+    "Environment: STRATA_PROFILE=1 / STRATA_CUDA_PROFILE=1 print per-op times (CPU / GPU) at exit; STRATA_ISA=\n"
+    "  scalar|avx2|avx512 limits the CPU kernels. Every switch (CUDA kernel A/B, expert pinning, the hybrid share):\n"
+    "  docs/engine-environment.md.\n";
 
 int main(int argc, char** argv) {
     strata::platform::set_binary_stdio();  // the protocol's lines end in "\n", also on Windows
