@@ -1,5 +1,5 @@
 // CUDA attention, indexer_scores (per query and batched), select_cells and RoPE at long contexts (1 … 32K cells,
-// T = 1, 2, 8, 64, GQA, dense and gapped cell lists) against the CPU backend, then µs per call: attention before
+// T = 1, 2, 8, 64, GQA, dense (also as device counts with no cell list) and gapped cell lists) against the CPU backend, then µs per call: attention before
 // (the one-block-per-head kernel of commit 6127769, copied below) and now, indexer_scores and select_cells at 32K.
 // usage: attention_long_test [results.json]
 #include <algorithm>
@@ -172,7 +172,8 @@ std::vector<float> exact_attention(const float* q, const float* K, const float* 
 }
 
 // One attention case: the CPU backend's result against the CUDA kernel with the chunk count picked
-// automatically, with one block per (query, head), and with the most chunks allowed.
+// automatically, with one block per (query, head), and with the most chunks allowed; dense cases also with their
+// counts on the device (cells null) and max_cells a rounded-up bound or unknown.
 void check_attention(CpuBackend& cpu, const Shape& s, Cells kind, int n0, int T) {
     const size_t kv = (size_t)(n0 + T) * s.nkv * s.hd;
     const std::vector<float> q = randn((size_t)T * s.nh * s.hd, 2.0f);
@@ -193,17 +194,17 @@ void check_attention(CpuBackend& cpu, const Shape& s, Cells kind, int n0, int T)
     struct Plan {
         int chunks, grouped;    // as cuda::attention takes them (−1: automatic)
     };
-    for (const Plan plan :
-         {Plan{-1, -1}, Plan{1, -1}, Plan{-1, 0}, Plan{most, 0}, Plan{1, 1}, Plan{-1, 1}, Plan{most, 1}}) {
+    // One run: off, cells as cuda::attention takes them; max_cells its bound on the cells of a query (−1: unknown).
+    auto check = [&](const Plan plan, const int32_t* off, const int32_t* cells, int max_cells, const char* suffix) {
         CUDA_CHECK(cudaMemset(dout.p, 0xff, dout.n * sizeof(float)));     // NaN: every output must be written
         cuda::attention(nullptr, dq.p, dK.p, dV.p, T, s.nh, s.nkv, s.hd, off, cells, n0, dout.p, plan.chunks,
-                        plan.grouped);
+                        plan.grouped, max_cells);
         const std::vector<float> got = dout.get();
-        char name[160];
-        std::snprintf(name, sizeof name, "attention %s n0=%d T=%d nh=%d/%d hd=%d chunks=%s grouped=%s",
+        char name[192];
+        std::snprintf(name, sizeof name, "attention %s n0=%d T=%d nh=%d/%d hd=%d chunks=%s grouped=%s%s",
                       kind == Cells::dense ? "dense" : kind == Cells::qsa ? "qsa" : "gaps", n0, T, s.nh, s.nkv, s.hd,
                       plan.chunks < 0 ? "auto" : std::to_string(plan.chunks).c_str(),
-                      plan.grouped < 0 ? "auto" : std::to_string(plan.grouped).c_str());
+                      plan.grouped < 0 ? "auto" : std::to_string(plan.grouped).c_str(), suffix);
         double rel = rel_err(got, want);
         if (rel > 1e-5) {
             // The CPU's float sums over 32K cells can themselves be ~1e-5 off: then a GPU result within 1e-5 of the
@@ -215,6 +216,17 @@ void check_attention(CpuBackend& cpu, const Shape& s, Cells kind, int n0, int T)
             if (gpu_exact <= 1e-5 && gpu_exact <= cpu_exact) rel = gpu_exact;
         }
         report(name, rel, 1e-5);
+    };
+    for (const Plan plan :
+         {Plan{-1, -1}, Plan{1, -1}, Plan{-1, 0}, Plan{most, 0}, Plan{1, 1}, Plan{-1, 1}, Plan{most, 1}})
+        check(plan, off, cells, -1, "");
+    if (kind != Cells::dense) return;
+    // Dense counts on the device (cells null, off the counts n0 + t; what a decode pass replayed as one graph passes):
+    // the chunk count from the caller's bound rounded up, or unknown.
+    const int bound = (n0 + T - 1 + 1023) / 1024 * 1024;
+    for (const Plan plan : {Plan{-1, -1}, Plan{-1, 1}, Plan{most, 0}}) {
+        check(plan, dflat.p, nullptr, bound, " counts max_cells=bound");
+        check(plan, dflat.p, nullptr, -1, " counts max_cells=-1");
     }
 }
 

@@ -1,6 +1,7 @@
 // Every Backend op on the CUDA backend against the CPU backend on random inputs: matmul and embed in all 21 weight
 // formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts and shared_expert (both modes), hyper_read and gdn_block (both modes), fused activation quantization == unfused (bits), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
-// keep-lists), indexer scores. Prints one line per check and writes JSON when given a path. Needs a GPU.
+// keep-lists), indexer scores, select_cells, the cache writes at device positions (scatter_rows, pool_key_blocks) and
+// attention_cells (dense device counts and sparse cell lists). Ids and positions live in each backend's memory. Prints one line per check and writes JSON when given a path. Needs a GPU.
 // usage: cuda_ops_test [results.json] [--only GROUP]   (GROUP: part of a test group's name, e.g. gdn_block)
 #include <algorithm>
 #include <cmath>
@@ -67,6 +68,15 @@ struct Dev {
     operator float*() const { return p; }
 };
 
+// int32 values in float-sized slots, as a backend's memory holds ids and positions (Dev uploads them as they are).
+std::vector<float> int_bits(const std::vector<int32_t>& v) {
+    static_assert(sizeof(float) == sizeof(int32_t), "int32 values travel in float slots");
+    std::vector<float> bits(v.size());
+    std::memcpy(bits.data(), v.data(), v.size() * sizeof(int32_t));
+    return bits;
+}
+const int32_t* as_ints(const float* p) { return reinterpret_cast<const int32_t*>(p); }
+
 // A weight in host memory with a GgufTensor to name it; kept alive for the whole run (the GPU map keys on data).
 struct HostWeight {
     GgufTensor tensor;
@@ -131,8 +141,8 @@ void test_matmul_and_embed() {
         const std::vector<int32_t> ids = {3, 0, 96, 41, 3};
         std::vector<float> want(ids.size() * n);
         cpu->embed(w, ids.data(), (int)ids.size(), want.data());
-        Dev dy(ids.size() * n);
-        gpu->embed(w, ids.data(), (int)ids.size(), dy);
+        Dev dy(ids.size() * n), d_ids(int_bits(ids));   // ids in the GPU backend's memory
+        gpu->embed(w, reinterpret_cast<const int32_t*>(d_ids.p), (int)ids.size(), dy);
         report(std::string("embed ") + ggml_type_name(t) + mode, dy.get(), want, 0.0);
     }
 }
@@ -313,51 +323,6 @@ void test_select_cells() {
                    got, want_f, 0.0);
         }
     }
-}
-
-// A decode-like pass captured as a graph, 6 times with other host values each time (token id, position, a staged
-// upload, the row it writes): the result of every pass must equal the CPU's, and passes after the first must
-// update the executable graph rather than instantiate a new one. Pass 3 reads a value on the host mid-pass (the
-// backend runs what it captured, then the rest directly).
-void test_graph_replay() {
-    const int V = 50, H = 64, nh = 2, hd = 32, steps = 6;
-    const Weight& table = make_weight(GgmlType::Q8_0, H, V, 1, "graph_embd");
-    const Weight& w = make_weight(GgmlType::F16, H, H, 1, "graph_w");
-    std::vector<float> cache_cpu((size_t)steps * H, 0.0f);
-    Dev cache_gpu(cache_cpu.size());
-    const CudaBackend::GraphCounts before = gpu->graph_counts();
-    int captured = 0;
-    for (int s = 0; s < steps; ++s) {
-        const int32_t id = (7 * s + 3) % V, pos = 5 + s;
-        const std::vector<float> bias = randn(H);
-        auto pass = [&](Backend& b, float* cache, bool graph) {
-            const bool on = graph && b.begin_graph();
-            captured += on;
-            float* e = b.alloc(H);
-            float* tmp = b.alloc(H);
-            b.embed(table, &id, 1, e);
-            b.rope(e, 1, nh, hd, hd, 1e4f, &pos);
-            b.to_device(tmp, bias.data(), H);
-            if (s == 3) {
-                std::vector<float> peek(H);
-                b.to_host(peek.data(), e, H);
-            }
-            b.matmul(w, e, 1, cache + (size_t)s * H);
-            b.add(cache + (size_t)s * H, tmp, H);
-            b.release(tmp);
-            b.release(e);
-            if (on) b.end_graph();
-        };
-        pass(*cpu, cache_cpu.data(), false);
-        pass(*gpu, cache_gpu, true);
-    }
-    report("graph replay (6 passes)", cache_gpu.get(), cache_cpu, 1e-5);
-    const CudaBackend::GraphCounts after = gpu->graph_counts();
-    const int64_t launches = after.launches - before.launches, updates = after.updates - before.updates;
-    std::printf("graph replay: %d captured, %lld launches, %lld updates, %lld instantiations\n", captured,
-                (long long)launches, (long long)updates, (long long)(after.instantiations - before.instantiations));
-    // 6 passes, pass 3 split in two (its first part a graph of its own shape): at least 4 updates in place.
-    report("graph replay updates in place", {launches == steps && updates >= 4 ? 0.0f : 1.0f}, {0.0f}, 0.0);
 }
 
 // Runs op on both backends with the same inputs (vectors uploaded for the GPU) and compares the listed outputs.
@@ -741,9 +706,10 @@ void test_conv_gdn_rope_attention() {
     {
         const int T = 5, nh = 3, hd = 64, n_rot = 16;
         const std::vector<int32_t> consecutive = {7, 8, 9, 10, 11}, scattered = {0, 40, 3, 1000, 5};
-        for (const auto* pos : {&consecutive, &scattered})
-            compare(std::string("rope ") + (pos == &consecutive ? "consecutive" : "scattered"), {randn(T * nh * hd)}, {0},
-                    [&](Backend& b, auto& p) { b.rope(p[0], T, nh, hd, n_rot, 1e6f, pos->data()); }, 1e-5);
+        for (const auto* pos : {&consecutive, &scattered})   // positions in each backend's memory (input 1)
+            compare(std::string("rope ") + (pos == &consecutive ? "consecutive" : "scattered"),
+                    {randn(T * nh * hd), int_bits(*pos)}, {0},
+                    [&](Backend& b, auto& p) { b.rope(p[0], T, nh, hd, n_rot, 1e6f, as_ints(p[1])); }, 1e-5);
     }
     for (int hd : {32, 64, 256}) {
         const int T = 4, nh = 4, nkv = 2, P = 37;   // queries at positions P − T … P − 1
@@ -763,6 +729,112 @@ void test_conv_gdn_rope_attention() {
             [&](Backend& b, auto& p) { b.indexer_scores(p[0], p[1], 50, 4, 32, 0.17f, p[2]); }, 1e-5);
 }
 
+// The cache writes at device positions (decode passes replayed as one graph): scatter_rows exactly (float4 rows,
+// odd widths, a destination that is not 16-byte aligned); pool_key_blocks against the CPU backend (tokens that
+// complete a block, tokens that complete none: their rows must stay as they were) and against the three CUDA ops it
+// fuses (mean_rows, rms_norm, rope), whose arithmetic it repeats: the same bits.
+void test_kv_write() {
+    const int P = 40;
+    const std::vector<int32_t> pos1 = {17}, pos3 = {5, 6, 7}, pos8 = {39, 0, 12, 3, 25, 26, 8, 31};
+    for (int width : {512, 37, 64})
+        for (const auto* pos : {&pos1, &pos3, &pos8}) {
+            const int T = (int)pos->size(), shift = width == 64 ? 1 : 0;   // width 64: dst + 1, no float4 stores
+            compare("scatter_rows width=" + std::to_string(width) + (shift ? " unaligned" : "") + " T=" +
+                        std::to_string(T),
+                    {randn((size_t)P * width + shift), randn((size_t)T * width), int_bits(*pos)}, {0},
+                    [&](Backend& b, auto& p) { b.scatter_rows(p[0] + shift, p[1], T, width, as_ints(p[2])); }, 0.0);
+        }
+
+    struct Shape {
+        int cr, di, n_rot;
+    };
+    const int rows = 4096;   // raw key rows: positions 0 … 4095
+    const float eps = 1e-6f, theta = 1e6f;
+    for (const Shape sh : {Shape{4, 128, 64}, Shape{4, 256, 64}, Shape{8, 100, 32}, Shape{2, 30, 16}, Shape{4, 66, 66}}) {
+        const int nb = rows / sh.cr;
+        const Weight& wn = make_f32_vector(randn(sh.di, 0.3f), "pool_norm_w" + std::to_string(sh.di));
+        const std::vector<float> kraw = randn((size_t)rows * sh.di), kblock = randn((size_t)nb * sh.di);
+        const std::vector<std::vector<int32_t>> cases = {
+            {4095}, {4094}, {61, 62, 63}, {100, 101, 102, 103, 104, 105, 106, 107}, {3, 4095, 17, 2047, 1000, 11, 4094, 7}};
+        for (const auto& pos : cases) {
+            const int T = (int)pos.size();
+            std::string at = " T=" + std::to_string(T) + " pos=";
+            for (int t = 0; t < std::min(T, 3); ++t) at += (t ? "," : "") + std::to_string(pos[t]);
+            if (T > 3) at += ",…";
+            const std::string name = "pool_key_blocks cr=" + std::to_string(sh.cr) + " di=" + std::to_string(sh.di) +
+                                     " rot=" + std::to_string(sh.n_rot) + at;
+            auto op = [&](Backend& b, auto& p) {
+                b.pool_key_blocks(p[0], p[1], as_ints(p[2]), T, sh.cr, sh.di, wn, eps, sh.n_rot, theta);
+            };
+            compare(name, {kraw, kblock, int_bits(pos)}, {1}, op, 1e-5);
+
+            // The same rows from the ops the model issued before (one block at a time, positions uploaded).
+            Dev dk(kraw), fused(kblock), composed(kblock), dpos(int_bits(pos)), first(1);
+            std::vector<float*> fp = {dk.p, fused.p, dpos.p};
+            op(*gpu, fp);
+            for (int t = 0; t < T; ++t) {
+                if ((pos[t] + 1) % sh.cr != 0) continue;
+                const int b = (pos[t] + 1) / sh.cr - 1;
+                float* row = composed.p + (size_t)b * sh.di;
+                gpu->mean_rows(dk.p + (size_t)b * sh.cr * sh.di, sh.cr, sh.di, row);
+                gpu->rms_norm(row, &wn, 1, sh.di, sh.di, eps, row);
+                const std::vector<float> at_pos = int_bits({b * sh.cr});
+                gpu->to_device(first.p, at_pos.data(), 1);
+                gpu->rope(row, 1, 1, sh.di, sh.n_rot, theta, as_ints(first.p));
+            }
+            report(name + " bits vs 3 ops", fused.get(), composed.get(), 0.0);
+        }
+    }
+}
+
+// attention_cells on the device: dense counts (cells null: query t sees key positions 0 … off[t+1] − off[t] − 1),
+// T = 1, 3, 8 at contexts 1 … 4096, against the CPU's attention with the same dense keep-lists; max_cells the
+// bound rounded up (as a caller replaying one graph over many positions passes it) or −1 (unknown). Then sparse
+// device cell lists with the same two bounds. Outputs start as NaN: every one must be written.
+void test_attention_cells() {
+    const int nh = 16, nkv = 2, hd = 256;   // the model's shape
+    auto run = [&](const std::string& name, int T, int n0, const std::vector<std::vector<int32_t>>& keep, bool dense) {
+        const int keys = n0 + T;
+        const std::vector<float> q = randn((size_t)T * nh * hd), K = randn((size_t)keys * nkv * hd),
+                                 V = randn((size_t)keys * nkv * hd);
+        std::vector<float> want((size_t)T * nh * hd);
+        cpu->attention(q.data(), K.data(), V.data(), T, nh, nkv, hd, keep, want.data());
+        std::vector<int32_t> flat(T + 1, 0);
+        int most = 0;
+        for (int t = 0; t < T; ++t) {
+            flat[t + 1] = flat[t] + (int32_t)keep[t].size();
+            most = std::max(most, (int)keep[t].size());
+        }
+        if (!dense)
+            for (int t = 0; t < T; ++t) flat.insert(flat.end(), keep[t].begin(), keep[t].end());
+        Dev dq(q), dK(K), dV(V), dflat(int_bits(flat)), dout(want.size());
+        const int32_t* off = as_ints(dflat.p);
+        const int32_t* cells = dense ? nullptr : off + T + 1;
+        for (int max_cells : {(most + 255) / 256 * 256, -1}) {
+            gpu->fill(dout, NAN, dout.n);
+            gpu->attention_cells(dq, dK, dV, T, nh, nkv, hd, off, cells, max_cells, dout);
+            report(name + " max_cells=" + std::to_string(max_cells), dout.get(), want, 1e-5);
+        }
+    };
+    for (int T : {1, 3, 8})
+        for (int n0 : {1, 2, 31, 100, 513, 1024, 2047, 4096}) {   // query t sees n0 + t keys
+            std::vector<std::vector<int32_t>> keep(T);
+            for (int t = 0; t < T; ++t) {
+                keep[t].resize(n0 + t);
+                std::iota(keep[t].begin(), keep[t].end(), 0);
+            }
+            run("attention_cells dense T=" + std::to_string(T) + " n0=" + std::to_string(n0), T, n0, keep, true);
+        }
+    for (int n0 : {100, 4096}) {
+        const int T = 3;
+        std::vector<std::vector<int32_t>> keep(T);
+        for (int t = 0; t < T; ++t)
+            for (int c = 0; c < n0 + t; ++c)
+                if (c % 3 != 1 || c == n0 + t - 1) keep[t].push_back(c);
+        run("attention_cells sparse T=3 n0=" + std::to_string(n0), T, n0, keep, false);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -771,7 +843,6 @@ int main(int argc, char** argv) {
         if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else json_path = argv[i];
     }
-    setenv("STRATA_CUDA_GRAPHS", "1", 1);        // off by default; test_graph_replay needs them
     setenv("STRATA_CUDA_FUSED_QUANT", "1", 1);   // off by default; every matmul check runs the fused kernels
     try {
         {
@@ -805,7 +876,8 @@ int main(int argc, char** argv) {
         group("act_reuse", test_act_reuse);
         group("fused_quant_bits", test_fused_quant_bits);
         group("select_cells", test_select_cells);
-        group("graph_replay", test_graph_replay);
+        group("kv_write", test_kv_write);
+        group("attention_cells", test_attention_cells);
         weights.clear();
     } catch (const std::exception& e) {
         std::fprintf(stderr, "cuda_ops_test: error: %s\n", e.what());

@@ -94,7 +94,7 @@ attention_kernel(const float* q, const float* K, const float* V, int nh, int nkv
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t kv_row = (size_t)nkv * hd;
 
-    const int n_cells = cells ? off[t + 1] - off[t] : n0 + t;
+    const int n_cells = off ? off[t + 1] - off[t] : n0 + t;
     const int32_t* cl = cells ? cells + off[t] : nullptr;
     int c0 = 0, c1 = n_cells;
     if (Split) {
@@ -154,7 +154,7 @@ attention_grouped_kernel(const float* q, const float* K, const float* V, int nh,
     const int tk = blockIdx.y, t = tk / nkv, kvh = tk % nkv, group = nh / nkv;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, th = t * nh + kvh * group + warp;
     const size_t slot = (size_t)th * chunks + blockIdx.x;
-    const int n_cells = cells ? off[t + 1] - off[t] : n0 + t;
+    const int n_cells = off ? off[t + 1] - off[t] : n0 + t;
     const int per = max(kMinGroupedChunkCells, (n_cells + chunks - 1) / chunks);
     const int c0 = min(n_cells, (int)blockIdx.x * per), c1 = min(n_cells, c0 + per);
     if (c0 == c1 && chunks > 1) {
@@ -304,7 +304,7 @@ int attention_chunks(int T, int nh, int max_cells, bool grouped) {
 }
 
 void attention(cudaStream_t s, const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
-               const int32_t* off, const int32_t* cells, int n0, float* o, int chunks, int grouped) {
+               const int32_t* off, const int32_t* cells, int n0, float* o, int chunks, int grouped, int max_cells) {
     STRATA_CHECK(hd >= 1 && hd <= kMaxHd, "cuda attention: head dim ", hd, " is out of range 1..", kMaxHd);
     STRATA_CHECK(nkv > 0 && nh % nkv == 0, "cuda attention: ", nh, " heads do not group over ", nkv, " kv heads");
     if (!T || !nh) return;
@@ -319,9 +319,10 @@ void attention(cudaStream_t s, const float* q, const float* K, const float* V, i
     if (grouped_auto) grouped = group >= 2 && group <= kMaxGroup && grouped_on;
     STRATA_CHECK(!grouped || (group >= 1 && group <= kMaxGroup), "cuda attention: ", group,
                  " query heads per kv head exceed the grouped kernel's ", kMaxGroup);
-    // Dense lists are known here (n0 + T − 1 cells at most); device lists are not, and their chunks take a
-    // least number of cells each, so short lists leave the later chunks empty.
-    if (chunks < 0) chunks = attention_chunks(T, nh, cells ? -1 : n0 + T - 1, grouped);
+    // Host-known dense lists have n0 + T − 1 cells at most; device counts are known only by the caller's bound
+    // (max_cells), else not at all, and their chunks take a least number of cells each, so short lists leave the
+    // later chunks empty.
+    if (chunks < 0) chunks = attention_chunks(T, nh, max_cells >= 0 ? max_cells : off ? -1 : n0 + T - 1, grouped);
     if (chunks <= 1 && grouped_auto) grouped = 0;   // one block per (query, head) where no split is worth it
     STRATA_CHECK(chunks <= 1 || (chunks <= kMaxChunks && (size_t)T * nh * chunks <= (size_t)kMaxPartials),
                  "cuda attention: ", chunks, " chunks for ", T * nh, " (query, head) pairs exceed the partial buffer");

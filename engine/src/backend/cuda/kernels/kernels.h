@@ -152,15 +152,29 @@ void gdn_recurrent_gated(cudaStream_t s, const GdnGatedArgs& a, int T, float* S,
 // ---- rope.cu ---- positions pos[t] on the device, or pos0 + t when pos is null.
 void rope(cudaStream_t s, float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos, int pos0);
 
-// ---- attention.cu ---- cells of query t: cells[off[t] … off[t+1]) on the device, or 0 … n0 + t when cells is null.
+// ---- attention.cu ---- cells of query t: cells[off[t] … off[t+1]) on the device; with cells null, the key positions
+// 0 … off[t+1] − off[t] − 1 (off on the device), or 0 … n0 + t − 1 when off is null as well.
 // chunks: blocks each (query, head) is split over (1 = one block over all its cells, no merge); −1 picks
-// attention_chunks(T, nh, the most cells of a query when known, else −1, grouped). grouped: one block per (query,
-// kv head, chunk) with a warp per query head of the group (1), a block of 4 warps per (query, head, chunk) (0), or
-// −1: not grouped (grouped when nh / nkv is 2 … 16, the split is used and STRATA_CUDA_GROUPED_ATTN=1).
-// STRATA_CUDA_SPLIT_ATTN=0: no split (A/B runs).
+// attention_chunks(T, nh, the most cells of a query, grouped): max_cells when it is ≥ 0, else n0 + T − 1 when off is
+// null, else −1 (unknown). Any max_cells gives correct results (a chunk takes ⌈cells / chunks⌉ cells at least);
+// it only sizes the split, so callers that replay one graph pass the same (rounded-up) bound every time.
+// grouped: one block per (query, kv head, chunk) with a warp per query head of the group (1), a block of 4 warps per
+// (query, head, chunk) (0), or −1: not grouped (grouped when nh / nkv is 2 … 16, the split is used and
+// STRATA_CUDA_GROUPED_ATTN=1). STRATA_CUDA_SPLIT_ATTN=0: no split (A/B runs).
 void attention(cudaStream_t s, const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
-               const int32_t* off, const int32_t* cells, int n0, float* o, int chunks = -1, int grouped = -1);
+               const int32_t* off, const int32_t* cells, int n0, float* o, int chunks = -1, int grouped = -1,
+               int max_cells = -1);
 int attention_chunks(int T, int nh, int max_cells, bool grouped);
+
+// ---- kv_write.cu ---- cache writes at positions on the device (pos [T] int32), one graph for every position.
+// dst[pos[t]·width + j] = src[t·width + j] (Backend::scatter_rows).
+void scatter_rows(cudaStream_t s, float* dst, const float* src, int T, int width, const int32_t* pos);
+// Backend::pool_key_blocks: for each t with (pos[t] + 1) % cr == 0, b = (pos[t] + 1) / cr − 1, kblock row b = RoPE at
+// position b·cr (rope's arithmetic, first n_rot dims) of the offset-folded RMSNorm (rms_norm's arithmetic for one
+// group of di, weight norm[j % norm_len], norm null: none) of the mean of kraw rows b·cr … b·cr + cr − 1 (mean_rows'
+// arithmetic); so the same bits as those three kernels in turn. Other t write nothing. di ≤ 4096.
+void pool_key_blocks(cudaStream_t s, const float* kraw, float* kblock, const int32_t* pos, int T, int cr, int di,
+                     const float* norm, int norm_len, float eps, int n_rot, float theta);
 
 // ---- indexer_scores.cu ---- Backend::indexer_scores (one query, nb blocks); di <= 256, ni·di <= 8192.
 void indexer_scores(cudaStream_t s, const float* q, const float* kb, int nb, int ni, int di, float scale, float* out);
