@@ -2,7 +2,7 @@
 GPU run carries (git-ignored). The device tool carries at most 64 MiB with the rest of the tree (which already
 holds the ~22 MB demo GGUFs), so each set stays under ~40 MB; the trained demo model is listed in place, not copied.
 
-usage: python3 tests/gpu/prepare_models.py [--set a|b|c] [--out .gpu-models]
+usage: python3 tests/gpu/prepare_models.py [--set a|b|c|d] [--out .gpu-models]
 """
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ SETS = {
     "a": {"tiny": ["f32", "f16", "bf16", "q8_0", "q2_0", "iq2_xs"], "tiny8": ["q8_0", "q2_0", "iq2_xs"],
           "wide256": ["q8_0", "q2_0", "iq2_xs"]},
     "b": {"realvocab": ["iq2_xs"], "tiny8": ["f16"]},
+    # Set d: a small one that fits beside a wheel or two (~15 MB): each config once, f32 and two block formats.
+    "d": {"tiny": ["f32", "q2_0", "iq2_xs"], "tiny8": ["q2_0"], "wide256": ["iq2_xs"]},
 }
 DEMO = os.path.join(REPO, "installer", "demo", "strata-demo.gguf")   # trained, f16; tracked in the repo
 

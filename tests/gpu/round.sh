@@ -8,7 +8,7 @@
 #   graphs     tests/gpu/graphs_check.sh      decode   bench/decode/run_h200.sh (budget: the step's limit - 30 s)
 #   t1         bench/cuda_kernels/t1_ops.sh   t1dec    tests/gpu/t1_ops_decode.sh
 #   matmul     tests/gpu/matmul_t1.sh         pool     tests/gpu/cpu_pool.sh (the pool + one hybrid decode)
-# usage: tests/gpu/round.sh NAME STEP[:SECONDS] ...
+# usage: [TARGETS="strata cuda_ops_test ..."] tests/gpu/round.sh NAME STEP[:SECONDS] ...   (TARGETS: build only those)
 set -u
 cd "$(dirname "$0")/../.."
 NAME=$1; shift
@@ -27,7 +27,7 @@ START=$(date +%s)
     > "$ROOT/make_synthetic.log" 2>&1 &
 SYN_PID=$!
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > "$ROOT/build.log" 2>&1 &&
-  cmake --build build-gpu -j "$(nproc)" >> "$ROOT/build.log" 2>&1 || { tail -40 "$ROOT/build.log"; echo "round: build FAILED"; exit 1; }
+  cmake --build build-gpu -j "$(nproc)" ${TARGETS:+--target $TARGETS} >> "$ROOT/build.log" 2>&1 || { tail -40 "$ROOT/build.log"; echo "round: build FAILED"; exit 1; }
 echo "round: built in $(( $(date +%s) - START )) s"
 wait $SYN_PID; tail -3 "$ROOT/make_synthetic.log"
 for spec in "$@"; do

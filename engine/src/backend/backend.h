@@ -14,6 +14,8 @@ namespace strata {
 
 enum class Unary { silu, sigmoid, softplus, exp };
 
+class GraphCapture;     // backend/graph_capture.h
+
 class Backend {
 public:
     virtual ~Backend() = default;
@@ -35,10 +37,12 @@ public:
     virtual std::vector<std::pair<std::string, std::string>> info() const { return {}; }
 
     // A backend may record the ops issued between begin_graph() and end_graph() and run them as one graph (a GPU
-    // backend's decode step); begin_graph returns whether it records. The caller must not need results on the host
-    // in between (to_host still works: the backend then runs what it recorded and issues the rest directly).
+    // backend's decode step: backend/graph_backend.h); begin_graph returns whether it records. The caller must not
+    // need results on the host in between (to_host still works: the ops recorded so far run first).
     virtual bool begin_graph() { return false; }
     virtual void end_graph() {}
+    // What GraphBackend needs to capture this backend's ops into replayable graphs; null when it cannot.
+    virtual GraphCapture* graph_capture() { return nullptr; }
 
     // Memory of the backend's device, in floats.
     virtual float* alloc(size_t n) = 0;
@@ -48,7 +52,8 @@ public:
     virtual void fill(float* x, float value, size_t n) = 0;
     virtual void copy(float* dst, const float* src, size_t n) = 0;
 
-    // y[t] = table row ids[t] (dequantized). table {H, V}; ids on the host.
+    // y[t] = table row ids[t] (dequantized). table {H, V}; ids in the backend's memory (int32 values, checked by the
+    // caller to lie in 0 … V − 1).
     virtual void embed(const Weight& table, const int32_t* ids, int T, float* y) = 0;
     // y[t, o] = Σ_i W[o, i] x[t, i]. W {in, out} (row o has `in` elements); x [T, in]; y [T, out].
     virtual void matmul(const Weight& w, const float* x, int T, float* y) = 0;
@@ -107,8 +112,17 @@ public:
     };
     virtual void gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
                            float* y);
-    // RoPE (NeoX halves) on the first n_rot dims of each head. x [T, n_heads·hd]; positions on the host.
+    // RoPE (NeoX halves) on the first n_rot dims of each head. x [T, n_heads·hd]; positions pos [T] in the backend's
+    // memory (int32 values).
     virtual void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) = 0;
+    // dst[pos[t]·width …] = src[t·width …] for t < T: rows written at positions held in the backend's memory (the
+    // KV cache append of a pass whose position is not baked into its graph). src [T, width].
+    virtual void scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) = 0;
+    // QSA block keys for every token t that completes a block ((pos[t] + 1) % cr == 0, b = (pos[t] + 1) / cr − 1):
+    // kblock[b] = RoPE_{b·cr}(RMSNorm_norm(mean of kraw rows b·cr … b·cr + cr − 1)); kraw [·, di], kblock [·, di],
+    // RoPE on the first n_rot dims of the one head of di. Other tokens write nothing. pos in the backend's memory.
+    virtual void pool_key_blocks(const float* kraw, float* kblock, const int32_t* pos, int T, int cr, int di,
+                                 const Weight& norm, float eps, int n_rot, float theta) = 0;
     // Softmax attention of T queries at positions pos0.. over cached keys; keep[t] lists (on the host) the key
     // positions query t may see, ascending. q [T, nh·hd]; K, V [P, nkv·hd]; o [T, nh·hd].
     virtual void attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
@@ -119,9 +133,11 @@ public:
     // Query t's cells go to cells[off[t] …]; off [T + 1] int32 in the backend's memory, from the host's count.
     virtual void select_cells(const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
                               int32_t* cells) = 0;
-    // attention over device cell lists: query t sees cells[off[t] … off[t + 1]) (ascending key positions).
+    // attention over device cell lists: query t sees cells[off[t] … off[t + 1]) (ascending key positions), or, with
+    // cells null, the key positions 0 … off[t + 1] − off[t] − 1. max_cells: no query sees more cells (−1: unknown);
+    // a backend may size its work by it, so callers round it up to keep it the same over many passes.
     virtual void attention_cells(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
-                                 const int32_t* off, const int32_t* cells, float* o) = 0;
+                                 const int32_t* off, const int32_t* cells, int max_cells, float* o) = 0;
     // Dot products for the indexer: s[b] = scale · Σ_h relu(q_h · kb[b]) for b < nb. q [ni·di], kb [nb, di].
     virtual void indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) = 0;
     // Router: p = softmax(logits[t]) over all E experts; ids[t, :] = the k experts torch.topk picks from p (its

@@ -4,54 +4,48 @@
 // token-level variant (GGUF.md §5.8).
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "model/blocks.h"
 
 namespace strata {
 
 void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& st, int cr, const float* u, int T,
-               int P, float* y) {
+               int P, const int32_t* pos, float* y) {
     const int nh = hp.n_head, nkv = hp.n_head_kv, hd = hp.head_dim, kvw = nkv * hd;
-    std::vector<int32_t> pos(T);
-    for (int t = 0; t < T; ++t) pos[t] = P + t;
-
     const int ni = hp.indexer_n_head, di = hp.indexer_head_dim;
     Scratch qg(be, (size_t)T * nh * 2 * hd), q(be, (size_t)T * nh * hd), gate(be, (size_t)T * nh * hd),
-        qi(be, cr > 0 ? (size_t)T * ni * di : 1);
-    float* k_new = st.k_cache + (size_t)P * kvw;
-    float* v_new = st.v_cache + (size_t)P * kvw;
-    // The products of u first, one after the other (a GPU backend quantizes u once for them).
+        k_new(be, (size_t)T * kvw), v_new(be, (size_t)T * kvw), qi(be, cr > 0 ? (size_t)T * ni * di : 1),
+        ki(be, cr > 0 ? (size_t)T * di : 1);
+    // The products of u first, one after the other (a GPU backend quantizes u once for them). New keys and values
+    // are finished in scratch, then written at their positions (scatter_rows reads them from `pos`, so a pass's
+    // ops do not depend on P and a GPU backend can replay one graph for every decode step).
     be.matmul(w.q, u, T, qg);
     be.matmul(w.k, u, T, k_new);
     be.matmul(w.v, u, T, v_new);
     if (cr > 0) {
         be.matmul(w.idx_q, u, T, qi);
-        be.matmul(w.idx_k, u, T, st.idx_kraw + (size_t)P * di);
+        be.matmul(w.idx_k, u, T, ki);
     }
 
     be.deinterleave(qg, T, nh, hd, hd, q, gate);              // per head: [hd query | hd gate]
     be.rms_norm(q, &w.q_norm, T, nh * hd, hd, hp.rms_eps, q);
-    be.rope(q, T, nh, hd, hp.n_rot, hp.rope_theta, pos.data());
+    be.rope(q, T, nh, hd, hp.n_rot, hp.rope_theta, pos);
     be.rms_norm(k_new, &w.k_norm, T, kvw, hd, hp.rms_eps, k_new);
-    be.rope(k_new, T, nkv, hd, hp.n_rot, hp.rope_theta, pos.data());
+    be.rope(k_new, T, nkv, hd, hp.n_rot, hp.rope_theta, pos);
+    be.scatter_rows(st.k_cache, k_new, T, kvw, pos);
+    be.scatter_rows(st.v_cache, v_new, T, kvw, pos);
 
     // Cells beyond the budget are chosen on the device (select_cells); otherwise every query sees all earlier keys.
     const int kb = cr > 0 ? hp.indexer_top_k / cr : 0;
     const bool select = cr > 0 && (P + T) / cr > kb;
     if (cr > 0) {
         be.rms_norm(qi, &w.idx_q_norm, T, ni * di, di, hp.rms_eps, qi);
-        be.rope(qi, T, ni, di, hp.n_rot, hp.rope_theta, pos.data());
-        // Pool every block completed by these tokens: mean of raw keys, norm, RoPE at the block's first position.
-        for (int p = P; p < P + T; ++p) {
-            if ((p + 1) % cr != 0) continue;
-            const int b = (p + 1) / cr - 1;
-            float* kb_row = st.idx_kblock + (size_t)b * di;
-            be.mean_rows(st.idx_kraw + (size_t)b * cr * di, cr, di, kb_row);
-            be.rms_norm(kb_row, &w.idx_k_norm, 1, di, di, hp.rms_eps, kb_row);
-            const int32_t first = b * cr;
-            be.rope(kb_row, 1, 1, di, hp.n_rot, hp.rope_theta, &first);
-        }
+        be.rope(qi, T, ni, di, hp.n_rot, hp.rope_theta, pos);
+        // Raw indexer keys, then the pooled key of every block these tokens complete (mean, norm, RoPE at the
+        // block's first position).
+        be.scatter_rows(st.idx_kraw, ki, T, di, pos);
+        be.pool_key_blocks(st.idx_kraw, st.idx_kblock, pos, T, cr, di, w.idx_k_norm, hp.rms_eps, hp.n_rot,
+                           hp.rope_theta);
     }
 
     Scratch o(be, (size_t)T * nh * hd);
@@ -64,25 +58,24 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
         }
         const int stride = (P + T) / cr;
         Scratch scores(be, (size_t)T * stride), d_off(be, T + 1), cells(be, std::max(off[T], 1));
-        static_assert(sizeof(float) == sizeof(int32_t), "int32 values travel in float slots");
-        be.to_device(d_off, reinterpret_cast<const float*>(off.data()), off.size());
+        const int32_t* off_dev = upload_ints(be, d_off, off);
         for (int t = 0; t < T; ++t) {
             const int nb = (P + t + 1) / cr;
             if (nb > kb)
                 be.indexer_scores(qi + (size_t)t * ni * di, st.idx_kblock, nb, ni, di, 1.0f / std::sqrt((float)di),
                                   scores + (size_t)t * stride);
         }
-        const int32_t* off_dev = reinterpret_cast<const int32_t*>(d_off.get());
         int32_t* cells_dev = reinterpret_cast<int32_t*>(cells.get());
         be.select_cells(scores, stride, T, P, cr, kb, off_dev, cells_dev);
-        be.attention_cells(q, st.k_cache, st.v_cache, T, nh, nkv, hd, off_dev, cells_dev, o);
+        be.attention_cells(q, st.k_cache, st.v_cache, T, nh, nkv, hd, off_dev, cells_dev, kb * cr + cr - 1, o);
     } else {
-        std::vector<std::vector<int32_t>> keep(T);
-        for (int t = 0; t < T; ++t) {
-            keep[t].resize(P + t + 1);
-            std::iota(keep[t].begin(), keep[t].end(), 0);
-        }
-        be.attention(q, st.k_cache, st.v_cache, T, nh, nkv, hd, keep, o);
+        // Query t sees keys 0 … P + t: counts on the device, the bound rounded up so that it changes every
+        // kCellBoundStep tokens rather than every pass.
+        std::vector<int32_t> off(T + 1, 0);
+        for (int t = 0; t < T; ++t) off[t + 1] = off[t] + P + t + 1;
+        Scratch d_off(be, T + 1);
+        const int bound = (P + T + kCellBoundStep - 1) / kCellBoundStep * kCellBoundStep;
+        be.attention_cells(q, st.k_cache, st.v_cache, T, nh, nkv, hd, upload_ints(be, d_off, off), nullptr, bound, o);
     }
     be.unary(Unary::sigmoid, gate, (size_t)T * nh * hd, 1.0f, gate);
     be.mul(o, gate, (size_t)T * nh * hd, o);

@@ -25,6 +25,17 @@ private:
     float* p_;
 };
 
+static_assert(sizeof(float) == sizeof(int32_t), "int32 values (ids, positions, offsets) travel in float slots");
+
+// Host int32 values into a device buffer of float slots; the buffer as int32 for the ops that read it.
+inline const int32_t* upload_ints(Backend& be, const Scratch& dst, const std::vector<int32_t>& v) {
+    be.to_device(dst, reinterpret_cast<const float*>(v.data()), v.size());
+    return reinterpret_cast<const int32_t*>(dst.get());
+}
+
+// Dense attention passes its cell bound rounded up to a multiple of this (Backend::attention_cells).
+constexpr int kCellBoundStep = 1024;
+
 // Passes of at most this many tokens (decode steps, speculation's verify passes) may run as one backend graph.
 constexpr int kGraphMaxTokens = 8;
 
@@ -58,9 +69,10 @@ void hyper_read(Backend& be, const Hparams& hp, const HyperWeights& w, const flo
 // Gated DeltaNet: y [T, H] from u [T, H]; updates the conv history and recurrent state.
 void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& st, const float* u, int T, float* y);
 
-// QSA attention: y [T, H] from u [T, H] for tokens at positions P … P+T−1; cr = 0 means dense attention.
+// QSA attention: y [T, H] from u [T, H] for tokens at positions P … P+T−1 (also in the backend's memory as pos [T]);
+// cr = 0 means dense attention.
 void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& st, int cr, const float* u, int T,
-               int P, float* y);
+               int P, const int32_t* pos, float* y);
 
 // MoE with shared expert: y [T, H] from u [T, H].
 void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float* u, int T, float* y);

@@ -37,11 +37,17 @@ void MtpHead::forward(const float* wide_in, const int32_t* next_ids, int T, int 
     const Hparams& hp = hp_;
     const int n = hp.hc_count, H = hp.n_embd, nH = n * H, V = hp.n_vocab;
     STRATA_CHECK(P0 >= 0 && P0 + T <= n_ctx_, "MTP positions ", P0, "..", P0 + T, " exceed the context ", n_ctx_);
+    std::vector<int32_t> pos(T);
+    for (int t = 0; t < T; ++t) {
+        STRATA_CHECK(next_ids[t] >= 0 && next_ids[t] < V, "MTP: token id ", next_ids[t], " is outside the vocabulary of ", V);
+        pos[t] = P0 + t;
+    }
+    GraphScope graph(be, T <= kGraphMaxTokens);     // scratch taken inside it: see Qwen4Exp::forward
     Scratch e(be, (size_t)T * H), e4(be, (size_t)T * nH), X(be, (size_t)T * nH), hn(be, (size_t)T * nH),
-        cat(be, (size_t)T * n * 2 * H), u(be, (size_t)T * H), y(be, (size_t)T * H), inj(be, (size_t)T * n);
-    Scratch lg(be, logits ? (size_t)T * V : 1);
-    GraphScope graph(be, T <= kGraphMaxTokens);
-    be.embed(trunk_.weights().token_embd, next_ids, T, e);
+        cat(be, (size_t)T * n * 2 * H), u(be, (size_t)T * H), y(be, (size_t)T * H), inj(be, (size_t)T * n),
+        lg(be, logits ? (size_t)T * V : 1), d_ids(be, T), d_pos(be, T);
+    const int32_t* pos_dev = upload_ints(be, d_pos, pos);
+    be.embed(trunk_.weights().token_embd, upload_ints(be, d_ids, std::vector<int32_t>(next_ids, next_ids + T)), T, e);
     be.rms_norm(e, &nextn_.enorm, T, H, H, hp.rms_eps, e);
     be.repeat_streams(e, T, n, H, e4);
     be.to_device(X, wide_in, (size_t)T * nH);
@@ -51,7 +57,7 @@ void MtpHead::forward(const float* wide_in, const int32_t* next_ids, int T, int 
     be.matmul(nextn_.eh_proj, cat, T * n, X);
 
     hyper_read(be, hp, block_.hc_attn, X, T, u, inj);
-    qsa_block(be, hp, block_.qsa, kv_->layers[0], 0, u, T, P0, y);   // dense attention
+    qsa_block(be, hp, block_.qsa, kv_->layers[0], 0, u, T, P0, pos_dev, y);   // dense attention
     be.hyper_inject(X, inj, y, T, n, H);
     hyper_read(be, hp, block_.hc_ffn, X, T, u, inj);
     moe_block(be, hp, block_.moe, u, T, y);

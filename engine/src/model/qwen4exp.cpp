@@ -23,11 +23,17 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
         STRATA_CHECK(ids[t] >= 0 && ids[t] < hp_.n_vocab, "token id ", ids[t], " is outside the vocabulary of ", hp_.n_vocab);
 
     const int logit_rows = out.logits ? (out.all_logits ? T : 1) : 0;
-    Scratch e(be_, (size_t)T * H), X(be_, (size_t)T * nH), u(be_, (size_t)T * H), y(be_, (size_t)T * H),
-        inj(be_, (size_t)T * n), logits(be_, std::max<size_t>(1, (size_t)logit_rows * hp_.n_vocab));
-    // One graph from the embedding to the logits (no value is needed on the host in between).
+    std::vector<int32_t> pos(T);
+    for (int t = 0; t < T; ++t) pos[t] = P + t;
+    // One graph from the embedding to the logits (no value is needed on the host in between); token ids and
+    // positions reach the device as data, so one graph serves every step of the same shape. The scratch is taken
+    // inside the graph's scope (GraphBackend hands the same addresses to every pass of a shape).
     GraphScope graph(be_, T <= kGraphMaxTokens);
-    be_.embed(w_.token_embd, ids, T, e);
+    Scratch e(be_, (size_t)T * H), X(be_, (size_t)T * nH), u(be_, (size_t)T * H), y(be_, (size_t)T * H),
+        inj(be_, (size_t)T * n), logits(be_, std::max<size_t>(1, (size_t)logit_rows * hp_.n_vocab)), d_ids(be_, T),
+        d_pos(be_, T);
+    const int32_t* pos_dev = upload_ints(be_, d_pos, pos);
+    be_.embed(w_.token_embd, upload_ints(be_, d_ids, std::vector<int32_t>(ids, ids + T)), T, e);
     be_.repeat_streams(e, T, n, H, X);
 
     for (int il = 0; il < hp_.n_layer; ++il) {
@@ -37,7 +43,7 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
 
         hyper_read(be_, hp_, L.hc_attn, X, T, u, inj);
         if (L.recurrent) gdn_block(be_, hp_, L.gdn, st, u, T, y);
-        else qsa_block(be_, hp_, L.qsa, st, hp_.compress_ratios[il], u, T, P, y);
+        else qsa_block(be_, hp_, L.qsa, st, hp_.compress_ratios[il], u, T, P, pos_dev, y);
         be_.hyper_inject(X, inj, y, T, n, H);
 
         hyper_read(be_, hp_, L.hc_ffn, X, T, u, inj);

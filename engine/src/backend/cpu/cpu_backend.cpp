@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -312,6 +313,24 @@ void CpuBackend::rope(float* x, int T, int n_heads, int hd, int n_rot, float the
         }
 }
 
+void CpuBackend::scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) {
+    for (int t = 0; t < T; ++t)
+        std::memmove(dst + (size_t)pos[t] * width, src + (size_t)t * width, (size_t)width * sizeof(float));
+}
+
+void CpuBackend::pool_key_blocks(const float* kraw, float* kblock, const int32_t* pos, int T, int cr, int di,
+                                 const Weight& norm, float eps, int n_rot, float theta) {
+    for (int t = 0; t < T; ++t) {
+        if ((pos[t] + 1) % cr != 0) continue;
+        const int b = (pos[t] + 1) / cr - 1;
+        float* row = kblock + (size_t)b * di;
+        mean_rows(kraw + (size_t)b * cr * di, cr, di, row);
+        rms_norm(row, &norm, 1, di, di, eps, row);
+        const int32_t first = b * cr;
+        rope(row, 1, 1, di, n_rot, theta, &first);
+    }
+}
+
 void CpuBackend::attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                            const std::vector<std::vector<int32_t>>& keep, float* o) {
     OpProfile::Scope prof(profile_, "attention");
@@ -375,9 +394,18 @@ void CpuBackend::select_cells(const float* scores, int stride, int T, int P, int
 }
 
 void CpuBackend::attention_cells(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
-                                 const int32_t* off, const int32_t* cells, float* o) {
+                                 const int32_t* off, const int32_t* cells, int max_cells, float* o) {
     std::vector<std::vector<int32_t>> keep(T);
-    for (int t = 0; t < T; ++t) keep[t].assign(cells + off[t], cells + off[t + 1]);
+    for (int t = 0; t < T; ++t) {
+        const int n = off[t + 1] - off[t];
+        STRATA_CHECK(n >= 0 && (max_cells < 0 || n <= max_cells), "attention_cells: query ", t, " has ", n,
+                     " cells, more than the bound ", max_cells);
+        if (cells) keep[t].assign(cells + off[t], cells + off[t + 1]);
+        else {
+            keep[t].resize(n);
+            std::iota(keep[t].begin(), keep[t].end(), 0);
+        }
+    }
     attention(q, K, V, T, nh, nkv, hd, keep, o);
 }
 

@@ -55,13 +55,16 @@ public:
     void gdn_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int T,
                        int nk, int nv, int dk, int dv, float* S, float* o) override;
     void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) override;
+    void scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) override;
+    void pool_key_blocks(const float* kraw, float* kblock, const int32_t* pos, int T, int cr, int di,
+                         const Weight& norm, float eps, int n_rot, float theta) override;
     void attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                    const std::vector<std::vector<int32_t>>& keep, float* o) override;
     void indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) override;
     void select_cells(const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
                       int32_t* cells) override;
     void attention_cells(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
-                         const int32_t* off, const int32_t* cells, float* o) override;
+                         const int32_t* off, const int32_t* cells, int max_cells, float* o) override;
     void route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) override;
     void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids, const float* weights,
                      float* y) override;

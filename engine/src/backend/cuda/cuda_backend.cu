@@ -1,10 +1,9 @@
 // CudaBackend: device memory, weight uploads and the Backend ops, each a thin host wrapper over kernels/.
-// Host-side arguments (token ids, positions, keep-lists, PLE rows) go through pinned staging without a wait;
-// routing stays on the device. Between begin_graph and end_graph the ops are captured and run as one CUDA graph
-// (re-captured every pass, the previous executable graph updated in place) when STRATA_CUDA_GRAPHS=1: off by default,
-// since re-capturing ~2,600 nodes per pass made the full-size synthetic model slower on the H200 (81.6 -> 60.9 tok/s);
-// STRATA_CUDA_SYNC=1 synchronises after every op (and turns graphs off), so an asynchronous fault names its op;
-// STRATA_CUDA_PROFILE=1 times every op with events (gpu_op_profile.h) and prints a table at exit.
+// Host data (to_device: PLE rows, ids, positions, offsets) goes through pinned staging without a wait; routing stays
+// on the device. As a GraphCapture (backend/graph_capture.h) it captures runs of ops into CUDA graphs that
+// GraphBackend launches again for later passes of the same shape (captured_graph.h). STRATA_CUDA_SYNC=1
+// synchronises after every op (and turns graphs off), so an asynchronous fault names its op; STRATA_CUDA_PROFILE=1
+// times every op with events (gpu_op_profile.h), prints a table at exit, and turns graphs off too.
 #include "backend/cuda/cuda_backend.h"
 
 #include <atomic>
@@ -14,6 +13,8 @@
 #include <unordered_map>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/graph_backend.h"
+#include "backend/cuda/captured_graph.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_pool.h"
 #include "backend/cuda/gpu_op_profile.h"
@@ -23,7 +24,6 @@
 #include "backend/cuda/kernels/moe_gate_up.h"
 #include "backend/cuda/kernels/shared_expert.h"
 #include "backend/cuda/pinned_staging.h"
-#include "backend/cuda/stream_graphs.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -50,11 +50,14 @@ struct CudaBackend::Impl {
     bool sync_each_op = false;
     bool f32_act = false;
     std::unique_ptr<cuda::HybridMoe> hybrid;     // expert cache + CPU misses; null when every expert is uploaded
+    // Scratch inside ops (Buf, cached quantizations): the pool, or while capturing the graph's own pool.
+    cuda::DevicePool* scratch = &pool;
     cuda::PinnedStaging staging{4 << 20};        // uploads of directly issued ops
     cuda::PinnedBuffer route_host;               // routing copied back for the hybrid path
 
-    bool graphs_on = false;
-    std::unique_ptr<cuda::StreamGraphs> graphs;  // created with the stream
+    bool graphs_on = false;                      // GraphCapture offered (not with the profile or STRATA_CUDA_SYNC)
+    cuda::CapturedGraph* capturing = nullptr;    // the graph being captured
+    bool upload_is_to_device = false;            // the upload in progress comes from to_device (a refillable slot)
     std::unique_ptr<cuda::GpuOpProfile> prof;    // STRATA_CUDA_PROFILE=1; created with the stream
 
     // The profile's span of one Backend op (or of a step inside a fused op): open for the scope.
@@ -106,7 +109,8 @@ struct CudaBackend::Impl {
     const float* dev_f32(const Weight& w) {
         auto it = f32.find(w.data);
         if (it != f32.end()) return it->second;
-        end_graph();       // the synchronous upload below cannot be captured (prepare_weights does most)
+        STRATA_CHECK(!capturing, "cuda: weight ", w.tensor ? w.tensor->name : "(unnamed)",
+                     " needed as f32 inside a graph capture (prepare_weights converts the small weights)");
         const std::vector<float> host = weight_to_f32(w);
         float* d = nullptr;
         CUDA_CHECK(cudaMalloc(&d, host.size() * sizeof(float)));
@@ -120,27 +124,32 @@ struct CudaBackend::Impl {
     struct Buf {
         Impl& im;
         void* p;
-        Buf(Impl& i, size_t bytes) : im(i), p(i.pool.get(bytes)) {}
-        ~Buf() { im.pool.put(p); }
+        Buf(Impl& i, size_t bytes) : im(i), p(i.scratch->get(bytes)) {}
+        ~Buf() { im.scratch->put(p); }
         Buf(const Buf&) = delete;
         Buf& operator=(const Buf&) = delete;
         template <class T> T* as() const { return static_cast<T*>(p); }
     };
 
     // Host → device without waiting: through pinned staging (the host array may be pageable and short-lived).
+    // While capturing, the data goes to a slot of the graph (refilled by later launches when it came from to_device).
     void upload(void* dst, const void* host, size_t bytes) {
         if (!bytes) return;
-        const bool capturing = graphs->capturing();
-        cuda::PinnedStaging& st = capturing ? graphs->staging() : staging;
-        void* staged = st.take(bytes);
-        if (!staged && !capturing && bytes <= st.half_bytes()) {
-            st.record(stream);
-            st.flip_and_wait();
-            staged = st.take(bytes);
+        if (capturing) {
+            if (!upload_is_to_device) capturing->mark_unrepeatable();
+            void* slot = capturing->take_slot(bytes);
+            std::memcpy(slot, host, bytes);
+            CUDA_CHECK(cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, stream));
+            return;
+        }
+        void* staged = staging.take(bytes);
+        if (!staged && bytes <= staging.half_bytes()) {
+            staging.record(stream);
+            staging.flip_and_wait();
+            staged = staging.take(bytes);
         }
         if (!staged) {
             // Too large for staging (a state restore): a plain copy and a wait.
-            if (capturing) end_graph();
             CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream));
             CUDA_CHECK(cudaStreamSynchronize(stream));
             return;
@@ -149,18 +158,12 @@ struct CudaBackend::Impl {
         CUDA_CHECK(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, stream));
     }
 
-    bool begin_graph() {
-        prof->pass_begin();
-        if (!graphs_on || graphs->capturing()) return false;
-        graphs->begin();
-        return true;
-    }
-
-    // Ends the capture and runs it (no-op when not capturing).
-    void end_graph() {
-        if (!graphs->capturing()) return;
-        graphs->end();
-        done("graph");
+    // The matmul-input caches hold scratch; a capture starts and ends without them (its scratch is its own).
+    void drop_op_caches() {
+        drop_act_cache();
+        drop_moe_input();
+        if (early_shexp.sh) scratch->put(early_shexp.sh);
+        early_shexp = EarlyShexp{};
     }
 
     // keeps_act: the op wrote only memory outside the cached matmul input (see act_cache).
@@ -185,8 +188,8 @@ struct CudaBackend::Impl {
     uint64_t act_epoch = 1;
 
     void drop_act_cache() {
-        pool.put(act_cache.q);
-        pool.put(act_cache.d);
+        scratch->put(act_cache.q);
+        scratch->put(act_cache.d);
         act_cache = ActCache{};
     }
 
@@ -207,8 +210,8 @@ struct CudaBackend::Impl {
     } early_shexp;
 
     void drop_moe_input() {
-        pool.put(moe_input.act.q);
-        pool.put(moe_input.act.d);
+        scratch->put(moe_input.act.q);
+        scratch->put(moe_input.act.d);
         moe_input = MoeInput{};
     }
 
@@ -227,8 +230,8 @@ struct CudaBackend::Impl {
         }
         STRATA_CHECK(n % blk == 0, "cuda matmul: ", n, " inputs are not a multiple of the activation block ", blk);
         drop_act_cache();
-        void* q = pool.get((size_t)rows * n);
-        void* d = pool.get((size_t)rows * (n / blk) * sizeof(float));
+        void* q = scratch->get((size_t)rows * n);
+        void* d = scratch->get((size_t)rows * (n / blk) * sizeof(float));
         c = ActCache{x, rows, n, blk, act_epoch, q, d};
         cuda::quantize_act(stream, blk, x, rows, n, cuda::ActQ8{static_cast<int8_t*>(q), static_cast<float*>(d)});
         return cuda::ActQ8{static_cast<int8_t*>(q), static_cast<float*>(d)};
@@ -299,8 +302,8 @@ struct CudaBackend::Impl {
         }
         if (!cached) {
             drop_act_cache();
-            void* q = pool.get((size_t)act_rows * m.n);
-            void* d = pool.get((size_t)act_rows * (m.n / blk) * sizeof(float));
+            void* q = scratch->get((size_t)act_rows * m.n);
+            void* d = scratch->get((size_t)act_rows * (m.n / blk) * sizeof(float));
             c = ActCache{x, act_rows, m.n, blk, act_epoch, q, d};
             cuda::quantize_act(stream, blk, x, act_rows, m.n, cuda::ActQ8{static_cast<int8_t*>(q), static_cast<float*>(d)});
         }
@@ -323,7 +326,6 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
     impl_->device = device;
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
-    impl_->graphs = std::make_unique<cuda::StreamGraphs>(impl_->stream);
     impl_->prof = std::make_unique<cuda::GpuOpProfile>(impl_->stream);
     cuda::upload_iq_tables();
     cuda::hyper_read_upload_tables();
@@ -331,7 +333,7 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
     const char* env = std::getenv("STRATA_CUDA_SYNC");
     impl_->sync_each_op = env && std::strcmp(env, "1") == 0;
     const char* graphs_env = std::getenv("STRATA_CUDA_GRAPHS");
-    const bool graphs_wanted = graphs_env && std::strcmp(graphs_env, "1") == 0;
+    const bool graphs_wanted = !(graphs_env && std::strcmp(graphs_env, "0") == 0);
     if (!opt.expert_cache.empty() || !opt.routing_profile_out.empty()) {
         Impl* im = impl_.get();
         impl_->hybrid = std::make_unique<cuda::HybridMoe>(
@@ -350,10 +352,9 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
     impl_->fused_moe = !(fused_env && std::strcmp(fused_env, "0") == 0);
     CUDA_CHECK(cudaMalloc(&impl_->zero_ids, cuda::kTiledMinRows * sizeof(int32_t)));
     CUDA_CHECK(cudaMemset(impl_->zero_ids, 0, cuda::kTiledMinRows * sizeof(int32_t)));
-    // The hybrid path waits for routing on the host mid-pass, which a graph cannot hold; the profile's events time
-    // ops issued directly.
-    impl_->graphs_on = graphs_wanted && !impl_->sync_each_op && !impl_->hybrid && !impl_->prof->on();
-    if (graphs_wanted && impl_->prof->on()) log_warn("cuda", "STRATA_CUDA_PROFILE=1 turns CUDA graphs off");
+    // The profile's events time ops issued directly. (The hybrid path's MoE runs outside graphs: moe_on_host.)
+    impl_->graphs_on = graphs_wanted && !impl_->sync_each_op && !impl_->prof->on();
+    if (graphs_wanted && impl_->prof->on()) log_info("cuda", "STRATA_CUDA_PROFILE=1 turns CUDA graphs off");
 }
 
 CudaBackend::~CudaBackend() {
@@ -362,11 +363,6 @@ CudaBackend::~CudaBackend() {
     } catch (const std::exception& e) {
         log_warn("cuda", std::string("op profile: ") + e.what());
     }
-    const cuda::StreamGraphs& g = *impl_->graphs;
-    if (g.launches)
-        log_info("cuda", "graphs: " + std::to_string(g.launches) + " passes, " + std::to_string(g.updates) +
-                             " updates, " + std::to_string(g.instantiations) + " instantiations");
-    impl_->graphs.reset();
     cudaStreamSynchronize(impl_->stream);
     impl_->prof.reset();
     impl_->hybrid.reset();
@@ -387,17 +383,61 @@ std::string CudaBackend::device_name() const {
 size_t CudaBackend::weight_bytes() const { return impl_->weight_bytes; }
 
 void CudaBackend::synchronize() {
-    impl_->end_graph();
     CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
     impl_->prof->synced();
 }
 
-bool CudaBackend::begin_graph() { return impl_->begin_graph(); }
-void CudaBackend::end_graph() { impl_->end_graph(); }
-CudaBackend::GraphCounts CudaBackend::graph_counts() const {
-    const cuda::StreamGraphs& g = *impl_->graphs;
-    return {g.launches, g.updates, g.instantiations};
+// The profile's pass (host enqueue against GPU time) starts where a graph pass would.
+bool CudaBackend::begin_graph() {
+    impl_->prof->pass_begin();
+    return false;
 }
+
+GraphCapture* CudaBackend::graph_capture() { return impl_->graphs_on ? this : nullptr; }
+
+bool CudaBackend::moe_on_host() const { return impl_->hybrid != nullptr; }
+
+void CudaBackend::capture_begin(size_t upload_bytes) {
+    STRATA_CHECK(!impl_->capturing, "cuda: a graph capture is already open");
+    auto g = std::make_unique<cuda::CapturedGraph>(upload_bytes);
+    impl_->drop_op_caches();                     // into the pool, before the graph's own scratch takes over
+    CUDA_CHECK(cudaStreamBeginCapture(impl_->stream, cudaStreamCaptureModeRelaxed));   // relaxed: cudaMalloc inside
+    impl_->capturing = g.release();
+    impl_->scratch = &impl_->capturing->scratch();
+}
+
+GraphCapture::Exec CudaBackend::capture_end() {
+    STRATA_CHECK(impl_->capturing, "cuda: no graph capture is open");
+    std::unique_ptr<cuda::CapturedGraph> g(impl_->capturing);
+    impl_->drop_op_caches();                     // back into the graph's scratch
+    impl_->capturing = nullptr;
+    impl_->scratch = &impl_->pool;
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamEndCapture(impl_->stream, &graph));
+    try {
+        g->instantiate(graph);
+    } catch (...) {
+        cudaGraphDestroy(graph);
+        throw;
+    }
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    g->launch(impl_->stream);
+    impl_->done("graph");
+    if (!g->repeatable()) return nullptr;        // ran once; its scratch is freed after that run (destructor waits)
+    return g.release();
+}
+
+bool CudaBackend::launch(Exec exec, const std::vector<GraphCapture::Upload>& uploads) {
+    auto* g = static_cast<cuda::CapturedGraph*>(exec);
+    std::vector<std::pair<const void*, size_t>> data;
+    data.reserve(uploads.size());
+    for (const GraphCapture::Upload& u : uploads) data.push_back({u.data, u.bytes});
+    g->launch(impl_->stream, data);
+    impl_->done("graph");
+    return true;
+}
+
+void CudaBackend::destroy(Exec exec) { delete static_cast<cuda::CapturedGraph*>(exec); }
 
 Backend::ExpertCacheCounts CudaBackend::expert_cache_counts() const {
     if (!impl_->hybrid) return {};
@@ -539,21 +579,24 @@ void CudaBackend::prepare_weights_extra(const LayerWeights& block, const NextnWe
     for (const Weight* w : {&nextn.enorm, &nextn.hnorm, &nextn.head.norm}) f32(*w);
 }
 
-float* CudaBackend::alloc(size_t n) { return static_cast<float*>(impl_->pool.get(std::max<size_t>(n, 1) * sizeof(float))); }
+// Inside a capture only ops allocate (Backend's default compositions): from the graph's own scratch.
+float* CudaBackend::alloc(size_t n) { return static_cast<float*>(impl_->scratch->get(std::max<size_t>(n, 1) * sizeof(float))); }
 void CudaBackend::release(float* p) {
     ++impl_->act_epoch;
-    impl_->pool.put(p);
+    impl_->scratch->put(p);
 }
 
 void CudaBackend::to_device(float* dst, const float* host, size_t n) {
     Impl::OpScope prof_op(*impl_, "to_device");
     ++impl_->act_epoch;
+    impl_->upload_is_to_device = true;
     impl_->upload(dst, host, n * sizeof(float));
+    impl_->upload_is_to_device = false;
 }
 
 void CudaBackend::to_host(float* host, const float* src, size_t n) {
     if (!n) return;
-    impl_->end_graph();     // a value needed mid-pass: run what was captured, issue the rest directly
+    STRATA_CHECK(!impl_->capturing, "cuda: to_host inside a graph capture");
     impl_->prof->pass_host_done();
     CUDA_CHECK(cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDeviceToHost, impl_->stream));
     CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
@@ -582,12 +625,7 @@ void CudaBackend::copy(float* dst, const float* src, size_t n) {
 
 void CudaBackend::embed(const Weight& table, const int32_t* ids, int T, float* y) {
     Impl::OpScope prof_op(*impl_, "embed");
-    for (int t = 0; t < T; ++t)
-        STRATA_CHECK(ids[t] >= 0 && ids[t] < table.ne[1], "token id ", ids[t], " is outside the vocabulary of ", table.ne[1]);
-    Impl::Buf d_ids(*impl_, (size_t)T * sizeof(int32_t));
-    impl_->upload(d_ids.p, ids, (size_t)T * sizeof(int32_t));
-    cuda::dequant_rows(impl_->stream, table.type, impl_->dev(table), table.row_bytes, (int)table.ne[0],
-                       d_ids.as<int32_t>(), T, y);
+    cuda::dequant_rows(impl_->stream, table.type, impl_->dev(table), table.row_bytes, (int)table.ne[0], ids, T, y);
     impl_->done("embed");
 }
 
@@ -828,8 +866,8 @@ void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float*
         a.qblk = impl_->gdn_quant && !impl_->f32_act && oblk && w.out.ne[0] == vd ? cuda::gdn_quantize_block(d, nv, oblk) : 0;
         if (a.qblk) {
             impl_->drop_act_cache();
-            a.q = static_cast<int8_t*>(impl_->pool.get((size_t)T * vd));
-            a.qd = static_cast<float*>(impl_->pool.get((size_t)T * (vd / a.qblk) * sizeof(float)));
+            a.q = static_cast<int8_t*>(impl_->scratch->get((size_t)T * vd));
+            a.qd = static_cast<float*>(impl_->scratch->get((size_t)T * (vd / a.qblk) * sizeof(float)));
         }
         cuda::gdn_recurrent_gated(impl_->stream, a, T, S, o.as<float>());
         if (a.qblk) {
@@ -849,16 +887,23 @@ int64_t CudaBackend::gdn_quantized_outputs() { return gdn_quant_count.load(); }
 
 void CudaBackend::rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) {
     Impl::OpScope prof_op(*impl_, "rope");
-    bool consecutive = true;
-    for (int t = 1; t < T && consecutive; ++t) consecutive = pos[t] == pos[0] + t;
-    if (consecutive) {
-        cuda::rope(impl_->stream, x, T, n_heads, hd, n_rot, theta, nullptr, T ? pos[0] : 0);
-    } else {
-        Impl::Buf d_pos(*impl_, (size_t)T * sizeof(int32_t));
-        impl_->upload(d_pos.p, pos, (size_t)T * sizeof(int32_t));
-        cuda::rope(impl_->stream, x, T, n_heads, hd, n_rot, theta, d_pos.as<int32_t>(), 0);
-    }
+    cuda::rope(impl_->stream, x, T, n_heads, hd, n_rot, theta, pos, 0);
     impl_->done("rope");
+}
+
+void CudaBackend::scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) {
+    Impl::OpScope prof_op(*impl_, "scatter_rows");
+    cuda::scatter_rows(impl_->stream, dst, src, T, width, pos);
+    impl_->done("scatter_rows");
+}
+
+void CudaBackend::pool_key_blocks(const float* kraw, float* kblock, const int32_t* pos, int T, int cr, int di,
+                                  const Weight& norm, float eps, int n_rot, float theta) {
+    Impl::OpScope prof_op(*impl_, "pool_key_blocks");
+    const int norm_len = (int)(norm.ne[0] * norm.n_rows());
+    cuda::pool_key_blocks(impl_->stream, kraw, kblock, pos, T, cr, di, impl_->dev_f32(norm), norm_len, eps, n_rot,
+                          theta);
+    impl_->done("pool_key_blocks");
 }
 
 void CudaBackend::attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
@@ -902,9 +947,9 @@ void CudaBackend::select_cells(const float* scores, int stride, int T, int P, in
 }
 
 void CudaBackend::attention_cells(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
-                                  const int32_t* off, const int32_t* cells, float* o) {
+                                  const int32_t* off, const int32_t* cells, int max_cells, float* o) {
     Impl::OpScope prof_op(*impl_, "attention_cells");
-    cuda::attention(impl_->stream, q, K, V, T, nh, nkv, hd, off, cells, 0, o);
+    cuda::attention(impl_->stream, q, K, V, T, nh, nkv, hd, off, cells, 0, o, -1, -1, max_cells);
     impl_->done("attention_cells");
 }
 
@@ -924,7 +969,7 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
     if (!P) return;
     if (impl_->hybrid) {
         // The expert cache and the routing profile read the routing on the host: one copy back and a wait.
-        impl_->end_graph();
+        STRATA_CHECK(!impl_->capturing, "cuda: the expert cache's moe_experts inside a graph capture");
         auto* host = static_cast<uint32_t*>(impl_->route_host.get((size_t)2 * P * 4));
         CUDA_CHECK(cudaMemcpyAsync(host, d_ids, (size_t)P * 4, cudaMemcpyDeviceToHost, impl_->stream));
         CUDA_CHECK(cudaMemcpyAsync(host + P, d_w, (size_t)P * 4, cudaMemcpyDeviceToHost, impl_->stream));
@@ -1007,7 +1052,7 @@ void CudaBackend::shared_expert(const MoeWeights& w, const float* u, int T, floa
     // y null (the hybrid join, before it waits for the CPU): the output is computed and kept for the next call.
     Impl::EarlyShexp& early = impl_->early_shexp;
     if (!y) {
-        if (early.sh) impl_->pool.put(early.sh);
+        if (early.sh) impl_->scratch->put(early.sh);
         early = Impl::EarlyShexp{};
         if (!fused) return;
     } else if (!fused) {
@@ -1017,7 +1062,7 @@ void CudaBackend::shared_expert(const MoeWeights& w, const float* u, int T, floa
     const float* g = reinterpret_cast<const float*>(impl_->dev(w.shexp_gate_inp));
     if (y && early.sh && early.w == &w && early.u == u && early.T == T) {
         cuda::shexp_gated_add(impl_->stream, u, g, static_cast<const float*>(early.sh), T, H, y);
-        impl_->pool.put(early.sh);
+        impl_->scratch->put(early.sh);
         early = Impl::EarlyShexp{};
         impl_->done("shared_expert");
         return;
@@ -1037,7 +1082,7 @@ void CudaBackend::shared_expert(const MoeWeights& w, const float* u, int T, floa
         return;
     }
     Impl::Buf h(*impl_, (size_t)T * Is * sizeof(float));
-    float* sh = static_cast<float*>(impl_->pool.get((size_t)T * H * sizeof(float)));
+    float* sh = static_cast<float*>(impl_->scratch->get((size_t)T * H * sizeof(float)));
     impl_->gate_up(args(w.gate_shexp), args(w.up_shexp), u, T, T, h.as<float>());
     impl_->matmul_rows(args(w.down_shexp), h.as<float>(), T, T, sh);
     if (!y) {
@@ -1045,12 +1090,12 @@ void CudaBackend::shared_expert(const MoeWeights& w, const float* u, int T, floa
         return;
     }
     cuda::shexp_gated_add(impl_->stream, u, g, sh, T, H, y);
-    impl_->pool.put(sh);
+    impl_->scratch->put(sh);
     impl_->done("shared_expert");
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const GpuOptions& opt) {
-    return std::make_unique<CudaBackend>(0, opt);
+    return std::make_unique<GraphBackend>(std::make_unique<CudaBackend>(0, opt));
 }
 
 }  // namespace strata

@@ -11,11 +11,12 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/graph_capture.h"
 #include "experts/gpu_options.h"
 
 namespace strata {
 
-class CudaBackend : public Backend {
+class CudaBackend : public Backend, public GraphCapture {
 public:
     // f32_activations: block-format weights multiply f32 activations (the CPU's --f32-activations reference mode)
     // instead of activations quantized to Q8_0 / Q8_K as the CPU path does by default.
@@ -38,12 +39,14 @@ public:
     size_t weight_bytes() const;        // device bytes held by uploaded weights
     std::string device_name() const;
     void synchronize();                 // waits for all queued work (for timing)
-    bool begin_graph() override;
-    void end_graph() override;
-    struct GraphCounts {
-        int64_t launches = 0, updates = 0, instantiations = 0;
-    };
-    GraphCounts graph_counts() const;   // passes run as graphs; of those, updated in place or instantiated
+    bool begin_graph() override;        // starts the profile's pass; the graphs themselves come through GraphBackend
+    // GraphCapture (null with STRATA_CUDA_PROFILE=1, STRATA_CUDA_SYNC=1 or STRATA_CUDA_GRAPHS=0).
+    GraphCapture* graph_capture() override;
+    void capture_begin(size_t upload_bytes) override;
+    Exec capture_end() override;
+    bool launch(Exec exec, const std::vector<Upload>& uploads) override;
+    void destroy(Exec exec) override;
+    bool moe_on_host() const override;
     ExpertCacheCounts expert_cache_counts() const override;
     std::vector<std::pair<std::string, std::string>> info() const override;
 
@@ -88,13 +91,16 @@ public:
     static int64_t fused_gdn_blocks();        // gdn_block calls (all CUDA backends) that took the fused path
     static int64_t gdn_quantized_outputs();   // of those, calls whose recurrence kernel quantized o
     void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) override;
+    void scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) override;
+    void pool_key_blocks(const float* kraw, float* kblock, const int32_t* pos, int T, int cr, int di,
+                         const Weight& norm, float eps, int n_rot, float theta) override;
     void attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                    const std::vector<std::vector<int32_t>>& keep, float* o) override;
     void indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) override;
     void select_cells(const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
                       int32_t* cells) override;
     void attention_cells(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
-                         const int32_t* off, const int32_t* cells, float* o) override;
+                         const int32_t* off, const int32_t* cells, int max_cells, float* o) override;
     void route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) override;
     void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids, const float* weights,
                      float* y) override;
@@ -108,7 +114,8 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
-// The factory main() hands to the CLI when the executable is built with CUDA.
+// The factory main() hands to the CLI when the executable is built with CUDA: a CudaBackend inside a GraphBackend
+// (short passes replay captured graphs).
 std::unique_ptr<Backend> make_cuda_backend(const GpuOptions& opt);
 
 }  // namespace strata
