@@ -45,7 +45,7 @@ for spec in "$@"; do
     matmul)  cmd=(env OUT=$dir bash tests/gpu/matmul_t1.sh build-gpu "$MODEL") ;;
     pool)    cmd=(env OUT=$dir bash tests/gpu/cpu_pool.sh build-gpu "$MODEL") ;;
     graphs)  cmd=(env OUT=$dir SKIP_OPS=1 bash tests/gpu/graphs_check.sh build-gpu) ;;
-    decode)  cmd=(env OUT=$dir SYN_MODEL=$MODEL BUDGET_S=$(( limit - 30 )) bash bench/decode/run_h200.sh build-gpu) ;;
+    decode)  cmd=(env OUT=$dir SYN_MODEL=$MODEL BUDGET_S=$(( limit - 30 )) bash bench/decode/run_h200.sh build-gpu ${DECODE_ARGS:-}) ;;
     *) echo "round: unknown step $step"; continue ;;
   esac
   timeout "$limit" "${cmd[@]}" > "$dir/stdout.txt" 2>&1; echo "rc $?" >> "$dir/stdout.txt"
