@@ -2,6 +2,7 @@
 # carries attention.recurrent_layers, and our engine's greedy tokens (plain and MTP-speculated) equal transformers'.
 # train.py --init-from loads a checkpoint's model and MTP weights, and refuses one of another config.
 import subprocess
+import sys
 
 import gguf
 import pytest
@@ -46,7 +47,7 @@ def test_demo_config_has_three_attention_layers():
 def test_v3_layers_convert_and_engine_matches_transformers(engine_bin, v3_checkpoint, tmp_path):
     from transformers import Qwen4ExpForCausalLM
     main, mtp = str(tmp_path / "v3.gguf"), str(tmp_path / "v3-mtp.gguf")
-    run = subprocess.run(["python3", str(TOOLS / "convert.py"), str(v3_checkpoint), main, "--outtype", "f16",
+    run = subprocess.run([sys.executable, str(TOOLS / "convert.py"), str(v3_checkpoint), main, "--outtype", "f16",
                           "--mtp-out", mtp], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-800:]
     for path, blocks in ((main, 8), (mtp, 9)):
