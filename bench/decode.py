@@ -5,7 +5,7 @@ the synthetic full-size model (engine/tools/make_synthetic.py) at several contex
         on other prompts than the ones measured here), adaptation as the engine's default;
   pc12host  (optional) pc12 with STRATA_HYBRID_JOIN=host, the CPU misses computed on the calling thread (the join
         before the mapped-flag wait), at the smallest context only: the A/B of the join.
-  pc12pcie  (optional) pc12 with STRATA_GPU_MISS_SHARE=--miss-share: that share of each decode pass's missed experts
+  pc12pcie  (optional; pc12pcie:0.9 names its share) pc12 with STRATA_GPU_MISS_SHARE=--miss-share: that share of each decode pass's missed experts
         copied over PCIe and computed on the GPU while the CPU computes the rest, at the smallest context only.
 Beside each figure the bound of PERFORMANCE.md §4 from the measured bandwidths (formula and inputs in the JSON).
 
@@ -275,7 +275,8 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=170, help="wall time for all settings together")
     ap.add_argument("--backend", default="cuda", help="cpu: a smoke test of this script (gpu setting, no profile)")
     ap.add_argument("--pc12-extra", default="", help="more engine flags for pc12, space-separated")
-    ap.add_argument("--miss-share", default="0.75", help="STRATA_GPU_MISS_SHARE of the pc12pcie setting")
+    ap.add_argument("--miss-share", default="0.75", help="STRATA_GPU_MISS_SHARE of the pc12pcie setting "
+                    "(pc12pcie:SHARE in --settings names its own)")
     a = ap.parse_args()
     a.contexts = [int(c) for c in a.contexts.split(",")]
     os.makedirs(a.out, exist_ok=True)
@@ -289,14 +290,16 @@ def main() -> int:
     settings = a.settings.split(",")
     for i, s in enumerate(settings):
         left = a.budget_s - (time.time() - t0)
-        deadline = time.time() + left * BUDGET_WEIGHT.get(s, 1) / sum(BUDGET_WEIGHT.get(x, 1) for x in settings[i:])
+        base, _, share = s.partition(":")     # pc12pcie:0.9 = pc12pcie with that miss share
+        weight = lambda x: BUDGET_WEIGHT.get(x.partition(":")[0], 1)
+        deadline = time.time() + left * weight(s) / sum(weight(x) for x in settings[i:])
         if s == "gpu":
             flags = ["--routing-profile-out", profile] if a.backend == "cuda" else []
             res["settings"][s] = measure_setting(a, s, flags, 11, mb, deadline, a.contexts)
-        elif s in ("pc12", "pc12host", "pc12pcie"):
+        elif base in ("pc12", "pc12host", "pc12pcie"):
             flags = PC12_FLAGS + (["--routing-profile", profile] if os.path.exists(profile) else [])
             env = {"pc12": None, "pc12host": {"STRATA_HYBRID_JOIN": "host"},
-                   "pc12pcie": {"STRATA_GPU_MISS_SHARE": a.miss_share}}[s]
+                   "pc12pcie": {"STRATA_GPU_MISS_SHARE": share or a.miss_share}}[base]
             res["settings"][s] = measure_setting(a, s, flags + a.pc12_extra.split(), 23, mb, deadline,
                                                  a.contexts if s == "pc12" else [min(a.contexts)], env)
         else:

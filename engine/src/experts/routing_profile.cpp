@@ -24,6 +24,12 @@ void RoutingProfile::add(int layer, const int32_t* ids, int n) {
     }
 }
 
+void RoutingProfile::add_count(int layer, int expert, double n) {
+    STRATA_CHECK(layer >= 0 && layer < n_layers_ && expert >= 0 && expert < n_experts_, "routing profile: (layer ",
+                 layer, ", expert ", expert, ") is outside ", n_layers_, " x ", n_experts_);
+    counts_[(size_t)layer * n_experts_ + expert] += n;
+}
+
 double RoutingProfile::layer_total(int layer) const {
     double s = 0;
     for (int e = 0; e < n_experts_; ++e) s += count(layer, e);

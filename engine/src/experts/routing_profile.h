@@ -20,6 +20,7 @@ public:
     int n_experts() const { return n_experts_; }
     // Adds one routing per id (n ids of one layer).
     void add(int layer, const int32_t* ids, int n);
+    void add_count(int layer, int expert, double n);   // n more routings of one expert
     double count(int layer, int expert) const { return counts_[(size_t)layer * n_experts_ + expert]; }
     double layer_total(int layer) const;
 

@@ -56,8 +56,10 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
             const int M = P + t + 1, nb = M / cr;
             off[t + 1] = off[t] + (nb > kb ? kb * cr + (M - nb * cr) : M);
         }
-        const int stride = (P + T) / cr;
-        Scratch scores(be, (size_t)T * stride), d_off(be, T + 1), cells(be, std::max(off[T], 1));
+        // Sizes rounded up so that the scratch taken after these stays at the same addresses from pass to pass
+        // (a GPU backend's graphs of the rest of the pass then repeat; see GraphBackend).
+        const int stride = (P + T) / cr, stride_cap = (stride + 255) / 256 * 256;
+        Scratch scores(be, (size_t)T * stride_cap), d_off(be, T + 1), cells(be, (size_t)T * (kb * cr + cr));
         const int32_t* off_dev = upload_ints(be, d_off, off);
         for (int t = 0; t < T; ++t) {
             const int nb = (P + t + 1) / cr;

@@ -2,6 +2,7 @@
 #include "backend/cuda/captured_graph.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"

@@ -395,7 +395,7 @@ bool CudaBackend::begin_graph() {
 
 GraphCapture* CudaBackend::graph_capture() { return impl_->graphs_on ? this : nullptr; }
 
-bool CudaBackend::moe_on_host() const { return impl_->hybrid != nullptr; }
+bool CudaBackend::moe_on_host() const { return impl_->hybrid && impl_->hybrid->caching(); }
 
 void CudaBackend::capture_begin(size_t upload_bytes) {
     STRATA_CHECK(!impl_->capturing, "cuda: a graph capture is already open");
@@ -967,8 +967,10 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
     const int H = (int)w.gate_exps.ne[0], I = (int)w.gate_exps.ne[1], E = (int)w.gate_exps.ne[2];
     const int P = T * k;   // (token, expert) pairs
     if (!P) return;
-    if (impl_->hybrid) {
-        // The expert cache and the routing profile read the routing on the host: one copy back and a wait.
+    if (impl_->hybrid && !impl_->hybrid->caching()) {
+        impl_->hybrid->count_routing(w, d_ids, P, impl_->stream);   // a routing profile only: counted on the device
+    } else if (impl_->hybrid) {
+        // The expert cache reads the routing on the host: one copy back and a wait.
         STRATA_CHECK(!impl_->capturing, "cuda: the expert cache's moe_experts inside a graph capture");
         auto* host = static_cast<uint32_t*>(impl_->route_host.get((size_t)2 * P * 4));
         CUDA_CHECK(cudaMemcpyAsync(host, d_ids, (size_t)P * 4, cudaMemcpyDeviceToHost, impl_->stream));

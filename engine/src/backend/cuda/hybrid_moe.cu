@@ -95,6 +95,12 @@ HybridMoe::~HybridMoe() {
     if (cache_) log_info("experts", summary());
     if (profile_out_) {
         try {
+            if (d_route_counts_) {
+                std::vector<uint32_t> c((size_t)layers_.size() * n_experts_);
+                CUDA_CHECK(cudaMemcpy(c.data(), d_route_counts_, c.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+                for (size_t l = 0; l < layers_.size(); ++l)
+                    for (int e = 0; e < n_experts_; ++e) profile_out_->add_count((int)l, e, c[l * n_experts_ + e]);
+            }
             profile_out_->save(opt_.routing_profile_out);
             log_info("experts", "routing profile written to " + opt_.routing_profile_out);
         } catch (const Error& e) {
@@ -120,6 +126,7 @@ HybridMoe::~HybridMoe() {
         if (stage_free_[h]) cudaEventDestroy(stage_free_[h]);
     }
     if (flag_) cudaFreeHost(flag_);
+    cudaFree(d_route_counts_);
     if (registered_) cudaHostUnregister(registered_);
     cudaEventDestroy(x_ready_);
     cudaEventDestroy(staging_free_);
@@ -157,6 +164,11 @@ void HybridMoe::register_layers(const ModelWeights& mw) {
 void HybridMoe::prepare() {
     if (!caching_ || layers_.empty()) {
         caching_ = false;
+        if (profile_out_) {     // count_routing's counters, zeroed here (outside any graph capture)
+            const size_t bytes = layers_.size() * (size_t)n_experts_ * sizeof(uint32_t);
+            CUDA_CHECK(cudaMalloc(&d_route_counts_, bytes));
+            CUDA_CHECK(cudaMemset(d_route_counts_, 0, bytes));
+        }
         return;
     }
     const int L_n = (int)layers_.size();
@@ -218,6 +230,20 @@ void HybridMoe::note_routing(const MoeWeights& w, const int32_t* ids, int n) {
     if (!profile_out_) return;
     const int l = layer_of(w);
     if (l >= 0) profile_out_->add(l, ids, n);
+}
+
+namespace {
+__global__ void count_routes_kernel(const int32_t* ids, int n, int n_experts, uint32_t* counts) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && ids[i] >= 0 && ids[i] < n_experts) atomicAdd(&counts[ids[i]], 1u);
+}
+}  // namespace
+
+void HybridMoe::count_routing(const MoeWeights& w, const int32_t* d_ids, int n, cudaStream_t s) {
+    const int l = layer_of(w);
+    if (l < 0 || !d_route_counts_ || n <= 0) return;
+    count_routes_kernel<<<(n + 255) / 256, 256, 0, s>>>(d_ids, n, n_experts_, d_route_counts_ + (size_t)l * n_experts_);
+    CUDA_CHECK_LAUNCH();
 }
 
 void HybridMoe::land_moves() {

@@ -103,8 +103,11 @@ public:
     void prepare();
     // A layer whose experts this path computes (false: the caller computes them from uploaded tensors).
     bool handles(const MoeWeights& w) const { return caching_ && layer_of(w) >= 0; }
-    // Records the routing for --routing-profile-out (every MoE call of a known layer).
+    // Records the routing for --routing-profile-out (every MoE call of a known layer): host ids.
     void note_routing(const MoeWeights& w, const int32_t* ids, int n);
+    // The same from ids on the device, counted there by a kernel on `s` (no host round trip, so a pass that only
+    // records a profile can run as one graph); added to the profile when it is saved. Without the cache only.
+    void count_routing(const MoeWeights& w, const int32_t* d_ids, int n, cudaStream_t s);
     // Queues x's copy to the host before the caller waits for the routing, so a decode-sized call's CPU job can
     // start the moment the routing is known (moe_experts then finds x there). Call before moe_experts, same x, T.
     void input_to_host(const MoeWeights& w, const float* x, int T);
@@ -195,6 +198,7 @@ private:
     void* registered_ = nullptr;              // the mapped span locked in place by register_mapped, or null
     std::unique_ptr<ExpertCache> cache_;
     std::unique_ptr<RoutingProfile> profile_out_;
+    uint32_t* d_route_counts_ = nullptr;        // [layer · E + expert], count_routing's counts (no cache)
     std::unique_ptr<CpuExpertPool> cpu_;
     std::vector<PendingMoves> pending_;
     cudaEvent_t x_ready_ = nullptr;           // activations copied to the host
