@@ -17,7 +17,9 @@ enum Op : int {
     kHyperRead, kCausalConv, kGdnRecurrent, kGdnBlock, kRope, kScatterRows, kPoolKeyBlocks, kAttentionCells,
     kRouteTopk, kMoeExperts, kSharedExpert,
 };
-constexpr size_t kMaxGraphs = 64;      // executable graphs kept (least recently used dropped first)
+// Executable graphs kept (least recently used dropped first). The expert-cache path splits a pass into ~49 runs per
+// window size, and speculation adds windows of 2 … 4 tokens and the MTP head's passes: a few hundred in use.
+constexpr size_t kMaxGraphs = 1024;
 constexpr size_t kArenaChunkFloats = size_t(4) << 20;   // 16 MB pieces of the recording arena
 }  // namespace
 
@@ -160,7 +162,9 @@ void GraphBackend::flush() {
         for (auto& op : ops_) op();     // an unrepeatable run, or a backend that keeps no graphs
         return;
     }
-    cap_->capture_begin(upload_bytes_.size());
+    size_t slot_bytes = 0;     // the uploads' pinned slots, each rounded as GraphCapture's slots are
+    for (const auto& [off, n] : uploads_) slot_bytes += (n + 63) / 64 * 64;
+    cap_->capture_begin(slot_bytes);
     try {
         for (auto& op : ops_) op();
     } catch (...) {

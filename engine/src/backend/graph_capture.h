@@ -19,7 +19,7 @@ public:
 
     virtual ~GraphCapture() = default;
     // Starts capturing the ops issued next. While capturing: each to_device reads its data from a slot the graph owns
-    // (upload_bytes in all, at most), so that a launch can refill it; scratch memory the ops take is the graph's own
+    // (upload_bytes in all, each upload's bytes rounded up to 64), so that a launch can refill it; scratch memory the ops take is the graph's own
     // (never handed to anyone else, so the graph may run again at any time).
     virtual void capture_begin(size_t upload_bytes) = 0;
     // Ends the capture and runs the graph once. Returns null when the captured work cannot be repeated as it stands

@@ -13,7 +13,7 @@ namespace strata::cuda {
 CapturedGraph::CapturedGraph(size_t upload_bytes) {
     CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     void* p = nullptr;
-    const size_t bytes = std::max(2 * upload_bytes, upload_bytes + (1 << 16));   // slots are rounded to 64 bytes
+    const size_t bytes = std::max<size_t>(upload_bytes, 64);     // the caller's sum of 64-byte-rounded uploads
     CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
     blocks_.push_back({p, bytes});
 }
@@ -33,7 +33,7 @@ void* CapturedGraph::take_slot(size_t bytes) {
     if (block_used_ + rounded > blocks_.back().second) {
         // Allocating pinned memory is not stream work, so it may happen during a (relaxed) capture.
         void* p = nullptr;
-        const size_t size = std::max<size_t>(rounded, 1 << 16);
+        const size_t size = std::max<size_t>(rounded, 4096);
         CUDA_CHECK(cudaHostAlloc(&p, size, cudaHostAllocDefault));
         blocks_.push_back({p, size});
         block_used_ = 0;
