@@ -54,12 +54,15 @@ def read_sve(path):
 
 
 class Helper:
-    def __init__(self, model, threads=2):
+    def __init__(self, model, threads=2, isa=None):
         exe = helper_path()
         if not os.path.exists(exe):
             pytest.fail(f"{exe} is missing: build it first (cmake -S . -B build && cmake --build build)")
+        env = dict(os.environ)
+        if isa:
+            env["STRATA_ISA"] = isa
         self.p = subprocess.Popen([exe, "--model", model, "--threads", str(threads)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.ready = self.p.stdout.readline().strip()
 
     def ask(self, line: str) -> str:
@@ -91,31 +94,38 @@ def randomise(model, seed=0):
                 p.copy_(torch.randn(p.shape, generator=g) / fan_in ** 0.5)
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def make_tower(d, vision: dict, outtypes=("f32",), seed=0):
+    """A random vision tower saved as an HF checkpoint dir under d/hf and converted; returns (model, hf, ggufs)."""
     from safetensors.torch import save_file
     from transformers import Qwen4ExpConfig, Qwen4ExpVisionConfig
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     from transformers.models.qwen4_exp.modeling_qwen4_exp import Qwen4ExpVisionModel
 
-    d = tmp_path_factory.mktemp("vision")
     hf = d / "hf"
     hf.mkdir()
-    vc = Qwen4ExpVisionConfig(**VISION)
-    torch.manual_seed(0)
+    vc = Qwen4ExpVisionConfig(**vision)
+    torch.manual_seed(seed)
     model = Qwen4ExpVisionModel(vc).eval().float()
-    randomise(model)
+    randomise(model, seed)
     Qwen4ExpConfig(vision_config=vc.to_dict()).save_pretrained(hf)
     save_file({"model.visual." + k: v.contiguous() for k, v in model.state_dict().items()},
               str(hf / "model.safetensors"))
-    Qwen2VLImageProcessorPil(patch_size=16, merge_size=2, temporal_patch_size=2, image_mean=MEAN, image_std=STD,
+    Qwen2VLImageProcessorPil(patch_size=vision["patch_size"], merge_size=vision["spatial_merge_size"],
+                             temporal_patch_size=2, image_mean=MEAN, image_std=STD,
                              size={"shortest_edge": 32 * 32, "longest_edge": 256 * 256}).save_pretrained(hf)
     ggufs = {}
-    for outtype in ("f32", "f16", "bf16"):
+    for outtype in outtypes:
         ggufs[outtype] = str(d / f"vision-{outtype}.gguf")
         r = subprocess.run([sys.executable, os.path.join(REPO, "vision", "convert_vision.py"), str(hf),
                             ggufs[outtype], "--outtype", outtype], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
+    return model, str(hf), ggufs
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("vision")
+    model, hf, ggufs = make_tower(d, VISION, ("f32", "f16", "bf16"))
     rng = np.random.default_rng(1)
     images = {}
     for w, h in SIZES:
@@ -123,7 +133,7 @@ def tiny(tmp_path_factory):
         path = str(d / f"img-{w}x{h}.ppm")
         write_ppm(path, rgb)
         images[(w, h)] = (path, rgb)
-    return dict(dir=d, hf=str(hf), model=model, gguf=ggufs, images=images)
+    return dict(dir=d, hf=hf, model=model, gguf=ggufs, images=images)
 
 
 def reference(model, hf_dir, rgb):
@@ -174,8 +184,9 @@ def test_processor_defaults_without_preprocessor_config(tmp_path):
     assert vc["rope_theta"] == 10000.0
 
 
-def test_rows_equal_transformers_f32(tiny):
-    h = Helper(tiny["gguf"]["f32"])
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+def test_rows_equal_transformers_f32(tiny, isa):
+    h = Helper(tiny["gguf"]["f32"], isa=isa)
     try:
         assert h.ready == f"READY {VISION['out_hidden_size']}"
         for (w, hgt), (path, rgb) in tiny["images"].items():
@@ -189,7 +200,7 @@ def test_rows_equal_transformers_f32(tiny):
             n, fnx, fny, rows = read_sve(out)
             assert (n, fnx, fny) == (nx * ny, nx, ny)
             d = rel_diff(rows, ref)
-            print(f"f32 {w}x{hgt}: {n} rows, max rel diff {d:.2e}")
+            print(f"f32 {isa} {w}x{hgt}: {n} rows, max rel diff {d:.2e}")
             assert d < TOL, f"{w}x{hgt}: max relative difference {d}"
     finally:
         assert h.close() == 0
@@ -287,3 +298,23 @@ def test_info(tiny):
     assert kv["n_embd"] == "64" and kv["factor"] == "32"
     assert kv["min_pixels"] == str(32 * 32) and kv["max_pixels"] == str(256 * 256)
     assert np.allclose([float(v) for v in kv["image_std"].split(",")], STD)
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx512"])
+def test_real_head_dim(tmp_path, isa):
+    """The real tower's head dim (72 = 1152 / 16: 18 rotary frequencies per axis, kernel tails) on a 2-head tower."""
+    vision = dict(VISION, hidden_size=144, num_heads=2, intermediate_size=96, out_hidden_size=48, depth=1,
+                  num_position_embeddings=16)
+    model, hf, ggufs = make_tower(tmp_path, vision, seed=3)
+    rgb = np.random.default_rng(5).integers(0, 256, size=(64, 160, 3), dtype=np.uint8)
+    write_ppm(str(tmp_path / "p.ppm"), rgb)
+    h = Helper(ggufs["f32"], isa=isa)
+    try:
+        assert h.ready == "READY 48"
+        assert h.ask(f"ENC {tmp_path}/p.ppm {tmp_path}/o.sve").startswith("OK 10 5 2 ")
+        ref, _ = reference(model, hf, rgb)
+        d = rel_diff(read_sve(str(tmp_path / "o.sve"))[3], ref)
+        print(f"head dim 72 {isa}: max rel diff {d:.2e}")
+        assert d < TOL
+    finally:
+        assert h.close() == 0

@@ -14,7 +14,9 @@
 #include "backend/cpu/thread_pool.h"
 #include "common/error.h"
 #include "common/platform.h"
+#include "gemm.h"
 #include "ppm.h"
+#include "quant/quant.h"
 #include "vision_model.h"
 
 using namespace strata;
@@ -115,6 +117,14 @@ int main(int argc, char** argv) {
 
     std::unique_ptr<VisionModel> model;
     try {
+        // STRATA_ISA=scalar|avx2|avx512 limits the kernels, as for the engine (tests run every path).
+        if (const char* isa = std::getenv("STRATA_ISA")) {
+            const std::string v = isa;
+            if (v == "scalar") set_active_isa(Isa::scalar);
+            else if (v == "avx2") set_active_isa(Isa::avx2);
+            else if (v == "avx512") set_active_isa(Isa::avx512);
+            else fail("STRATA_ISA must be scalar, avx2 or avx512, got '", v, "'");
+        }
         model = VisionModel::load(model_path, threads);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "strata-vision: error: %s\n", e.what());
@@ -130,8 +140,8 @@ int main(int argc, char** argv) {
                     hp.std[2], hp.depth, hp.hidden);
         return 0;
     }
-    std::fprintf(stderr, "strata-vision: %s: depth %d, width %d, %d heads, patch %d, merge %d, out %d\n",
-                 model_path.c_str(), hp.depth, hp.hidden, hp.heads, hp.patch, hp.merge, hp.out_hidden);
+    std::fprintf(stderr, "strata-vision: %s: depth %d, width %d, %d heads, patch %d, merge %d, out %d; %s kernels\n",
+                 model_path.c_str(), hp.depth, hp.hidden, hp.heads, hp.patch, hp.merge, hp.out_hidden, gemm().name);
     reply("READY " + std::to_string(hp.out_hidden));
 
     std::string line;

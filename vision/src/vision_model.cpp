@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "gemm.h"
 #include "quant/quant.h"
 
 namespace strata::vision {
@@ -56,13 +57,6 @@ std::vector<double> get_floats(const GgufFile& f, const std::string& key, size_t
     STRATA_CHECK(v && v->type == GgufValueType::ARRAY && v->arr_f.size() == n, f.paths()[0], ": ", key,
                  " must be an array of ", n, " floats");
     return v->arr_f;
-}
-
-inline float gelu_tanh(float x) {   // torch gelu(approximate='tanh'), the config's gelu_pytorch_tanh
-    const float kBeta = 0.7978845608028654f;   // sqrt(2/pi)
-    const float kKappa = 0.044715f;
-    float inner = kBeta * (x + kKappa * x * x * x);
-    return 0.5f * x * (1.0f + std::tanh(inner));
 }
 
 inline float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f)); }
@@ -143,19 +137,26 @@ void VisionModel::check_size(int width, int height) const {
                  width, "x", height, " has more than max_pixels ", hp_.max_pixels, " pixels");
 }
 
-// y[t][r] = dot(W row r, x[t]) + bias[r]; tiles of 64 tokens x 64 rows, one tile per job.
+// y[t][r] = dot(W row r, x[t]) + bias[r]. Jobs are (block of 4 panels of rows) x (chunk of 240 tokens); a job
+// packs its rows' weights to f32 panels (once per row block and thread) and runs the micro-kernel over its tokens.
 void VisionModel::linear(const Linear& l, const float* x, int64_t n_tok, float* y) {
-    constexpr int64_t TC = 64, RC = 64;
-    const int64_t nt = (n_tok + TC - 1) / TC, nr = (l.n_out + RC - 1) / RC;
-    pool_->parallel_for(nt * nr, [&](int64_t begin, int64_t end) {
+    const Gemm& g = gemm();
+    const int64_t NB = 4 * (int64_t)g.nr, TC = 240, K = l.n_in;
+    const int64_t nb = (l.n_out + NB - 1) / NB, nt = (n_tok + TC - 1) / TC;
+    pool_->parallel_for(nb * nt, [&](int64_t begin, int64_t end) {
+        std::vector<float> pack((size_t)(panels(NB, g.nr) * K * g.nr)), tmp((size_t)K);
+        int64_t packed = -1;
         for (int64_t job = begin; job < end; ++job) {
-            const int64_t t0 = (job / nr) * TC, t1 = std::min(n_tok, t0 + TC);
-            const int64_t r0 = (job % nr) * RC, r1 = std::min(l.n_out, r0 + RC);
-            gemv_rows_multi(l.type, l.n_in, l.w, l.row_bytes, r0, r1, x + t0 * l.n_in, (int)(t1 - t0),
-                            (size_t)l.n_in * sizeof(float), y + t0 * l.n_out, (size_t)l.n_out);
+            const int64_t rb = job / nt, r0 = rb * NB, nrow = std::min(NB, l.n_out - r0);
+            const int64_t t0 = (job % nt) * TC, t1 = std::min(n_tok, t0 + TC);
+            if (packed != rb) {
+                pack_weight_rows(l.type, l.w, l.row_bytes, K, r0, nrow, g.nr, pack.data(), tmp.data());
+                packed = rb;
+            }
+            gemm_packed(x + t0 * K, K, t1 - t0, pack.data(), K, nrow, y + t0 * l.n_out + r0, l.n_out);
             for (int64_t t = t0; t < t1; ++t) {
                 float* yr = y + t * l.n_out;
-                for (int64_t r = r0; r < r1; ++r) yr[r] += l.bias[(size_t)r];
+                for (int64_t r = r0; r < r0 + nrow; ++r) yr[r] += l.bias[(size_t)r];
             }
         }
     });
@@ -185,7 +186,8 @@ void VisionModel::attention(const float* qkv, int64_t n_tok, const std::vector<f
                             const std::vector<float>& sin, float* out) {
     const int H = hp_.heads, D = hp_.head_dim, half = D / 2;
     const int64_t hid = hp_.hidden;
-    std::vector<float> q((size_t)H * n_tok * D), k((size_t)H * n_tok * D), vt((size_t)H * D * n_tok);
+    const Gemm& g = gemm();
+    std::vector<float> q((size_t)H * n_tok * D), k((size_t)H * n_tok * D), v((size_t)H * n_tok * D);
     pool_->parallel_for(n_tok, [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
             const float* row = qkv + t * 3 * hid;
@@ -197,48 +199,47 @@ void VisionModel::attention(const float* qkv, int64_t n_tok, const std::vector<f
                 const float* vs = row + 2 * hid + (int64_t)h * D;
                 float* qd = q.data() + ((size_t)h * n_tok + t) * D;
                 float* kd = k.data() + ((size_t)h * n_tok + t) * D;
+                float* vd = v.data() + ((size_t)h * n_tok + t) * D;
                 for (int j = 0; j < D; ++j) {
                     const float qr = j < half ? -qs[j + half] : qs[j - half];
                     const float kr = j < half ? -ks[j + half] : ks[j - half];
                     qd[j] = qs[j] * c[j] + qr * s[j];
                     kd[j] = ks[j] * c[j] + kr * s[j];
-                    vt[((size_t)h * D + j) * n_tok + t] = vs[j];
+                    vd[j] = vs[j];
                 }
             }
         }
     });
-    constexpr int64_t QB = 16;
+    // Per head: K^T as panels over the keys (K = D), V as panels over the head dims (K = n_tok).
+    const size_t kp_size = (size_t)(panels(n_tok, g.nr) * D * g.nr), vp_size = (size_t)(panels(D, g.nr) * n_tok * g.nr);
+    std::vector<float> kp((size_t)H * kp_size), vp((size_t)H * vp_size);
+    pool_->parallel_for(H, [&](int64_t begin, int64_t end) {
+        for (int64_t h = begin; h < end; ++h) {
+            pack_rows_f32(k.data() + (size_t)h * n_tok * D, D, n_tok, D, g.nr, kp.data() + (size_t)h * kp_size);
+            pack_columns(v.data() + (size_t)h * n_tok * D, D, n_tok, D, g.nr, vp.data() + (size_t)h * vp_size);
+        }
+    });
+    constexpr int64_t QB = 48;
     const int64_t nqb = (n_tok + QB - 1) / QB;
     const float scale = (float)(1.0 / std::sqrt((double)D));
     pool_->parallel_for((int64_t)H * nqb, [&](int64_t begin, int64_t end) {
-        std::vector<float> sc((size_t)QB * n_tok), o((size_t)QB * D);
-        float sums[QB];
+        std::vector<float> sc((size_t)(QB * n_tok)), o((size_t)(QB * D));
+        float inv[QB];
         for (int64_t job = begin; job < end; ++job) {
-            const int h = (int)(job / nqb);
-            const int64_t q0 = (job % nqb) * QB, q1 = std::min(n_tok, q0 + QB), nq = q1 - q0;
-            const float* kh = k.data() + (size_t)h * n_tok * D;
-            const float* vh = vt.data() + (size_t)h * D * n_tok;
-            gemv_rows_multi(GgmlType::F32, D, kh, (size_t)D * 4, 0, n_tok, q.data() + ((size_t)h * n_tok + q0) * D,
-                            (int)nq, (size_t)D * 4, sc.data(), (size_t)n_tok);
+            const int64_t h = job / nqb;
+            const int64_t q0 = (job % nqb) * QB, nq = std::min(n_tok, q0 + QB) - q0;
+            gemm_packed(q.data() + ((size_t)h * n_tok + q0) * D, D, nq, kp.data() + (size_t)h * kp_size, D, n_tok,
+                        sc.data(), n_tok);
             for (int64_t i = 0; i < nq; ++i) {
                 float* srow = sc.data() + i * n_tok;
                 float mx = -INFINITY;
-                for (int64_t j = 0; j < n_tok; ++j) {
-                    srow[j] *= scale;
-                    mx = std::max(mx, srow[j]);
-                }
-                double sum = 0;
-                for (int64_t j = 0; j < n_tok; ++j) {
-                    srow[j] = std::exp(srow[j] - mx);
-                    sum += srow[j];
-                }
-                sums[i] = (float)(1.0 / sum);
+                for (int64_t j = 0; j < n_tok; ++j) mx = std::max(mx, srow[j]);
+                inv[i] = (float)(1.0 / exp_scaled(srow, n_tok, scale, mx * scale));
             }
-            gemv_rows_multi(GgmlType::F32, n_tok, vh, (size_t)n_tok * 4, 0, D, sc.data(), (int)nq,
-                            (size_t)n_tok * 4, o.data(), (size_t)D);
+            gemm_packed(sc.data(), n_tok, nq, vp.data() + (size_t)h * vp_size, n_tok, D, o.data(), D);
             for (int64_t i = 0; i < nq; ++i) {
-                float* dst = out + (q0 + i) * hid + (int64_t)h * D;
-                for (int j = 0; j < D; ++j) dst[j] = o[(size_t)(i * D + j)] * sums[i];
+                float* dst = out + (q0 + i) * hid + h * D;
+                for (int j = 0; j < D; ++j) dst[j] = o[(size_t)(i * D + j)] * inv[i];
             }
         }
     });
@@ -348,7 +349,7 @@ Encoding VisionModel::encode_patches(const float* patches, int gh, int gw) {
         linear(blk.up, xn.data(), n, mid.data());
         pool_->parallel_for((int64_t)mid.size(), [&](int64_t b, int64_t e) {
             if (tanh_act)
-                for (int64_t i = b; i < e; ++i) mid[(size_t)i] = gelu_tanh(mid[(size_t)i]);
+                gelu_tanh_inplace(mid.data() + b, e - b);
             else
                 for (int64_t i = b; i < e; ++i) mid[(size_t)i] = gelu_erf(mid[(size_t)i]);
         });
