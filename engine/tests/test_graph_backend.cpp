@@ -55,6 +55,7 @@ std::vector<std::vector<float>> run(Backend& be, const char* path) {
         for (int i = 0; i < 12; ++i) next = step(s, {next});
         for (int i = 0; i < 3; ++i) next = step(s, {next, (next + 1) % hp.n_vocab, (next + 5) % hp.n_vocab});
     }
+#ifndef STRATA_SANITIZED   // a 2,112-token prompt takes minutes on the sanitizer build; the Release build runs it
     {   // past the indexer budget: selected cells (select_cells and indexer_scores run directly)
         const int ctx = 2048 + 64;
         Session s(be, hp, ctx + 16);
@@ -63,6 +64,7 @@ std::vector<std::vector<float>> run(Backend& be, const char* path) {
         for (int p = 0; p < ctx; p += 512) next = step(s, std::vector<int32_t>(ids.begin() + p, ids.begin() + std::min(ctx, p + 512)));
         for (int i = 0; i < 8; ++i) next = step(s, {next});
     }
+#endif
     return out;
 }
 
@@ -91,6 +93,8 @@ int main() {
     CHECK(c.captures == fake->captures);
     CHECK_MSG(c.launches >= 2 * c.captures, "%lld repeated runs for %lld new signatures", (long long)c.launches,
               (long long)c.captures);
+#ifndef STRATA_SANITIZED
     CHECK(c.direct_ops >= 8);
+#endif
     return test::exit_code();
 }
