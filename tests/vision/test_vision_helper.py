@@ -234,6 +234,7 @@ def test_errors_and_keeps_serving(tiny):
     write_ppm(str(d / "odd.ppm"), np.zeros((64, 48, 3), np.uint8))     # 48 wide: not a multiple of 32
     trunc = d / "trunc.ppm"
     trunc.write_bytes(b"P6\n32 32\n255\n" + bytes(100))
+    write_ppm(str(d / "big.ppm"), np.zeros((256, 288, 3), np.uint8))   # 73,728 pixels > max_pixels 65,536
     deep = d / "deep.ppm"
     deep.write_bytes(b"P6\n32 32\n65535\n" + bytes(32 * 32 * 6))
     h = Helper(tiny["gguf"]["f32"])
@@ -244,6 +245,7 @@ def test_errors_and_keeps_serving(tiny):
             (f"ENC {pgm} {out}", "not a binary PPM"),
             (f"ENC {d}/odd.ppm {out}", "multiples of 32"),
             (f"ENC {trunc} {out}", "truncated"),
+            (f"ENC {d}/big.ppm {out}", "max_pixels"),
             (f"ENC {deep} {out}", "maxval"),
             (f"ENC {good} {d}/no/such/dir/out.sve", "cannot write"),
             (f"ENC {good}", "ENC needs"),
