@@ -320,3 +320,62 @@ def test_real_head_dim(tmp_path, isa):
         assert d < TOL
     finally:
         assert h.close() == 0
+
+
+def smart_resize(height, width, factor=32, min_pixels=56 * 56, max_pixels=28 * 28 * 1280):
+    """The resize rule as vision/README.md gives it to the gateway."""
+    import math
+    if max(height, width) / min(height, width) > 200:
+        raise ValueError("absolute aspect ratio must be smaller than 200")
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def test_gateway_resize_rule_matches_processor(tiny):
+    """A picture of any size, resized the README's way (smart_resize + Pillow BICUBIC, alpha onto white) and sent as
+    PPM, gives the rows transformers gives for the original picture with its own resizing."""
+    from PIL import Image
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize as hf_smart_resize
+    for h, w in [(75, 100), (20, 30), (300, 301), (1000, 40), (33, 31), (480, 640), (5000, 4000)]:
+        for mn, mx in [(56 * 56, 28 * 28 * 1280), (32 * 32, 256 * 256), (65536, 16777216)]:
+            assert smart_resize(h, w, 32, mn, mx) == hf_smart_resize(h, w, 32, mn, mx), (h, w, mn, mx)
+    rng = np.random.default_rng(7)
+    h = Helper(tiny["gguf"]["f32"])
+    try:
+        for (hh, ww), mode in [((75, 100), "RGB"), ((41, 150), "RGBA"), ((300, 200), "RGB")]:
+            arr = rng.integers(0, 256, size=(hh, ww, len(mode)), dtype=np.uint8)
+            pic = Image.fromarray(arr, mode)
+            # the gateway's side
+            rgb = pic
+            if "A" in pic.getbands():
+                bg = Image.new("RGBA", pic.size, (255, 255, 255, 255))
+                rgb = Image.alpha_composite(bg, pic.convert("RGBA"))
+            rgb = rgb.convert("RGB")
+            th, tw = smart_resize(hh, ww, 32, 32 * 32, 256 * 256)
+            rgb = rgb.resize((tw, th), Image.BICUBIC)
+            path = str(tiny["dir"] / f"gw-{ww}x{hh}.ppm")
+            rgb.save(path, "PPM")
+            out = str(tiny["dir"] / "gw.sve")
+            reply = h.ask(f"ENC {path} {out}")
+            assert reply.startswith(f"OK {(th // 32) * (tw // 32)} {tw // 32} {th // 32} "), reply
+            # transformers' side: the original picture through the checkpoint's processor (resize included)
+            from transformers import AutoImageProcessor
+            proc = AutoImageProcessor.from_pretrained(tiny["hf"])
+            inputs = proc(images=[pic], return_tensors="pt")
+            assert inputs["image_grid_thw"][0].tolist() == [1, th // 16, tw // 16]
+            with torch.no_grad():
+                ref = tiny["model"](inputs["pixel_values"], grid_thw=inputs["image_grid_thw"]).pooler_output.numpy()
+            d = rel_diff(read_sve(out)[3], ref)
+            print(f"gateway resize {ww}x{hh} {mode} -> {tw}x{th}: max rel diff {d:.2e}")
+            assert d < TOL
+    finally:
+        assert h.close() == 0
