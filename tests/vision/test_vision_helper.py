@@ -114,11 +114,14 @@ def make_tower(d, vision: dict, outtypes=("f32",), seed=0):
                              temporal_patch_size=2, image_mean=MEAN, image_std=STD,
                              size={"shortest_edge": 32 * 32, "longest_edge": 256 * 256}).save_pretrained(hf)
     ggufs = {}
-    for outtype in outtypes:
+    for i, outtype in enumerate(outtypes):
         ggufs[outtype] = str(d / f"vision-{outtype}.gguf")
-        r = subprocess.run([sys.executable, os.path.join(REPO, "vision", "convert_vision.py"), str(hf),
-                            ggufs[outtype], "--outtype", outtype], capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stderr
+        if i == 0:   # the command line once, the function (same code, no second torch import) for the rest
+            r = subprocess.run([sys.executable, os.path.join(REPO, "vision", "convert_vision.py"), str(hf),
+                                ggufs[outtype], "--outtype", outtype], capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, r.stderr
+        else:
+            convert_vision.convert(str(hf), ggufs[outtype], outtype)
     return model, str(hf), ggufs
 
 
@@ -379,3 +382,26 @@ def test_gateway_resize_rule_matches_processor(tiny):
             assert d < TOL
     finally:
         assert h.close() == 0
+
+
+def test_converter_prefixes_and_errors(tiny, tmp_path):
+    """A bare Qwen4ExpVisionModel save (config model_type qwen4_exp_vision, unprefixed names) converts to the same
+    tensors as the model.visual.* checkpoint; a checkpoint without the tower is a clear error."""
+    import gguf
+    from safetensors.torch import save_file
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    tiny["model"].config.save_pretrained(bare)
+    save_file({k: v.contiguous() for k, v in tiny["model"].state_dict().items()}, str(bare / "model.safetensors"))
+    out = str(tmp_path / "bare.gguf")
+    convert_vision.convert(str(bare), out, "f32")
+    a = {t.name: np.array(t.data) for t in gguf.GGUFReader(out).tensors}
+    b = {t.name: np.array(t.data) for t in gguf.GGUFReader(tiny["gguf"]["f32"]).tensors}
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.json").write_text(json.dumps({"model_type": "qwen4_exp", "vision_config": VISION}))
+    save_file({"model.language_model.embed_tokens.weight": torch.zeros(4, 4)}, str(empty / "model.safetensors"))
+    r = subprocess.run([sys.executable, os.path.join(REPO, "vision", "convert_vision.py"), str(empty),
+                        str(tmp_path / "x.gguf")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "no vision tower" in r.stderr
