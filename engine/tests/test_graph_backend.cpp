@@ -4,6 +4,7 @@
 // budget) and verify windows; and the signatures of decode steps must repeat (on a GPU, a signature that changes
 // every pass would mean a fresh capture every pass).
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -52,6 +53,35 @@ std::vector<std::vector<float>> run(Backend& be, const char* path) {
     {   // short context: dense attention in every QSA layer; T = 1 steps, then verify windows of 3
         Session s(be, hp, 256);
         int next = step(s, prompt(40, 1));
+        for (int i = 0; i < 12; ++i) next = step(s, {next});
+        for (int i = 0; i < 3; ++i) next = step(s, {next, (next + 1) % hp.n_vocab, (next + 5) % hp.n_vocab});
+    }
+    {   // multimodal (GENI): a 4 × 3 image's rows at prompt tokens 10 … 21 with M-RoPE positions (rope_multi, block
+        // keys rotated at their first token's 3-D position); decoding continues at the session's rope_next
+        Session s(be, hp, 256);
+        const int n = 40, i0 = 10, nx = 4, ny = 3, H = hp.n_embd;
+        const std::vector<int32_t> ids = prompt(n, 3);
+        std::vector<float> rows((size_t)nx * ny * H);
+        for (size_t k = 0; k < rows.size(); ++k) rows[k] = 0.05f * (float)((k * 7919) % 41) - 1.0f;
+        std::vector<std::array<int32_t, 3>> pos(n);
+        std::vector<const float*> row_of(n, nullptr);
+        int32_t c = 0;
+        for (int i = 0; i < n; ++i) {
+            if (i >= i0 && i < i0 + nx * ny) {
+                const int r = i - i0;
+                pos[i] = {i0, i0 + r / nx, i0 + r % nx};
+                row_of[i] = rows.data() + (size_t)r * H;
+                c = i0 + std::max(nx, ny);
+            } else {
+                pos[i] = {c, c, c};
+                ++c;
+            }
+        }
+        const Qwen4Exp::Media media{pos.data(), row_of.data(), nullptr, c};
+        std::vector<float> logits((size_t)n * hp.n_vocab);
+        model.forward(s, ids.data(), n, Qwen4Exp::Outputs{logits.data(), true, nullptr}, &media);
+        out.push_back(logits);
+        int next = argmax(std::vector<float>(logits.end() - hp.n_vocab, logits.end()));
         for (int i = 0; i < 12; ++i) next = step(s, {next});
         for (int i = 0; i < 3; ++i) next = step(s, {next, (next + 1) % hp.n_vocab, (next + 5) % hp.n_vocab});
     }

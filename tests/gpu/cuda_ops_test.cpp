@@ -710,6 +710,10 @@ void test_conv_gdn_rope_attention() {
             compare(std::string("rope ") + (pos == &consecutive ? "consecutive" : "scattered"),
                     {randn(T * nh * hd), int_bits(*pos)}, {0},
                     [&](Backend& b, auto& p) { b.rope(p[0], T, nh, hd, n_rot, 1e6f, as_ints(p[1])); }, 1e-5);
+        // M-RoPE: rows t, h, w [3, T] (an image's grid and text), sections [3, 3, 2] over 8 frequencies.
+        const std::vector<int32_t> pos3 = {7, 8, 9, 10, 11, 7, 7, 8, 8, 12, 7, 8, 7, 8, 1000};
+        compare("rope_multi", {randn(T * nh * hd), int_bits(pos3)}, {0},
+                [&](Backend& b, auto& p) { b.rope_multi(p[0], T, nh, hd, n_rot, 1e6f, as_ints(p[1]), 3, 2); }, 1e-5);
     }
     for (int hd : {32, 64, 256}) {
         const int T = 4, nh = 4, nkv = 2, P = 37;   // queries at positions P − T … P − 1

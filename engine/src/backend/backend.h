@@ -115,6 +115,12 @@ public:
     // RoPE (NeoX halves) on the first n_rot dims of each head. x [T, n_heads·hd]; positions pos [T] in the backend's
     // memory (int32 values).
     virtual void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) = 0;
+    // Multimodal RoPE (MODEL.md §4, interleaved M-RoPE): as rope, but frequency j < n_rot/2 takes its position from
+    // axis A(j) of pos3 [3, T] (row 0 t, row 1 h, row 2 w; int32 values in the backend's memory): A(j) = h when
+    // j % 3 == 1 and j < 3·sec_h, w when j % 3 == 2 and j < 3·sec_w, else t (rope.dimension_sections [t, h, w, _];
+    // the t section is never read). With the three rows equal it computes rope's values bit for bit.
+    virtual void rope_multi(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos3, int sec_h,
+                            int sec_w) = 0;
     // dst[pos[t]·width …] = src[t·width …] for t < T: rows written at positions held in the backend's memory (the
     // KV cache append of a pass whose position is not baked into its graph). src [T, width].
     virtual void scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) = 0;

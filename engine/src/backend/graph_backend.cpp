@@ -15,7 +15,7 @@ enum Op : int {
     kToDevice = 1, kFill, kCopy, kEmbed, kMatmul, kRmsNorm, kL2Norm, kUnary, kMul, kAdd, kScale, kAddRow, kMulRow,
     kSliceCols, kConcatCols, kDeinterleave, kMeanRows, kRepeatStreams, kPleGate, kHyperMix, kHyperInject,
     kHyperRead, kCausalConv, kGdnRecurrent, kGdnBlock, kRope, kScatterRows, kPoolKeyBlocks, kAttentionCells,
-    kRouteTopk, kMoeExperts, kSharedExpert,
+    kRouteTopk, kMoeExperts, kSharedExpert, kRopeMulti,
 };
 // Executable graphs kept (least recently used dropped first). The expert-cache path splits a pass into ~49 runs per
 // window size, and speculation adds windows of 2 … 4 tokens and the MTP head's passes: a few hundred in use.
@@ -318,6 +318,12 @@ void GraphBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float
 void GraphBackend::rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) {
     record(kRope, [=, this] { inner_->rope(x, T, n_heads, hd, n_rot, theta, pos); }, (const void*)x, T, n_heads, hd, n_rot,
            theta, (const void*)pos);
+}
+
+void GraphBackend::rope_multi(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos3,
+                              int sec_h, int sec_w) {
+    record(kRopeMulti, [=, this] { inner_->rope_multi(x, T, n_heads, hd, n_rot, theta, pos3, sec_h, sec_w); },
+           (const void*)x, T, n_heads, hd, n_rot, theta, (const void*)pos3, sec_h, sec_w);
 }
 
 void GraphBackend::scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) {

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "experts/gpu_options.h"
 #include "model/qwen4exp_generator.h"
+#include "serve/image_embeddings.h"
 
 namespace strata {
 
@@ -51,7 +52,7 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
 
 int generate_command(int argc, char** argv) {
     std::vector<std::string> flags = {"--model", "--backend", "--threads", "--ctx", "--prompt-ids", "--prompt-file", "-n",
-                                      "--logits-out", "--chunk", "--mtp", "--spec", "--mtp-logits-out"};
+                                      "--logits-out", "--chunk", "--mtp", "--spec", "--mtp-logits-out", "--images"};
     flags.insert(flags.end(), kGpuFlags.begin(), kGpuFlags.end());
     Options o(argc, argv, 2, flags, {"--ignore-eos", "--f32-activations", "--no-pin"});
     const std::string model_path = o.required("--model");
@@ -92,6 +93,13 @@ int generate_command(int argc, char** argv) {
 
     using clock = std::chrono::steady_clock;
     auto t0 = clock::now();
+    if (o.has("--images")) {
+        // GENI's embeddings file (SVE1): its images replace the prompt's <|image_pad|> runs.
+        if (gen.image_token_id() < 0) fail("--images: the model names no <|image_pad|> token");
+        gen.prepare_prompt(prompt, place_images(prompt, gen.image_token_id(),
+                                                read_image_embeddings(o.str("--images"), gen.embedding_width()),
+                                                o.str("--images")));
+    }
     const float* logits = gen.append(prompt, nullptr, nullptr);
     auto t1 = clock::now();
     const Backend::ExpertCacheCounts c1 = be->expert_cache_counts();

@@ -15,7 +15,7 @@ namespace strata {
 int serve_command(int argc, char** argv) {
     std::vector<std::string> flags = {"--model", "--backend", "--threads", "--ctx", "--chunk", "--mtp", "--spec"};
     flags.insert(flags.end(), kGpuFlags.begin(), kGpuFlags.end());
-    Options o(argc, argv, 1, flags, {"--serve", "--f32-activations", "--no-pin"});
+    Options o(argc, argv, 1, flags, {"--serve", "--f32-activations", "--no-pin", "--vision"});
     std::unique_ptr<Backend> be;
     std::unique_ptr<Qwen4Exp> model_ptr;
     std::unique_ptr<Qwen4ExpGenerator> gen_ptr;
@@ -25,6 +25,9 @@ int serve_command(int argc, char** argv) {
         gen_ptr = std::make_unique<Qwen4ExpGenerator>(*model_ptr, (int)o.integer("--ctx", 0, 0, 1 << 24),
                                                       (int)o.integer("--chunk", 256, 1, 1 << 20));
         if (o.has("--mtp")) gen_ptr->enable_speculation(o.str("--mtp"), (int)o.integer("--spec", 3, 1, 8));
+        if (o.has("--vision") && gen_ptr->image_token_id() < 0)
+            fail("--vision: ", o.required("--model"), " names no <|image_pad|> token (neither in its vocabulary nor as "
+                 "qwen4exp.ple.image_token_id)");
     } catch (const Error& e) {
         // protocol.md: a start that fails says READY 0 so the gateway knows at once; the message goes to stderr.
         std::cout << "READY 0 stop" << std::endl;
@@ -37,7 +40,9 @@ int serve_command(int argc, char** argv) {
                           ", backend " + be->name() +
                           (cpu ? ", " + std::to_string(cpu->n_threads()) + " threads" : std::string()));
     ServeHooks hooks;
+    hooks.vision = o.has("--vision");
     hooks.info = be->info();
+    if (hooks.vision) hooks.info.push_back({"image_token_id", std::to_string(gen.image_token_id())});
     Backend* backend = be.get();
     hooks.expert_cache_counts = [backend] {
         const Backend::ExpertCacheCounts c = backend->expert_cache_counts();

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,15 @@ namespace strata {
 
 // Thrown by TextGenerator::append when the cancel callback returns true between chunks.
 struct Cancelled {};
+
+// One image of a prompt (GENI): its rows replace the prompt tokens start … start + n − 1 (a run of <|image_pad|>).
+// Row i sits at the merged-grid column i % nx, row i / nx (n = nx · ny). hash names the rows and the grid: prefix
+// reuse treats two images as the same only when their hashes are equal.
+struct PromptImage {
+    int start = 0, n = 0, nx = 0, ny = 0;
+    uint64_t hash = 0;
+    std::vector<float> rows;   // [n, n_embd]
+};
 
 class TextGenerator {
 public:
@@ -26,9 +36,17 @@ public:
     // Forget everything (state back to empty).
     virtual void reset_session() = 0;
 
+    // The <|image_pad|> id whose runs take image rows (GENI), or −1 when the model has none.
+    virtual int32_t image_token_id() const { return -1; }
+    // The width of an image row (the model's hidden size); 0 without image input.
+    virtual int embedding_width() const { return 0; }
+
     // Before a prompt is read: keep (or restore from a conversation checkpoint) the longest state whose tokens are
-    // a strict prefix of the prompt, else reset. Returns how many prompt tokens the session now holds.
-    virtual int prepare_prompt(const std::vector<int32_t>& prompt) {
+    // a strict prefix of the prompt, else reset. Returns how many prompt tokens the session now holds. `images`
+    // (ascending starts, inside the prompt) are read in place of their tokens by the append calls that read this
+    // prompt; a state holds the same prefix only when its images there are the same (equal hashes).
+    virtual int prepare_prompt(const std::vector<int32_t>& prompt, std::vector<PromptImage> images = {}) {
+        if (!images.empty()) throw std::runtime_error("this model takes no image input");
         const std::vector<int32_t>& s = session_tokens();
         if (!s.empty() && s.size() < prompt.size() && std::equal(s.begin(), s.end(), prompt.begin()))
             return (int)s.size();

@@ -10,7 +10,7 @@
 namespace strata {
 
 void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& st, int cr, const float* u, int T,
-               int P, const int32_t* pos, float* y) {
+               int P, const int32_t* pos, float* y, const QsaRope* mrope) {
     const int nh = hp.n_head, nkv = hp.n_head_kv, hd = hp.head_dim, kvw = nkv * hd;
     const int ni = hp.indexer_n_head, di = hp.indexer_head_dim;
     Scratch qg(be, (size_t)T * nh * 2 * hd), q(be, (size_t)T * nh * hd), gate(be, (size_t)T * nh * hd),
@@ -27,11 +27,17 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
         be.matmul(w.idx_k, u, T, ki);
     }
 
+    // Text passes rotate at the cache row; multimodal ones at their M-RoPE positions (transformers uses the same
+    // cos/sin for q, k, the indexer's q and the block keys).
+    auto rope = [&](float* x, int heads, int dim) {
+        if (mrope) be.rope_multi(x, T, heads, dim, hp.n_rot, hp.rope_theta, mrope->pos3, mrope->sec_h, mrope->sec_w);
+        else be.rope(x, T, heads, dim, hp.n_rot, hp.rope_theta, pos);
+    };
     be.deinterleave(qg, T, nh, hd, hd, q, gate);              // per head: [hd query | hd gate]
     be.rms_norm(q, &w.q_norm, T, nh * hd, hd, hp.rms_eps, q);
-    be.rope(q, T, nh, hd, hp.n_rot, hp.rope_theta, pos);
+    rope(q, nh, hd);
     be.rms_norm(k_new, &w.k_norm, T, kvw, hd, hp.rms_eps, k_new);
-    be.rope(k_new, T, nkv, hd, hp.n_rot, hp.rope_theta, pos);
+    rope(k_new, nkv, hd);
     be.scatter_rows(st.k_cache, k_new, T, kvw, pos);
     be.scatter_rows(st.v_cache, v_new, T, kvw, pos);
 
@@ -40,12 +46,28 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
     const bool select = cr > 0 && (P + T) / cr > kb;
     if (cr > 0) {
         be.rms_norm(qi, &w.idx_q_norm, T, ni * di, di, hp.rms_eps, qi);
-        be.rope(qi, T, ni, di, hp.n_rot, hp.rope_theta, pos);
+        rope(qi, ni, di);
         // Raw indexer keys, then the pooled key of every block these tokens complete (mean, norm, RoPE at the
         // block's first position).
         be.scatter_rows(st.idx_kraw, ki, T, di, pos);
-        be.pool_key_blocks(st.idx_kraw, st.idx_kblock, pos, T, cr, di, w.idx_k_norm, hp.rms_eps, hp.n_rot,
-                           hp.rope_theta);
+        be.pool_key_blocks(st.idx_kraw, st.idx_kblock, pos, T, cr, di, w.idx_k_norm, hp.rms_eps,
+                           mrope ? 0 : hp.n_rot, hp.rope_theta);
+        // M-RoPE: the blocks b0 … b1 − 1 this pass completes rotate by the positions of their first tokens (held on
+        // the host), after the pooling left them unrotated.
+        const int b0 = P / cr, b1 = (P + T) / cr;
+        if (mrope && b1 > b0) {
+            const int nb = b1 - b0;
+            std::vector<int32_t> bp((size_t)3 * nb);
+            for (int b = b0; b < b1; ++b) {
+                const int first = b * cr;
+                for (int a = 0; a < 3; ++a)
+                    bp[(size_t)a * nb + (b - b0)] =
+                        first < P ? (*mrope->earlier)[first][a] : mrope->host3[(size_t)a * T + (first - P)];
+            }
+            Scratch d_bp(be, bp.size());
+            be.rope_multi(st.idx_kblock + (size_t)b0 * di, nb, 1, di, hp.n_rot, hp.rope_theta, upload_ints(be, d_bp, bp),
+                          mrope->sec_h, mrope->sec_w);
+        }
     }
 
     Scratch o(be, (size_t)T * nh * hd);

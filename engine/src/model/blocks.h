@@ -1,6 +1,7 @@
 // The sub-blocks of qwen4exp, each a straight sequence of backend ops in the order of MODEL.md.
 // Shapes: T tokens of this call, H hidden, n streams; X is the wide residual [T, n·H].
 #pragma once
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -69,10 +70,20 @@ void hyper_read(Backend& be, const Hparams& hp, const HyperWeights& w, const flo
 // Gated DeltaNet: y [T, H] from u [T, H]; updates the conv history and recurrent state.
 void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& st, const float* u, int T, float* y);
 
-// QSA attention: y [T, H] from u [T, H] for tokens at positions P … P+T−1 (also in the backend's memory as pos [T]);
-// cr = 0 means dense attention.
+// M-RoPE positions of a pass (MODEL.md §4, §16) for qsa_block: this pass's (t, h, w) rows [3, T] on the device and
+// on the host, and the positions of the session's earlier tokens (the pooled block keys rotate by the position of
+// their block's first token).
+struct QsaRope {
+    const int32_t* pos3 = nullptr;                                 // device [3, T]
+    const int32_t* host3 = nullptr;                                // host [3, T]
+    const std::vector<std::array<int32_t, 3>>* earlier = nullptr;  // tokens 0 … P − 1
+    int sec_h = 0, sec_w = 0;                                      // rope.dimension_sections [1], [2]
+};
+
+// QSA attention: y [T, H] from u [T, H] for tokens at cache rows P … P+T−1 (also in the backend's memory as pos [T]);
+// cr = 0 means dense attention. RoPE at the rows' index (text), or at mrope's positions when it is not null.
 void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& st, int cr, const float* u, int T,
-               int P, const int32_t* pos, float* y);
+               int P, const int32_t* pos, float* y, const QsaRope* mrope = nullptr);
 
 // MoE with shared expert: y [T, H] from u [T, H].
 void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float* u, int T, float* y);

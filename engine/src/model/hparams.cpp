@@ -133,7 +133,10 @@ Hparams Hparams::from_gguf(const GgufFile& f) {
         for (size_t id = 0; id < toks->arr_s.size(); ++id)
             if (toks->arr_s[id] == "<|im_end|>" || toks->arr_s[id] == "<|endoftext|>") add_stop((int64_t)id);
             else if (toks->arr_s[id] == "<|im_start|>") h.turn_start_id = (int32_t)id;
+            else if (toks->arr_s[id] == "<|image_pad|>") h.image_token_id = (int32_t)id;
     }
+    if (h.image_token_id < 0 && f.has(A + "ple.image_token_id"))
+        h.image_token_id = (int32_t)f.get_uint(A + "ple.image_token_id");
     return h;
 }
 

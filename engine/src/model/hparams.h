@@ -47,6 +47,7 @@ struct Hparams {
     // tokenizer facts the engine needs
     std::vector<int32_t> stop_ids;      // generation stops on these
     int32_t turn_start_id = -1;         // <|im_start|>: conversation checkpoints are taken before the last one
+    int32_t image_token_id = -1;        // <|image_pad|> (by name in the vocabulary, else ple.image_token_id): GENI runs
 
     // derived
     int key_dim() const { return ssm_n_key_head * ssm_head_dim; }

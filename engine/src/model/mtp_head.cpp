@@ -32,7 +32,8 @@ MtpHead::MtpHead(const std::string& path, Qwen4Exp& trunk, int n_ctx)
 
 MtpHead::~MtpHead() = default;
 
-void MtpHead::forward(const float* wide_in, const int32_t* next_ids, int T, int P0, float* logits, float* wide_out) {
+void MtpHead::forward(const float* wide_in, const int32_t* next_ids, int T, int P0, float* logits, float* wide_out,
+                      const std::array<int32_t, 3>* pos3) {
     Backend& be = trunk_.backend();
     const Hparams& hp = hp_;
     const int n = hp.hc_count, H = hp.n_embd, nH = n * H, V = hp.n_vocab;
@@ -45,8 +46,19 @@ void MtpHead::forward(const float* wide_in, const int32_t* next_ids, int T, int 
     GraphScope graph(be, T <= kGraphMaxTokens);     // scratch taken inside it: see Qwen4Exp::forward
     Scratch e(be, (size_t)T * H), e4(be, (size_t)T * nH), X(be, (size_t)T * nH), hn(be, (size_t)T * nH),
         cat(be, (size_t)T * n * 2 * H), u(be, (size_t)T * H), y(be, (size_t)T * H), inj(be, (size_t)T * n),
-        lg(be, logits ? (size_t)T * V : 1), d_ids(be, T), d_pos(be, T);
+        lg(be, logits ? (size_t)T * V : 1), d_ids(be, T), d_pos(be, T), d_pos3(be, pos3 ? (size_t)3 * T : 1);
     const int32_t* pos_dev = upload_ints(be, d_pos, pos);
+    QsaRope mrope;     // dense attention: no block keys, so no earlier positions
+    std::vector<int32_t> rows3;
+    if (pos3) {
+        rows3.resize((size_t)3 * T);
+        for (int t = 0; t < T; ++t)
+            for (int a = 0; a < 3; ++a) rows3[(size_t)a * T + t] = pos3[t][a];
+        mrope.pos3 = upload_ints(be, d_pos3, rows3);
+        mrope.host3 = rows3.data();
+        mrope.sec_h = hp.rope_sections[1];
+        mrope.sec_w = hp.rope_sections[2];
+    }
     be.embed(trunk_.weights().token_embd, upload_ints(be, d_ids, std::vector<int32_t>(next_ids, next_ids + T)), T, e);
     be.rms_norm(e, &nextn_.enorm, T, H, H, hp.rms_eps, e);
     be.repeat_streams(e, T, n, H, e4);
@@ -57,7 +69,7 @@ void MtpHead::forward(const float* wide_in, const int32_t* next_ids, int T, int 
     be.matmul(nextn_.eh_proj, cat, T * n, X);
 
     hyper_read(be, hp, block_.hc_attn, X, T, u, inj);
-    qsa_block(be, hp, block_.qsa, kv_->layers[0], 0, u, T, P0, pos_dev, y);   // dense attention
+    qsa_block(be, hp, block_.qsa, kv_->layers[0], 0, u, T, P0, pos_dev, y, pos3 ? &mrope : nullptr);   // dense
     be.hyper_inject(X, inj, y, T, n, H);
     hyper_read(be, hp, block_.hc_ffn, X, T, u, inj);
     moe_block(be, hp, block_.moe, u, T, y);

@@ -18,7 +18,9 @@ public:
     // T pairs at positions P0 … P0+T−1: wide_in [T, n·H] (trunk X_t, or this head's previous wide output when
     // chaining drafts) and next_ids [T] (token t+1). Writes draft logits [T, n_vocab] and wide_out [T, n·H]
     // (host; either may be null). Writes the head's KV cache at those positions.
-    void forward(const float* wide_in, const int32_t* next_ids, int T, int P0, float* logits, float* wide_out);
+    // pos3: the pairs' M-RoPE positions (t, h, w) [T] on the host, in a multimodal session; null: rope at P0 + t.
+    void forward(const float* wide_in, const int32_t* next_ids, int T, int P0, float* logits, float* wide_out,
+                 const std::array<int32_t, 3>* pos3 = nullptr);
 
     const std::string& path() const { return path_; }
 

@@ -14,7 +14,7 @@ Qwen4Exp::Qwen4Exp(const std::string& path, Backend& be) : be_(be), file_(GgufFi
     be_.prepare_weights(w_);
 }
 
-void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out) {
+void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out, const Media* media) {
     const int n = hp_.hc_count, H = hp_.n_embd, nH = n * H;
     const int P = s.n_past();
     STRATA_CHECK(T > 0, "forward needs at least one token");
@@ -25,16 +25,50 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
     const int logit_rows = out.logits ? (out.all_logits ? T : 1) : 0;
     std::vector<int32_t> pos(T);
     for (int t = 0; t < T; ++t) pos[t] = P + t;
+
+    // M-RoPE positions [3, T] when the session holds (or this pass brings) anything but text at its index.
+    bool mm = s.multimodal();
+    if (media && !mm)
+        for (int t = 0; t < T && !mm; ++t) {
+            const std::array<int32_t, 3>& p = media->pos ? media->pos[t] : std::array<int32_t, 3>{P + t, P + t, P + t};
+            mm = (media->rows && media->rows[t]) || p[0] != P + t || p[1] != P + t || p[2] != P + t;
+        }
+    std::vector<int32_t> pos3;
+    int32_t next = 0;
+    if (mm) {
+        s.begin_multimodal();
+        pos3.resize((size_t)3 * T);
+        const int32_t c = s.rope_next;
+        for (int t = 0; t < T; ++t)
+            for (int a = 0; a < 3; ++a) pos3[(size_t)a * T + t] = media && media->pos ? media->pos[t][a] : c + t;
+        next = media && media->pos ? media->next : c + T;
+    }
     // One graph from the embedding to the logits (no value is needed on the host in between); token ids and
     // positions reach the device as data, so one graph serves every step of the same shape. The scratch is taken
     // inside the graph's scope (GraphBackend hands the same addresses to every pass of a shape).
     GraphScope graph(be_, T <= kGraphMaxTokens);
     Scratch e(be_, (size_t)T * H), X(be_, (size_t)T * nH), u(be_, (size_t)T * H), y(be_, (size_t)T * H),
         inj(be_, (size_t)T * n), logits(be_, std::max<size_t>(1, (size_t)logit_rows * hp_.n_vocab)), d_ids(be_, T),
-        d_pos(be_, T);
+        d_pos(be_, T), d_pos3(be_, mm ? (size_t)3 * T : 1);
     const int32_t* pos_dev = upload_ints(be_, d_pos, pos);
     be_.embed(w_.token_embd, upload_ints(be_, d_ids, std::vector<int32_t>(ids, ids + T)), T, e);
+    if (media && media->rows)   // image rows replace the placeholders' embeddings (runs of consecutive rows at once)
+        for (int t = 0; t < T;) {
+            if (!media->rows[t]) { ++t; continue; }
+            int k = 1;
+            while (t + k < T && media->rows[t + k] == media->rows[t] + (size_t)k * H) ++k;
+            be_.to_device(e + (size_t)t * H, media->rows[t], (size_t)k * H);
+            t += k;
+        }
     be_.repeat_streams(e, T, n, H, X);
+    QsaRope mrope;
+    if (mm) {
+        mrope.pos3 = upload_ints(be_, d_pos3, pos3);
+        mrope.host3 = pos3.data();
+        mrope.earlier = &s.rope_pos;
+        mrope.sec_h = hp_.rope_sections[1];
+        mrope.sec_w = hp_.rope_sections[2];
+    }
 
     for (int il = 0; il < hp_.n_layer; ++il) {
         const LayerWeights& L = w_.layers[il];
@@ -43,7 +77,7 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
 
         hyper_read(be_, hp_, L.hc_attn, X, T, u, inj);
         if (L.recurrent) gdn_block(be_, hp_, L.gdn, st, u, T, y);
-        else qsa_block(be_, hp_, L.qsa, st, hp_.compress_ratios[il], u, T, P, pos_dev, y);
+        else qsa_block(be_, hp_, L.qsa, st, hp_.compress_ratios[il], u, T, P, pos_dev, y, mm ? &mrope : nullptr);
         be_.hyper_inject(X, inj, y, T, n, H);
 
         hyper_read(be_, hp_, L.hc_ffn, X, T, u, inj);
@@ -57,6 +91,13 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
     }
     graph.end();
     s.tokens.insert(s.tokens.end(), ids, ids + T);
+    if (mm) {
+        for (int t = 0; t < T; ++t) {
+            s.rope_pos.push_back({pos3[t], pos3[(size_t)T + t], pos3[(size_t)2 * T + t]});
+            s.embd_key.push_back(media && media->keys ? media->keys[t] : 0);
+        }
+        s.rope_next = next;
+    }
     if (out.wide) be_.to_host(out.wide, X, (size_t)T * nH);
     if (logit_rows) be_.to_host(out.logits, logits, (size_t)logit_rows * hp_.n_vocab);
 }

@@ -1,6 +1,7 @@
 // THE model definition of qwen4exp: embed, the layer loop (PLE, hyper-connection read, GDN or QSA mixer,
 // hyper-connection write, MoE), the output mixer and the head. Written over Backend ops only.
 #pragma once
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,8 +30,19 @@ public:
         bool all_logits = false;
         float* wide = nullptr;         // [T, n·H]: the final wide residual of every token (input of the MTP head)
     };
-    // Feeds T tokens after the session's tokens. Throws if the context would overflow.
-    void forward(Session& s, const int32_t* ids, int T, const Outputs& out);
+    // Multimodal input of a pass (GENI prompts, MODEL.md §16); every array has T entries.
+    struct Media {
+        const std::array<int32_t, 3>* pos = nullptr;   // (t, h, w) rope positions; null: text after the session's
+        const float* const* rows = nullptr;            // host rows of n_embd floats replacing the token's embedding
+                                                       // (a null entry: the id's own row); null: none
+        const uint64_t* keys = nullptr;                // the rows' keys for prefix matching (0 for an id's row)
+        int32_t next = 0;                              // with pos: the text position after these tokens
+    };
+    // Feeds T tokens after the session's tokens. Throws if the context would overflow. A pass whose tokens all sit
+    // at their index with their own embeddings, in a session that has held nothing else, is the text-only pass
+    // (rope at the index); otherwise positions come from `media` or continue the session's (Session::rope_next) and
+    // the attention layers use M-RoPE (Backend::rope_multi).
+    void forward(Session& s, const int32_t* ids, int T, const Outputs& out, const Media* media = nullptr);
     void forward(Session& s, const int32_t* ids, int T, float* last_logits) {
         forward(s, ids, T, Outputs{last_logits, false, nullptr});
     }

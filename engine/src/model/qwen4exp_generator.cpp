@@ -35,24 +35,85 @@ void Qwen4ExpGenerator::enable_speculation(const std::string& mtp_path, int dept
 }
 
 void Qwen4ExpGenerator::reset_session() {
-    session_.reset();    // the KV rows keep their contents: kv_tokens_ still describes them
+    session_.reset();    // the KV rows keep their contents: kv_keys_ still describes them
     mtp_rows_.clear();
     mtp_pos0_ = 0;
     mtp_log_.clear();
 }
 
+int32_t Qwen4ExpGenerator::image_token_id() const {
+    const Hparams& hp = model_.hparams();
+    return hp.image_token_id >= 0 && hp.image_token_id < hp.n_vocab ? hp.image_token_id : -1;
+}
+
+void Qwen4ExpGenerator::make_plan(const std::vector<int32_t>& prompt, std::vector<PromptImage> images) {
+    plan_ = Plan{};
+    if (images.empty()) return;
+    const int n = (int)prompt.size(), H = model_.hparams().n_embd;
+    plan_.images = std::move(images);
+    plan_.pos.resize(n);
+    plan_.rows.assign(n, nullptr);
+    plan_.keys.assign(n, 0);
+    plan_.next.resize(n);
+    // get_rope_index (MODEL.md §16): text at (c, c, c), c += 1; an image of ny rows × nx columns at
+    // (c, c + row, c + col), then c += max(nx, ny).
+    int32_t c = 0;
+    size_t k = 0;
+    for (int i = 0; i < n;) {
+        if (k < plan_.images.size() && plan_.images[k].start == i) {
+            const PromptImage& im = plan_.images[k++];
+            STRATA_CHECK(im.n == im.nx * im.ny && im.n > 0 && i + im.n <= n && im.rows.size() == (size_t)im.n * H,
+                         "image at prompt position ", i, " does not fit the prompt (", im.n, " rows)");
+            for (int r = 0; r < im.n; ++r) {
+                plan_.pos[i + r] = {c, c + r / im.nx, c + r % im.nx};
+                plan_.rows[i + r] = im.rows.data() + (size_t)r * H;
+                // A key per row that names the image and the row (top bit set: never a token id).
+                uint64_t z = im.hash + 0x9e3779b97f4a7c15ull * (uint64_t)(r + 1);
+                z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+                z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+                plan_.keys[i + r] = (z ^ (z >> 31)) | (1ull << 63);
+            }
+            c += std::max(im.nx, im.ny);
+            for (int r = 0; r < im.n; ++r) plan_.next[i + r] = c;
+            i += im.n;
+        } else {
+            plan_.pos[i] = {c, c, c};
+            plan_.next[i] = ++c;
+            ++i;
+        }
+    }
+    STRATA_CHECK(k == plan_.images.size(), "images must lie inside the prompt in ascending order");
+}
+
+std::vector<std::array<int32_t, 3>> Qwen4ExpGenerator::session_positions(int i0, int n) const {
+    std::vector<std::array<int32_t, 3>> out;
+    if (!session_.multimodal()) return out;
+    const int P = session_.n_past();
+    for (int i = i0; i < i0 + n; ++i) {
+        const int32_t c = session_.rope_next + (i - P);
+        out.push_back(i < P ? session_.rope_pos[i] : std::array<int32_t, 3>{c, c, c});
+    }
+    return out;
+}
+
 void Qwen4ExpGenerator::feed(const int32_t* ids, int T, float* logits, bool all_logits) {
     const size_t nH = (size_t)model_.hparams().hc_dim();
     const size_t P = session_.tokens.size();
-    if (kv_tokens_.size() < P + T) kv_tokens_.resize(P + T);
-    std::copy(ids, ids + T, kv_tokens_.begin() + P);
+    // The prompt's plan covers its tokens; tokens after the prompt are text.
+    Qwen4Exp::Media media;
+    const bool planned = P + T <= plan_.pos.size();
+    if (planned) media = {plan_.pos.data() + P, plan_.rows.data() + P, plan_.keys.data() + P, plan_.next[P + T - 1]};
+    if (kv_keys_.size() < P + T) kv_keys_.resize(P + T);
+    for (int t = 0; t < T; ++t)
+        kv_keys_[P + t] = planned && plan_.keys[P + t] ? plan_.keys[P + t] : (uint64_t)(uint32_t)ids[t];
+    const Qwen4Exp::Media* m = planned ? &media : nullptr;
     if (!mtp_) {
-        model_.forward(session_, ids, T, Qwen4Exp::Outputs{logits, all_logits, nullptr});
+        model_.forward(session_, ids, T, Qwen4Exp::Outputs{logits, all_logits, nullptr}, m);
         return;
     }
     const size_t old = mtp_rows_.size();
     mtp_rows_.resize(old + (size_t)T * nH);
-    model_.forward(session_, ids, T, Qwen4Exp::Outputs{logits, all_logits, mtp_rows_.data() + old});
+    model_.forward(session_, ids, T, Qwen4Exp::Outputs{logits, all_logits, mtp_rows_.data() + old}, m);
 }
 
 const float* Qwen4ExpGenerator::run_mtp(const int32_t* next) {
@@ -69,8 +130,9 @@ const float* Qwen4ExpGenerator::run_mtp(const int32_t* next) {
     draft_wide_.resize((size_t)known * nH);
     const bool want_logits = next || mtp_logging_;
     if (want_logits) draft_logits_.resize((size_t)known * V);
+    const std::vector<std::array<int32_t, 3>> pos3 = session_positions(mtp_pos0_, known);
     mtp_->forward(mtp_rows_.data(), ids.data(), known, mtp_pos0_, want_logits ? draft_logits_.data() : nullptr,
-                  draft_wide_.data());
+                  draft_wide_.data(), pos3.empty() ? nullptr : pos3.data());
     if (mtp_logging_) mtp_log_.insert(mtp_log_.end(), draft_logits_.begin(), draft_logits_.begin() + (size_t)known * V);
     mtp_rows_.erase(mtp_rows_.begin(), mtp_rows_.begin() + (size_t)known * nH);
     mtp_pos0_ += known;
@@ -106,22 +168,34 @@ const float* Qwen4ExpGenerator::append(std::span<const int32_t> tokens, const Pr
 
 void Qwen4ExpGenerator::take_checkpoint() {
     for (auto it = checkpoints_.begin(); it != checkpoints_.end(); ++it)
-        if (it->tokens == session_.tokens) { checkpoints_.erase(it); break; }
+        if (it->tokens == session_.tokens && it->state.embd_key == session_.embd_key) { checkpoints_.erase(it); break; }
     if (checkpoints_.size() >= kMaxCheckpoints) checkpoints_.erase(checkpoints_.begin());
     checkpoints_.push_back({session_.tokens, session_.snapshot(), mtp_rows_, mtp_pos0_});
 }
 
-int Qwen4ExpGenerator::prepare_prompt(const std::vector<int32_t>& prompt) {
-    auto is_strict_prefix = [&](const std::vector<int32_t>& t) {
-        return !t.empty() && t.size() < prompt.size() && std::equal(t.begin(), t.end(), prompt.begin());
+int Qwen4ExpGenerator::prepare_prompt(const std::vector<int32_t>& prompt, std::vector<PromptImage> images) {
+    if (!images.empty()) STRATA_CHECK(image_token_id() >= 0, "this model has no <|image_pad|> token for images");
+    make_plan(prompt, std::move(images));
+    // A state is a strict prefix of the prompt when its tokens are, and its tokens' keys (ids, or image rows for
+    // image tokens) equal the prompt's: the same placeholder ids with another picture (or none) never match.
+    auto key_of = [](const std::vector<int32_t>& t, const std::vector<uint64_t>& embd, size_t i) {
+        return !embd.empty() && embd[i] ? embd[i] : (uint64_t)(uint32_t)t[i];
     };
-    size_t best = is_strict_prefix(session_.tokens) ? session_.tokens.size() : 0;
+    auto is_strict_prefix = [&](const std::vector<int32_t>& t, const std::vector<uint64_t>& embd) {
+        if (t.empty() || t.size() >= prompt.size()) return false;
+        for (size_t i = 0; i < t.size(); ++i)
+            if (t[i] != prompt[i] || key_of(t, embd, i) != prompt_key(prompt, i)) return false;
+        return true;
+    };
+    size_t best = is_strict_prefix(session_.tokens, session_.embd_key) ? session_.tokens.size() : 0;
     int pick = -1;
     for (int i = 0; i < (int)checkpoints_.size(); ++i) {
         const std::vector<int32_t>& t = checkpoints_[i].tokens;
-        // Usable only while the KV rows still hold exactly these tokens.
-        const bool kv_intact = kv_tokens_.size() >= t.size() && std::equal(t.begin(), t.end(), kv_tokens_.begin());
-        if (t.size() > best && is_strict_prefix(t) && kv_intact) { best = t.size(); pick = i; }
+        const std::vector<uint64_t>& embd = checkpoints_[i].state.embd_key;
+        // Usable only while the KV rows still hold exactly these tokens (and images).
+        bool kv_intact = kv_keys_.size() >= t.size();
+        for (size_t j = 0; j < t.size() && kv_intact; ++j) kv_intact = kv_keys_[j] == key_of(t, embd, j);
+        if (t.size() > best && is_strict_prefix(t, embd) && kv_intact) { best = t.size(); pick = i; }
     }
     if (pick < 0) {
         if (best == 0) reset_session();
@@ -160,7 +234,9 @@ TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max
         if ((int)window.size() - 1 == want) break;
         draft_logits_.resize(V);
         std::vector<float> wide_in(draft_wide_);
-        mtp_->forward(wide_in.data(), &d, 1, P + j, draft_logits_.data(), draft_wide_.data());
+        const std::vector<std::array<int32_t, 3>> pos3 = session_positions(P + j, 1);
+        mtp_->forward(wide_in.data(), &d, 1, P + j, draft_logits_.data(), draft_wide_.data(),
+                      pos3.empty() ? nullptr : pos3.data());
         dl = draft_logits_.data();
     }
     const int m = (int)window.size() - 1;

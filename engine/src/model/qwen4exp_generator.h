@@ -22,7 +22,9 @@ public:
     std::vector<int32_t> stop_ids() const override { return model_.hparams().stop_ids; }
     const std::vector<int32_t>& session_tokens() const override { return session_.tokens; }
     void reset_session() override;
-    int prepare_prompt(const std::vector<int32_t>& prompt) override;
+    int32_t image_token_id() const override;
+    int embedding_width() const override { return model_.hparams().n_embd; }
+    int prepare_prompt(const std::vector<int32_t>& prompt, std::vector<PromptImage> images = {}) override;
     int checkpoint_count() const { return (int)checkpoints_.size(); }
     const float* append(std::span<const int32_t> tokens, const ProgressFn& progress, const CancelFn& cancel) override;
     int chunk_tokens() const override { return chunk_; }
@@ -44,6 +46,22 @@ private:
         int mtp_pos0 = 0;
     };
     static constexpr size_t kMaxCheckpoints = 6;
+    // The prompt being read, when it has images: per token its M-RoPE position, the embedding row that replaces it
+    // (null: its id's) and that row's key (0: text), and the text position after it; empty for text prompts.
+    struct Plan {
+        std::vector<PromptImage> images;
+        std::vector<std::array<int32_t, 3>> pos;
+        std::vector<const float*> rows;
+        std::vector<uint64_t> keys;
+        std::vector<int32_t> next;
+    };
+    void make_plan(const std::vector<int32_t>& prompt, std::vector<PromptImage> images);
+    uint64_t prompt_key(const std::vector<int32_t>& prompt, size_t i) const {
+        return i < plan_.keys.size() && plan_.keys[i] ? plan_.keys[i] : (uint64_t)(uint32_t)prompt[i];
+    }
+    // The M-RoPE positions of session tokens i0 … i0 + n − 1 (fed, or the next text tokens after the session's),
+    // or an empty vector while the session is text only.
+    std::vector<std::array<int32_t, 3>> session_positions(int i0, int n) const;
     void take_checkpoint();
     // Runs the trunk over tokens and queues their wide residuals for the MTP head.
     void feed(const int32_t* ids, int T, float* logits, bool all_logits);
@@ -64,7 +82,9 @@ private:
     std::vector<float> mtp_log_;      // when logging: draft logits of processed rows (mtp_logits_of_session)
     bool mtp_logging_ = false;
 
-    std::vector<int32_t> kv_tokens_;           // the tokens whose keys/values occupy the KV rows (survives resets)
+    Plan plan_;
+    std::vector<uint64_t> kv_keys_;            // the keys (Session::key) of the tokens whose keys/values occupy the
+                                               // KV rows (survives resets)
     std::vector<Checkpoint> checkpoints_;      // most recently used last
 };
 

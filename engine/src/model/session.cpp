@@ -42,6 +42,9 @@ float* Session::take(size_t n, bool recurrent) {
 Session::Snapshot Session::snapshot() const {
     Snapshot snap;
     snap.n_tokens = tokens.size();
+    snap.rope_pos = rope_pos;
+    snap.embd_key = embd_key;
+    snap.rope_next = rope_next;
     for (const auto& [p, n] : recurrent_) {
         snap.buffers.emplace_back(n);
         be_.to_host(snap.buffers.back().data(), p, n);
@@ -54,10 +57,26 @@ void Session::restore(const Snapshot& snap) {
     // (callers restoring a checkpoint set `tokens` to the checkpoint's tokens first)
     for (size_t k = 0; k < recurrent_.size(); ++k) be_.to_device(recurrent_[k].first, snap.buffers[k].data(), recurrent_[k].second);
     tokens.resize(snap.n_tokens);
+    STRATA_ASSERT(snap.rope_pos.empty() || (snap.rope_pos.size() == snap.n_tokens && snap.embd_key.size() == snap.n_tokens));
+    rope_pos = snap.rope_pos;
+    embd_key = snap.embd_key;
+    rope_next = snap.rope_next;
+}
+
+void Session::begin_multimodal() {
+    if (multimodal()) return;
+    const int n = n_past();
+    rope_pos.resize(n);
+    for (int i = 0; i < n; ++i) rope_pos[i] = {i, i, i};
+    embd_key.assign(n, 0);
+    rope_next = n;
 }
 
 void Session::reset() {
     tokens.clear();
+    rope_pos.clear();
+    embd_key.clear();
+    rope_next = 0;
     // Only recurrent state must start at zero; caches are written before they are read.
     for (auto& b : buffers_) be_.fill(b.first, 0.0f, b.second);
 }

@@ -1,6 +1,7 @@
 // One conversation's state on the backend's device: GDN conv histories and fp32 recurrent states, KV caches,
 // indexer raw keys and pooled block keys, the PLE conv history and n-gram context. Sized once from n_ctx.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -33,6 +34,9 @@ public:
     struct Snapshot {
         std::vector<std::vector<float>> buffers;
         size_t n_tokens = 0;
+        std::vector<std::array<int32_t, 3>> rope_pos;   // the multimodal record at that point (see below)
+        std::vector<uint64_t> embd_key;
+        int32_t rope_next = 0;
     };
     Snapshot snapshot() const;
     void restore(const Snapshot& snap);
@@ -40,6 +44,19 @@ public:
     int n_ctx() const { return n_ctx_; }
 
     std::vector<int32_t> tokens;          // every token the state has seen
+
+    // The multimodal record (MODEL.md §16), kept only while the session holds a token read with other rope positions
+    // than (i, i, i) for its index i or with an embedding row instead of its id's (an image): then one entry per token
+    // of `tokens`; empty otherwise, and the text-only passes (rope at the index) run as they always did.
+    std::vector<std::array<int32_t, 3>> rope_pos;   // (t, h, w) M-RoPE positions
+    std::vector<uint64_t> embd_key;                 // 0: read by its id; else the key of the embedding row read
+    int32_t rope_next = 0;                          // the position of a text token after these (when multimodal)
+    bool multimodal() const { return !rope_pos.empty(); }
+    int32_t next_position() const { return multimodal() ? rope_next : n_past(); }
+    // Starts the record for the tokens held so far (all text at their index).
+    void begin_multimodal();
+    // The key prefix matching compares for token i: its id, or its embedding row's key (always ≥ 2^63).
+    uint64_t key(size_t i) const { return multimodal() && embd_key[i] ? embd_key[i] : (uint64_t)(uint32_t)tokens[i]; }
     std::vector<LayerState> layers;       // one per trunk block
 
 private:

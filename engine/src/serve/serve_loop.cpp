@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "generate/sampler.h"
+#include "serve/image_embeddings.h"
 #include "serve/protocol.h"
 
 #ifndef STRATA_VERSION
@@ -73,7 +74,7 @@ public:
         : gen_(gen), out_(out), q_(std::move(q)), hooks_(hooks) {
         limits_.vocab_size = gen.vocab_size();
         limits_.context_length = gen.context_length();
-        limits_.vision = false;  // no vision path in this engine yet: GENI gets ERR
+        limits_.vision = hooks.vision && gen.image_token_id() >= 0;   // without --vision GENI gets ERR
         for (int32_t id : gen.stop_ids()) stop_ids_.push_back(id);
     }
 
@@ -134,16 +135,32 @@ private:
     }
 
     // How many leading prompt tokens the session holds (kept, or restored from a checkpoint); else it is reset.
-    int reuse_session(const std::vector<int32_t>& prompt) { return gen_.prepare_prompt(prompt); }
+    int reuse_session(const std::vector<int32_t>& prompt, std::vector<PromptImage> images) {
+        return gen_.prepare_prompt(prompt, std::move(images));
+    }
 
     void run_request(const serve::Request& req) {
+        // GENI: the embeddings file is read and matched with the prompt's <|image_pad|> runs before anything else;
+        // a fault is the request's ERR (before RESUME) and leaves the session as it was.
+        std::vector<PromptImage> images;
+        if (req.command == serve::Command::geni) {
+            try {
+                images = place_images(req.ids, gen_.image_token_id(),
+                                      read_image_embeddings(req.embeddings_file, gen_.embedding_width()),
+                                      req.embeddings_file);
+            } catch (const Error& e) {
+                emit(serve::format_err(e.what()));
+                log_info("serve", fmt("rejected a request: ", e.what()));
+                return;
+            }
+        }
         serve::DoneStats done;
         done.prompt = static_cast<int>(req.ids.size());
         if (hooks_.expert_cache_counts) std::tie(done.cache_hits, done.cache_lookups) = hooks_.expert_cache_counts();
         if (hooks_.done_counters) done.extra = hooks_.done_counters();
         Clock::time_point prompt_start = Clock::now();
         try {
-            done.reused = reuse_session(req.ids);
+            done.reused = reuse_session(req.ids, std::move(images));
             emit(serve::format_resume(done.reused));
             bool any_progress = false;
             auto progress = [&](int read, int total) {

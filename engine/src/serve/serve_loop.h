@@ -14,6 +14,7 @@ namespace strata {
 // What the serve loop may learn from the backend: extra INFO lines, and the expert cache's running hit and
 // look-up counters (DONE reports each request's share).
 struct ServeHooks {
+    bool vision = false;   // --vision: GENI requests are served (INFO vision=1)
     std::vector<std::pair<std::string, std::string>> info;
     std::function<std::pair<int64_t, int64_t>()> expert_cache_counts;   // (hits, look-ups) since start
     // Further running counters (name, value since start); DONE carries name=<the request's share> for each.

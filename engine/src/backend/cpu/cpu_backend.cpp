@@ -313,6 +313,29 @@ void CpuBackend::rope(float* x, int T, int n_heads, int hd, int n_rot, float the
         }
 }
 
+void CpuBackend::rope_multi(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos3,
+                            int sec_h, int sec_w) {
+    // rope's arithmetic, with the position of each frequency read from its axis row.
+    const int half = n_rot / 2;
+    std::vector<float> inv_freq(half);
+    std::vector<int> axis(half);
+    for (int j = 0; j < half; ++j) {
+        inv_freq[j] = (float)(1.0 / std::pow((double)theta, (double)(2 * j) / n_rot));
+        axis[j] = (j % 3 == 1 && j < 3 * sec_h) ? 1 : (j % 3 == 2 && j < 3 * sec_w) ? 2 : 0;
+    }
+    for (int t = 0; t < T; ++t)
+        for (int j = 0; j < half; ++j) {
+            const float angle = (float)pos3[(size_t)axis[j] * T + t] * inv_freq[j];
+            const float c = std::cos(angle), s = std::sin(angle);
+            for (int h = 0; h < n_heads; ++h) {
+                float* xh = x + (size_t)t * n_heads * hd + (size_t)h * hd;
+                const float a = xh[j], b = xh[j + half];
+                xh[j] = a * c - b * s;
+                xh[j + half] = b * c + a * s;
+            }
+        }
+}
+
 void CpuBackend::scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) {
     for (int t = 0; t < T; ++t)
         std::memmove(dst + (size_t)pos[t] * width, src + (size_t)t * width, (size_t)width * sizeof(float));

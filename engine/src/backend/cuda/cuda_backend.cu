@@ -891,6 +891,13 @@ void CudaBackend::rope(float* x, int T, int n_heads, int hd, int n_rot, float th
     impl_->done("rope");
 }
 
+void CudaBackend::rope_multi(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos3,
+                             int sec_h, int sec_w) {
+    Impl::OpScope prof_op(*impl_, "rope_multi");
+    cuda::rope_multi(impl_->stream, x, T, n_heads, hd, n_rot, theta, pos3, sec_h, sec_w);
+    impl_->done("rope_multi");
+}
+
 void CudaBackend::scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) {
     Impl::OpScope prof_op(*impl_, "scatter_rows");
     cuda::scatter_rows(impl_->stream, dst, src, T, width, pos);

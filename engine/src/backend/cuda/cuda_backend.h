@@ -91,6 +91,8 @@ public:
     static int64_t fused_gdn_blocks();        // gdn_block calls (all CUDA backends) that took the fused path
     static int64_t gdn_quantized_outputs();   // of those, calls whose recurrence kernel quantized o
     void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) override;
+    void rope_multi(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos3, int sec_h,
+                    int sec_w) override;
     void scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) override;
     void pool_key_blocks(const float* kraw, float* kblock, const int32_t* pos, int T, int cr, int di,
                          const Weight& norm, float eps, int n_rot, float theta) override;

@@ -151,6 +151,9 @@ void gdn_recurrent_gated(cudaStream_t s, const GdnGatedArgs& a, int T, float* S,
 
 // ---- rope.cu ---- positions pos[t] on the device, or pos0 + t when pos is null.
 void rope(cudaStream_t s, float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos, int pos0);
+// Backend::rope_multi: rope's arithmetic with frequency j's position read from row A(j) of pos3 [3, T] (device).
+void rope_multi(cudaStream_t s, float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos3,
+                int sec_h, int sec_w);
 
 // ---- attention.cu ---- cells of query t: cells[off[t] … off[t+1]) on the device; with cells null, the key positions
 // 0 … off[t+1] − off[t] − 1 (off on the device), or 0 … n0 + t − 1 when off is null as well.
