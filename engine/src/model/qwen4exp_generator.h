@@ -83,8 +83,8 @@ private:
     bool mtp_logging_ = false;
 
     Plan plan_;
-    std::vector<uint64_t> kv_keys_;            // the keys (Session::key) of the tokens whose keys/values occupy the
-                                               // KV rows (survives resets)
+    std::vector<uint64_t> kv_keys_;            // the keys (id, or image row key) of the tokens whose keys/values
+                                               // occupy the KV rows (survives resets)
     std::vector<Checkpoint> checkpoints_;      // most recently used last
 };
 

@@ -50,13 +50,12 @@ public:
     // of `tokens`; empty otherwise, and the text-only passes (rope at the index) run as they always did.
     std::vector<std::array<int32_t, 3>> rope_pos;   // (t, h, w) M-RoPE positions
     std::vector<uint64_t> embd_key;                 // 0: read by its id; else the key of the embedding row read
+                                                    // (≥ 2^63; prefix matching compares it instead of the id)
     int32_t rope_next = 0;                          // the position of a text token after these (when multimodal)
     bool multimodal() const { return !rope_pos.empty(); }
     int32_t next_position() const { return multimodal() ? rope_next : n_past(); }
     // Starts the record for the tokens held so far (all text at their index).
     void begin_multimodal();
-    // The key prefix matching compares for token i: its id, or its embedding row's key (always ≥ 2^63).
-    uint64_t key(size_t i) const { return multimodal() && embd_key[i] ? embd_key[i] : (uint64_t)(uint32_t)tokens[i]; }
     std::vector<LayerState> layers;       // one per trunk block
 
 private:
