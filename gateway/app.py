@@ -14,12 +14,14 @@ from gateway.api.chat_job import ChatService
 from gateway.engine.process import EngineFailed
 from gateway.engine.runner import EngineRunner
 from gateway.errors import Unauthorized, error_middleware, error_response
-from gateway.keys import METRICS, MODEL_NAME, RUNNER, SERVICE, SETTINGS
+from gateway.keys import METRICS, MODEL_NAME, RUNNER, SERVICE, SETTINGS, VISION
 from gateway.metrics import Metrics
 from gateway.settings import Settings, engine_argv
 from gateway.text.chat_template import load_template
 from gateway.text.gguf_meta import read_gguf_meta
 from gateway.text.tokenizer import load_tokenizer
+from gateway.vision.helper import VisionHelper, helper_info, rule_of
+from gateway.vision.service import VisionService
 
 log = logging.getLogger("gateway")
 
@@ -50,9 +52,32 @@ async def _engine_lifetime(app: web.Application):
     runner: EngineRunner = app[RUNNER]
     start = asyncio.create_task(runner.start())
     start.add_done_callback(lambda t: t.cancelled() or t.exception())  # failures are logged by the runner
+    vision: VisionService | None = app[VISION]
+    vision_start = None
+    if vision is not None:
+        vision_start = asyncio.create_task(vision.helper.start())
+        vision_start.add_done_callback(lambda t: t.cancelled() or t.exception())  # logged; retried per request
     yield
     start.cancel()
+    if vision_start is not None:
+        vision_start.cancel()
+        await vision.helper.close()
     await runner.close()
+
+
+def build_vision(settings: Settings) -> VisionService | None:
+    """The vision helper and the resize rule its model gives (`strata-vision --info`), or None without
+    --vision-model. A missing helper or model file stops the gateway at once with a clear message."""
+    if not settings.vision_model:
+        return None
+    info = helper_info(settings.vision_helper, settings.vision_model)
+    rule = rule_of(info, settings.image_max_pixels)
+    argv = [settings.vision_helper, "--model", settings.vision_model, *settings.vision_args]
+    helper = VisionHelper(argv, settings.ready_timeout_s, settings.vision_timeout_s)
+    log.info("images on: %s (n_embd %s; pictures resized to multiples of %d, %d..%d pixels)", settings.vision_model,
+             info.get("n_embd"), rule.factor, rule.min_pixels, rule.max_pixels)
+    return VisionService(helper, rule, int(info["n_embd"]), settings.vision_tmp, settings.image_max_bytes,
+                         settings.image_fetch_timeout_s)
 
 
 def build_app(settings: Settings) -> web.Application:
@@ -70,7 +95,11 @@ def build_app(settings: Settings) -> web.Application:
     app[RUNNER] = runner
     app[METRICS] = metrics
     app[MODEL_NAME] = name
-    app[SERVICE] = ChatService(tokenizer, template, runner, metrics, fallback_context)
+    vision = build_vision(settings)
+    if vision is not None and tokenizer.id_of("<|image_pad|>") is None:
+        raise SystemExit(f"--vision-model: the model {settings.model} has no <|image_pad|> token in its vocabulary")
+    app[VISION] = vision
+    app[SERVICE] = ChatService(tokenizer, template, runner, metrics, fallback_context, vision)
     app.cleanup_ctx.append(_engine_lifetime)
     app.router.add_post("/v1/chat/completions", openai_routes.chat_completions)
     app.router.add_post("/v1/messages", anthropic_routes.messages)

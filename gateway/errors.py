@@ -77,6 +77,10 @@ class EngineUnavailable(ApiError):
     code = "engine_unavailable"
 
 
+class VisionUnavailable(EngineUnavailable):
+    code = "vision_unavailable"
+
+
 def is_anthropic(request: web.Request) -> bool:
     return request.path.startswith("/v1/messages")
 

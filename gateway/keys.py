@@ -11,3 +11,4 @@ SERVICE = web.AppKey("service", object)       # gateway.api.chat_job.ChatService
 RUNNER = web.AppKey("runner", object)         # gateway.engine.runner.EngineRunner
 METRICS = web.AppKey("metrics", Metrics)
 MODEL_NAME = web.AppKey("model_name", str)
+VISION = web.AppKey("vision", object)         # gateway.vision.service.VisionService, or None (text only)

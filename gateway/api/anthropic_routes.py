@@ -46,17 +46,34 @@ def _effort(req: CountTokensRequest) -> str | None:
     return effort
 
 
+def _image_part(source) -> dict:
+    """An Anthropic image block as a content part the template renders as a picture (gateway/vision reads source)."""
+    return {"type": "image", "source": source if isinstance(source, dict) else {}}
+
+
+def _tool_content(b: Block):
+    """A tool_result's content: text, or text and pictures (an agent's screenshot or image file) as parts."""
+    prefix = "Error: " if b.is_error else ""
+    if isinstance(b.content, list) and any(isinstance(p, dict) and p.get("type") == "image" for p in b.content):
+        parts: list[dict] = [{"type": "text", "text": prefix}] if prefix else []
+        for p in b.content:
+            if isinstance(p, dict) and p.get("type") == "image":
+                parts.append(_image_part(p.get("source")))
+            elif isinstance(p, dict) and p.get("type", "text") == "text":
+                parts.append({"type": "text", "text": p.get("text", "")})
+        return parts
+    return prefix + _text(b.content)
+
+
 def _user_message(blocks: list[Block], out: list[dict]) -> None:
     parts: list[dict] = []
     for b in blocks:
         if b.type == "tool_result":
-            text = _text(b.content)
-            out.append({"role": "tool", "tool_call_id": b.tool_use_id, "content": ("Error: " + text) if b.is_error
-                        else text})
+            out.append({"role": "tool", "tool_call_id": b.tool_use_id, "content": _tool_content(b)})
         elif b.type == "text":
             parts.append({"type": "text", "text": b.text or ""})
         elif b.type in ("image", "document"):
-            parts.append({"type": "image"})
+            parts.append(_image_part((b.model_extra or {}).get("source")))
     if parts:
         out.append({"role": "user", "content": parts})
 
@@ -105,7 +122,7 @@ def to_job(req: CountTokensRequest) -> ChatJob:
 async def count_tokens(request: web.Request) -> web.Response:
     req = CountTokensRequest.model_validate(await read_json(request))
     service: ChatService = request.app[SERVICE]
-    n = await request.loop.run_in_executor(None, service.count_tokens, to_job(req))
+    n = await service.count_tokens_async(to_job(req))
     return web.json_response({"input_tokens": n})
 
 
@@ -113,8 +130,8 @@ async def messages(request: web.Request) -> web.StreamResponse:
     req = MessagesRequest.model_validate(await read_json(request))
     service: ChatService = request.app[SERVICE]
     job = to_job(req)
-    async with service.runner.turn() as turn:
-        prepared = await service.prepare_async(job)
+    async with service.with_images(job) as with_images, service.runner.turn() as turn:
+        prepared = with_images or await service.prepare_async(job)
         answer = service.run(turn, prepared, job.sampling, req.stop_sequences)
         msg_id = "msg_" + secrets.token_hex(12)
         if req.stream:

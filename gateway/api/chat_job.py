@@ -3,6 +3,7 @@ check the context, queue for the engine, and turn its tokens into reasoning / co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from contextlib import aclosing
@@ -19,6 +20,8 @@ from gateway.text.detokenizer import Detokenizer
 from gateway.text.output_parser import Delta, OutputParser
 from gateway.text.stop_sequences import StopSequenceFilter
 from gateway.text.tokenizer import TextTokenizer
+from gateway.vision.images import PreparedImage, expand_image_pads
+from gateway.vision.images import has_images as _has_images
 
 log = logging.getLogger("gateway.chat")
 LOOP_GUARD_TOKENS = 256      # one token repeated this many times in a row ends the answer
@@ -43,6 +46,8 @@ class Prepared:
     max_new: int
     starts_in_reasoning: bool
     schemas: dict[str, dict]
+    images: list[PreparedImage] = field(default_factory=list)
+    embeddings_file: str | None = None      # GENI's file: every picture's SVE1 rows, in prompt order
 
 
 @dataclass
@@ -68,24 +73,27 @@ class Final:
 
 
 def has_images(messages: list[dict]) -> bool:
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):
-            for part in content:
-                if isinstance(part, dict) and (part.get("type") in ("image", "image_url", "input_image")
-                                               or "image_url" in part):
-                    return True
-    return False
+    return _has_images(messages)
 
 
 class ChatService:
     def __init__(self, tokenizer: TextTokenizer, template: ChatTemplate, runner, metrics: Metrics,
-                 fallback_context: int):
+                 fallback_context: int, vision=None):
         self.tokenizer = tokenizer
         self.template = template
         self.runner = runner
         self.metrics = metrics
         self.fallback_context = fallback_context
+        self.vision = vision                       # gateway.vision.service.VisionService, or None: text only
+        self.image_pad_id = tokenizer.id_of("<|image_pad|>")
+
+    @property
+    def images_enabled(self) -> bool:
+        """A vision helper is configured and the engine (once started) says it reads images."""
+        if self.vision is None:
+            return False
+        engine = self.runner.engine
+        return engine is None or not engine.info or engine.info.get("vision") == "1"
 
     @property
     def context(self) -> int:
@@ -94,7 +102,7 @@ class ChatService:
     def render(self, job: ChatJob) -> str:
         if not job.messages:
             raise BadRequest("messages must not be empty", param="messages")
-        if has_images(job.messages):
+        if self.vision is None and has_images(job.messages):
             raise BadRequest("this server was started without image support; send text only", param="messages")
         kwargs = dict(job.template_kwargs)
         try:
@@ -104,12 +112,52 @@ class ChatService:
         except TemplateError as e:
             raise BadRequest(str(e), param="messages") from e
 
-    def count_tokens(self, job: ChatJob) -> int:
-        return len(self.tokenizer.encode(self.render(job)))
+    def count_tokens(self, job: ChatJob, images: list[PreparedImage] | None = None) -> int:
+        ids = self.tokenizer.encode(self.render(job))
+        if images:
+            ids = self._expand(ids, images)
+        return len(ids)
 
-    def prepare(self, job: ChatJob) -> Prepared:
+    async def count_tokens_async(self, job: ChatJob) -> int:
+        """Prompt tokens, each picture counted as its image tokens (sizes only: nothing is encoded)."""
+        images = None
+        if self.vision is not None and has_images(job.messages):
+            self.render(job)                  # the template's refusals first
+            images = await self.vision.load(job.messages)
+        return await asyncio.get_running_loop().run_in_executor(None, self.count_tokens, job, images)
+
+    def _expand(self, ids: list[int], images: list[PreparedImage]) -> list[int]:
+        if self.image_pad_id is None:
+            raise BadRequest("this model's vocabulary has no <|image_pad|> token; send text only", param="messages")
+        return expand_image_pads(ids, self.image_pad_id, [im.n_tokens for im in images])
+
+    @contextlib.asynccontextmanager
+    async def with_images(self, job: ChatJob):
+        """For a request with pictures: loads and sizes them, renders and checks the prompt (image tokens counted),
+        encodes them into one embeddings file (outside the engine's queue, so the engine serves others meanwhile),
+        yields the Prepared; the request's files are removed afterwards. For a text request: yields None."""
+        if self.vision is None or not has_images(job.messages):
+            yield None
+            return
+        engine = self.runner.engine
+        if engine is not None and engine.info and engine.info.get("vision") != "1":
+            raise BadRequest("the engine was started without image support (it does not report vision=1); send "
+                             "text only", param="messages")
+        self.render(job)                      # the template's refusals before any fetching
+        images = await self.vision.load(job.messages)
+        prepared = await asyncio.get_running_loop().run_in_executor(None, self.prepare, job, images)
+        folder = self.vision.new_request_dir()
+        try:
+            prepared.embeddings_file = await self.vision.embeddings_file(images, folder)
+            yield prepared
+        finally:
+            self.vision.remove(folder)
+
+    def prepare(self, job: ChatJob, images: list[PreparedImage] | None = None) -> Prepared:
         prompt = self.render(job)
         ids = self.tokenizer.encode(prompt)
+        if images:
+            ids = self._expand(ids, images)
         room = self.context - len(ids)
         if room < 1:
             raise ContextTooLong(len(ids), 0, self.context)
@@ -122,7 +170,7 @@ class ChatService:
             fn = tool.get("function") or {}
             if fn.get("name"):
                 schemas[fn["name"]] = fn.get("parameters") or {}
-        return Prepared(prompt, ids, max_new, prompt_opens_thinking(prompt), schemas)
+        return Prepared(prompt, ids, max_new, prompt_opens_thinking(prompt), schemas, list(images or []))
 
     async def prepare_async(self, job: ChatJob) -> Prepared:
         return await asyncio.get_running_loop().run_in_executor(None, self.prepare, job)
@@ -131,7 +179,11 @@ class ChatService:
                   ) -> AsyncIterator[Delta | Final]:
         """Deltas of the answer, then one Final. Raises ApiError (EngineUnavailable when the engine failed)."""
         stops = StopSequenceFilter(stop)
-        line = format_gen(prepared.max_new, prepared.ids, sampling)
+        line = format_gen(prepared.max_new, prepared.ids, sampling, prepared.embeddings_file)
+        if prepared.embeddings_file:
+            log.info("GENI: %d picture(s), rows %s, %d prompt tokens, embeddings file %s", len(prepared.images),
+                     "+".join(f"{im.nx}x{im.ny}={im.n_tokens}" for im in prepared.images), len(prepared.ids),
+                     prepared.embeddings_file)
         parser = OutputParser(prepared.schemas, prepared.starts_in_reasoning)
         detok = Detokenizer(self.tokenizer)
         started = time.monotonic()

@@ -80,8 +80,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     req = ChatCompletionRequest.model_validate(await read_json(request))
     service: ChatService = request.app[SERVICE]
     job = to_job(req)
-    async with service.runner.turn() as turn:
-        prepared = await service.prepare_async(job)
+    async with service.with_images(job) as with_images, service.runner.turn() as turn:
+        prepared = with_images or await service.prepare_async(job)
         stop = [req.stop] if isinstance(req.stop, str) else req.stop
         answer = service.run(turn, prepared, job.sampling, stop)
         if req.stream:

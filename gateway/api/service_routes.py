@@ -7,7 +7,7 @@ import time
 from aiohttp import web
 
 from gateway.errors import NotFound
-from gateway.keys import METRICS, MODEL_NAME, RUNNER, SERVICE, SETTINGS
+from gateway.keys import METRICS, MODEL_NAME, RUNNER, SERVICE, SETTINGS, VISION
 
 WEB_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "web")
 PLACEHOLDER = ("<!doctype html><html><head><meta charset='utf-8'><title>Strata</title></head><body>"
@@ -19,11 +19,20 @@ async def health(request: web.Request) -> web.Response:
     runner = request.app[RUNNER]
     s = request.app[SETTINGS]
     ok = runner.phase not in ("stopped", "starting")
-    return web.json_response({
+    body = {
         "status": "ok" if ok else runner.phase, "model": request.app[MODEL_NAME],
-        "context": request.app[SERVICE].context, "images": False, "api_key_required": s.api_key is not None,
+        "context": request.app[SERVICE].context, "images": request.app[SERVICE].images_enabled,
+        "api_key_required": s.api_key is not None,
         "engine": {"pid": runner.engine.pid if runner.engine else None, "restarts": runner.restarts,
-                   "last_failure": runner.last_failure}})
+                   "last_failure": runner.last_failure}}
+    vision = request.app[VISION]
+    if vision is not None:
+        h = vision.helper
+        body["vision"] = {"state": h.state, "pid": h.pid, "restarts": h.restarts, "last_failure": h.last_failure,
+                          "model": s.vision_model, "factor": vision.rule.factor, "min_pixels": vision.rule.min_pixels,
+                          "max_pixels": vision.rule.max_pixels, "encoded": vision.encoded,
+                          "cache_hits": vision.cache_hits}
+    return web.json_response(body)
 
 
 async def status(request: web.Request) -> web.Response:
@@ -51,9 +60,11 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def models(request: web.Request) -> web.Response:
     name = request.app[MODEL_NAME]
+    images = request.app[SERVICE].images_enabled
     return web.json_response({"object": "list", "data": [
         {"id": name, "object": "model", "created": 0, "owned_by": "strata",
-         "context_length": request.app[SERVICE].context}]})
+         "context_length": request.app[SERVICE].context, "images": images,
+         "input_modalities": ["text", "image"] if images else ["text"]}]})
 
 
 async def head_root(request: web.Request) -> web.Response:
