@@ -126,11 +126,11 @@ class VisionHelper:
 
     async def _watch(self, proc) -> None:
         """A helper that exits on its own is started again at once."""
-        code = await proc.wait()
+        await proc.wait()
         if self._closing or proc is not self.proc:
             return
         self.state = "stopped"
-        self._failure(f"the vision helper exited")
+        self._failure("the vision helper exited")
         log.error("%s; starting it again", self.last_failure)
         self._restart_task = asyncio.create_task(self._restart())
 
@@ -143,7 +143,10 @@ class VisionHelper:
     def _kill(self) -> None:
         if self.alive:
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                if hasattr(os, "killpg"):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                else:                       # Windows
+                    self.proc.kill()
             except (ProcessLookupError, PermissionError):
                 self.proc.kill()
 
@@ -165,7 +168,13 @@ class VisionHelper:
 
     async def encode(self, ppm_path: str, out_path: str, where: str) -> tuple[int, int, int, float]:
         """ENC one picture: (n_tokens, nx, ny, ms). A dead or silent helper: VisionUnavailable (503), and it is
-        started again; an ERR reply: ImageError (400)."""
+        started again; an ERR reply: ImageError (400). A caller that goes away (the client closed the connection)
+        does not cut the exchange short: its reply is still read, so the next ENC gets its own."""
+        task = asyncio.ensure_future(self._exchange(ppm_path, out_path, where))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return await asyncio.shield(task)
+
+    async def _exchange(self, ppm_path: str, out_path: str, where: str) -> tuple[int, int, int, float]:
         async with self._lock:
             await self._ensure()
             proc = self.proc
@@ -179,7 +188,7 @@ class VisionHelper:
                 err = self._failure(f"the vision helper took more than {self.request_timeout_s:g} s on one picture; "
                                     f"it was stopped and is being started again")
                 raise err from None
-            except (BrokenPipeError, ConnectionResetError) as e:
+            except (BrokenPipeError, ConnectionResetError):
                 line = b""
             finally:
                 if self.alive:

@@ -510,3 +510,25 @@ def test_helper_death_gives_503_then_next_works(vgw):
     assert chat(vgw.url, "Hello").status_code == 200
     assert health(vgw)["vision"]["restarts"] == old["restarts"] + 2
     assert os.listdir(vgw.tmp) == []
+
+
+def test_client_leaving_during_encoding_loses_nothing(vgw):
+    """A client that goes away while its picture is in the helper: the helper's reply is still read (not taken by
+    the next request as its own), the request's files are removed, and the next picture gets its own rows."""
+    pid = wait_helper(vgw)["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(requests.exceptions.ReadTimeout):
+            requests.post(vgw.url + CHAT, timeout=1.0, json={"model": "m", "max_tokens": 3, "messages": [
+                {"role": "user", "content": [image_part(png_url(128, 64, seed=70))]}]})
+        time.sleep(0.5)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    r = chat(vgw.url, [image_part(png_url(64, 96, seed=71)), {"type": "text", "text": "and this?"}])
+    assert r.status_code == 200, r.text
+    assert health(vgw)["vision"]["pid"] == pid                  # the same helper, still in step
+    assert vgw.read_log().rstrip().count("GENI: 1 picture(s), rows 2x3=6") >= 1
+    deadline = time.time() + 10
+    while os.listdir(vgw.tmp) and time.time() < deadline:
+        time.sleep(0.1)
+    assert os.listdir(vgw.tmp) == []
