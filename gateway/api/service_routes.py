@@ -39,6 +39,9 @@ async def status(request: web.Request) -> web.Response:
     runner = request.app[RUNNER]
     p = dict(runner.progress) if runner.phase in ("reading prompt", "answering", "cancelling") else {}
     body = {"state": runner.phase, "queued": runner.queued}
+    vision = request.app[VISION]
+    if vision is not None:
+        body["vision_state"] = vision.helper.state      # stopped | starting | ready | encoding (a picture)
     if p:
         body["prompt_tokens_done"] = p.get("prompt_done", 0)
         body["prompt_tokens_total"] = p.get("prompt_total", 0)

@@ -449,6 +449,7 @@ def _bad_cases(pic_server):
         ("slow", image_part(pic_server + "/slow.png"), "took more than 2 s"),
         ("base64-too-large", image_part(data_url(bytes(int(MAX_IMAGE_MB * 1024 * 1024) + 10))), "more than the limit"),
         ("aspect", image_part(png_url(500, 2)), "aspect ratio"),
+        ("decoded-too-large", image_part(data_url(encoded(Image.new("1", (9000, 8000))))), "more than the 67,108,864"),
         ("rule-too-large", image_part(data_url(encoded(Image.new("RGB", (6000, 32), (9, 99, 199))))),
          "cannot be resized within"),
     ]
@@ -492,7 +493,11 @@ def test_helper_death_gives_503_then_next_works(vgw):
     got = {}
     t = threading.Thread(target=lambda: got.update(r=chat(vgw.url, [image_part(png_url(96, 96, seed=60))])))
     t.start()
-    time.sleep(1.0)
+    deadline = time.time() + 20
+    while requests.get(vgw.url + "/status", timeout=5).json()["vision_state"] != "encoding":
+        assert time.time() < deadline and t.is_alive(), got
+        time.sleep(0.05)
+    time.sleep(0.2)
     os.kill(pid, signal.SIGKILL)                  # ... which then dies mid-request
     t.join(60)
     r = got["r"]
@@ -519,8 +524,9 @@ def test_client_leaving_during_encoding_loses_nothing(vgw):
     os.kill(pid, signal.SIGSTOP)
     try:
         with pytest.raises(requests.exceptions.ReadTimeout):
-            requests.post(vgw.url + CHAT, timeout=1.0, json={"model": "m", "max_tokens": 3, "messages": [
+            requests.post(vgw.url + CHAT, timeout=3.0, json={"model": "m", "max_tokens": 3, "messages": [
                 {"role": "user", "content": [image_part(png_url(128, 64, seed=70))]}]})
+        assert requests.get(vgw.url + "/status", timeout=5).json()["vision_state"] == "encoding"
         time.sleep(0.5)
     finally:
         os.kill(pid, signal.SIGCONT)
