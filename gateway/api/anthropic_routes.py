@@ -130,10 +130,16 @@ async def messages(request: web.Request) -> web.StreamResponse:
     req = MessagesRequest.model_validate(await read_json(request))
     service: ChatService = request.app[SERVICE]
     job = to_job(req)
-    async with service.with_images(job) as with_images, service.runner.turn() as turn:
-        prepared = with_images or await service.prepare_async(job)
+    msg_id = "msg_" + secrets.token_hex(12)
+    async with service.with_images(job) as with_images:
+        if with_images is not None:
+            answer = service.run_images(with_images, job.sampling, req.stop_sequences)
+            if req.stream:
+                return await _stream(request, answer, msg_id, len(with_images.ids))
+            return await _complete(request, answer, msg_id)
+    async with service.runner.turn() as turn:
+        prepared = await service.prepare_async(job)
         answer = service.run(turn, prepared, job.sampling, req.stop_sequences)
-        msg_id = "msg_" + secrets.token_hex(12)
         if req.stream:
             return await _stream(request, answer, msg_id, len(prepared.ids))
         return await _complete(request, answer, msg_id)

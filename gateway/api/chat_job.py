@@ -48,6 +48,7 @@ class Prepared:
     schemas: dict[str, dict]
     images: list[PreparedImage] = field(default_factory=list)
     embeddings_file: str | None = None      # GENI's file: every picture's SVE1 rows, in prompt order
+    image_folder: str | None = None         # the request's folder for pictures and embeddings files
 
 
 @dataclass
@@ -133,9 +134,9 @@ class ChatService:
 
     @contextlib.asynccontextmanager
     async def with_images(self, job: ChatJob):
-        """For a request with pictures: loads and sizes them, renders and checks the prompt (image tokens counted),
-        encodes them into one embeddings file (outside the engine's queue, so the engine serves others meanwhile),
-        yields the Prepared; the request's files are removed afterwards. For a text request: yields None."""
+        """For a request with pictures: loads and sizes them, renders and checks the prompt (image tokens counted;
+        every 400 comes from here, before a response starts) and yields the Prepared, whose pictures run_images
+        encodes; the request's files are removed afterwards. For a text request: yields None."""
         if self.vision is None or not has_images(job.messages):
             yield None
             return
@@ -146,12 +147,22 @@ class ChatService:
         self.render(job)                      # the template's refusals before any fetching
         images = await self.vision.load(job.messages)
         prepared = await asyncio.get_running_loop().run_in_executor(None, self.prepare, job, images)
-        folder = self.vision.new_request_dir()
+        prepared.image_folder = self.vision.new_request_dir()
         try:
-            prepared.embeddings_file = await self.vision.embeddings_file(images, folder)
             yield prepared
         finally:
-            self.vision.remove(folder)
+            self.vision.remove(prepared.image_folder)
+
+    async def run_images(self, prepared: Prepared, sampling: dict, stop: list[str] | None = None
+                         ) -> AsyncIterator[Delta | Final]:
+        """run() for a request with pictures: encodes them into one embeddings file first (a stream is already open,
+        so its keep-alive comments flow meanwhile; outside the engine's queue, so the engine serves others), then
+        takes its place in the queue. A dead helper raises VisionUnavailable (503 / an error event)."""
+        prepared.embeddings_file = await self.vision.embeddings_file(prepared.images, prepared.image_folder)
+        async with self.runner.turn() as turn:
+            async with aclosing(self.run(turn, prepared, sampling, stop)) as items:
+                async for item in items:
+                    yield item
 
     def prepare(self, job: ChatJob, images: list[PreparedImage] | None = None) -> Prepared:
         prompt = self.render(job)

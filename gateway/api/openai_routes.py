@@ -80,12 +80,16 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     req = ChatCompletionRequest.model_validate(await read_json(request))
     service: ChatService = request.app[SERVICE]
     job = to_job(req)
-    async with service.with_images(job) as with_images, service.runner.turn() as turn:
-        prepared = with_images or await service.prepare_async(job)
-        stop = [req.stop] if isinstance(req.stop, str) else req.stop
+    stop = [req.stop] if isinstance(req.stop, str) else req.stop
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    async with service.with_images(job) as with_images:
+        if with_images is not None:
+            answer = service.run_images(with_images, job.sampling, stop)
+            return await (_stream(request, answer, include_usage) if req.stream else _complete(request, answer))
+    async with service.runner.turn() as turn:
+        prepared = await service.prepare_async(job)
         answer = service.run(turn, prepared, job.sampling, stop)
         if req.stream:
-            include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return await _stream(request, answer, include_usage)
         return await _complete(request, answer)
 

@@ -538,3 +538,49 @@ def test_client_leaving_during_encoding_loses_nothing(vgw):
     while os.listdir(vgw.tmp) and time.time() < deadline:
         time.sleep(0.1)
     assert os.listdir(vgw.tmp) == []
+
+
+def test_stream_keeps_alive_while_encoding_and_reports_helper_death(vgw):
+    """A stream opens before its pictures are encoded (the helper may take tens of seconds on a CPU): keep-alive
+    comments flow meanwhile, then the answer; a helper that dies meanwhile gives an error event, then [DONE]."""
+    def stream(seed):
+        return requests.post(vgw.url + CHAT, stream=True, timeout=60, json={
+            "model": "m", "max_tokens": 3, "stream": True, "reasoning_effort": "none",
+            "messages": [{"role": "user", "content": [image_part(png_url(96, 64, seed=seed))]}]})
+
+    def stopped_helper():
+        pid = wait_helper(vgw)["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        return pid
+
+    pid = stopped_helper()
+    try:
+        r = stream(80)
+        assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+        lines = r.iter_lines()
+        first = next(lines)
+        assert first.startswith(b"data: ") and json.loads(first[6:])["choices"][0]["delta"]["role"] == "assistant"
+        got = [next(lines) for _ in range(3)]            # keep-alive comments (every 1 s here) while it waits
+        assert b": keep-alive" in got
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    rest = [line for line in lines if line]
+    assert rest[-1] == b"data: [DONE]"
+    finals = [json.loads(x[6:]) for x in rest if x.startswith(b"data: {")]
+    assert finals[-1]["choices"][0]["finish_reason"] in ("length", "stop") and finals[-1]["usage"]["prompt_tokens"]
+
+    pid = stopped_helper()
+    r = stream(81)
+    lines = r.iter_lines()
+    next(lines)
+    deadline = time.time() + 20
+    while requests.get(vgw.url + "/status", timeout=5).json()["vision_state"] != "encoding":
+        assert time.time() < deadline
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    rest = [line for line in lines if line and not line.startswith(b":")]
+    errors = [json.loads(x[6:]) for x in rest if x.startswith(b'data: {"error"')]
+    assert errors and errors[0]["error"]["code"] == "vision_unavailable", rest
+    assert rest[-1] == b"data: [DONE]"
+    wait_helper(vgw, not_pid=pid)
+    assert chat(vgw.url, [image_part(png_url(96, 64, seed=81))]).status_code == 200
