@@ -29,9 +29,10 @@ class ModelChoice:
     revision: str | None          # None: not pinned, resolve "main"
     weight_files: tuple[FileSpec, ...]
     shard_count: int
-    mmproj: FileSpec | None       # None when images are off
+    mmproj: FileSpec | None       # always None now: llama.cpp's mmproj is not fetched (strata-vision cannot read it)
     download_gb: float
     ram_floor_gib: float
+    vision: bool = False          # images asked for: the vision tower comes from the original checkpoint (vision_head)
 
     @property
     def name(self) -> str:
@@ -83,8 +84,9 @@ def describe_choice(catalog: dict, family: str, size: str, vision: bool) -> Mode
         weights = tuple(_file_spec(f) for f in entry["files"])
     else:
         weights = (FileSpec(path=None, pattern=entry["file_pattern"], size_bytes=None, sha256=None),)
-    mmproj = _file_spec(fam["mmproj"]) if vision and fam.get("mmproj") else None
-    download_gb = float(entry.get("download_gb") or 0) + (float(fam["mmproj"].get("download_gb") or 0) if mmproj else 0)
+    # A catalogue's "mmproj" entry (llama.cpp's image encoder) is ignored: strata-vision reads only the vision GGUF
+    # that installer/vision_head.py converts from the original checkpoint's model.visual.* tensors.
+    download_gb = float(entry.get("download_gb") or 0)
     return ModelChoice(family=family, size=size, repo=fam["repo"], revision=fam.get("revision"),
-                       weight_files=weights, shard_count=int(entry.get("shards") or len(weights)), mmproj=mmproj,
-                       download_gb=download_gb, ram_floor_gib=float(entry.get("ram_floor_gib") or 0))
+                       weight_files=weights, shard_count=int(entry.get("shards") or len(weights)), mmproj=None,
+                       download_gb=download_gb, ram_floor_gib=float(entry.get("ram_floor_gib") or 0), vision=vision)

@@ -23,7 +23,8 @@ class StrataConfig:
     port: int = 8080
     api_key: str | None = None
     model_files: list[str] = field(default_factory=list)
-    mmproj: str | None = None
+    mmproj: str | None = None       # configs of older installers only; no longer written
+    vision_model: str | None = None  # the vision GGUF (installer/vision_head.py): --vision-model, images on
     engine_args: list[str] = field(default_factory=list)   # extra `strata --serve` arguments, e.g. --mtp FILE
     demo: bool = False
     demo_note: str | None = None

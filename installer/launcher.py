@@ -57,7 +57,9 @@ def gateway_command(config: StrataConfig, port: int, say=print) -> list[str]:
     if config.api_key:
         command += ["--api-key", config.api_key]
     command += [f"--engine-arg={arg}" for arg in config.engine_args]
-    if config.mmproj:
+    if config.vision_model:
+        command += ["--vision-model", config.vision_model]
+    elif config.mmproj:
         if gateway_takes_option(python, "--mmproj", config.project_dir):
             command += ["--mmproj", config.mmproj]
         else:
@@ -66,7 +68,8 @@ def gateway_command(config: StrataConfig, port: int, say=print) -> list[str]:
 
 
 def check_files(config: StrataConfig) -> None:
-    for what, path in (("engine", config.engine), ("model", config.model), ("image encoder", config.mmproj)):
+    for what, path in (("engine", config.engine), ("model", config.model), ("image encoder", config.mmproj),
+                       ("vision model", config.vision_model)):
         if path and not Path(path).is_file():
             raise LaunchError(f"the {what} file {path} named in the config is missing; run the installer again "
                               f"(./setup.sh or START-HERE.bat) to fetch or rebuild it.")

@@ -15,6 +15,7 @@ from installer.hub_files import resolve_choice
 from installer.launcher import LaunchError, start
 from installer.local_files import find_local_files
 from installer.mtp_head import mtp_head_for
+from installer.vision_head import vision_model_for
 from installer.pc_check import check_pc
 from installer.pc_report import judge_pc
 from installer.questions import Answers, Asker, stdin_is_terminal
@@ -47,7 +48,8 @@ def ask_questions(args, catalog: dict, facts, gpu_ok: bool) -> Answers:
          for name, s in sizes.items()], recommended_size)
     context = args.context or asker.context(recommend_context(facts))
     vision = args.vision if args.vision is not None else asker.yes_no(
-        "Turn on images (attach pictures to messages; downloads a 0.9 GB encoder)?", recommend_vision(gpu_ok))
+        "Turn on images (attach pictures to messages; fetches the model's vision tower, about 1 GB)?",
+        recommend_vision(gpu_ok))
     return Answers(family=family, size=size, context=context, vision=vision)
 
 
@@ -74,6 +76,19 @@ def download_model(args, catalog: dict, answers: Answers, home_dir: Path) -> tup
     paths = [download_file(session, remote, dest_dir, say) for remote in remotes]
     say(f"All model files are in {dest_dir} and checked.")
     return paths[:len(resolved.weight_files)], paths[-1] if resolved.mmproj else None
+
+
+def get_vision_model(args, catalog: dict, answers: Answers, weights: list[Path]) -> Path | None:
+    """The vision GGUF next to the model files when images are on, or None (said why): never fatal."""
+    if not answers.vision:
+        return None
+    try:
+        return vision_model_for(catalog, answers.family, f"{answers.family}-{answers.size}", weights[0].parent,
+                                say=say)
+    except (HubError, DownloadError) as e:
+        say(f"\nThe vision model could not be made: {e}\nStrata runs without images. Run the installer again "
+            f"with --setup to retry; what was fetched is kept.")
+        return None
 
 
 def get_mtp_head(args, catalog: dict, answers: Answers, weights: list[Path]) -> Path | None:
@@ -110,7 +125,7 @@ def set_up(args, home_dir: Path) -> StrataConfig | None:
         say(line)
     catalog = catalog_mod.load_catalog(args.catalog)
     demo_reason = decide_demo(args, verdict)
-    answers, weights, mmproj, mtp = None, [], None, None
+    answers, weights, mmproj, mtp, vision_model = None, [], None, None, None
     if demo_reason is None:
         answers = ask_questions(args, catalog, facts, verdict.gpu_ok)
         floor = catalog["families"][answers.family]["sizes"][answers.size].get("ram_floor_gib") or 0
@@ -126,6 +141,7 @@ def set_up(args, home_dir: Path) -> StrataConfig | None:
                            "to continue the download where it stopped")
         if demo_reason is None:
             mtp = get_mtp_head(args, catalog, answers, weights)
+            vision_model = get_vision_model(args, catalog, answers, weights)
     if args.download_only:
         return None
     use_cuda = verdict.gpu_ok and bool(facts.tools.get("nvcc"))
@@ -144,11 +160,12 @@ def set_up(args, home_dir: Path) -> StrataConfig | None:
     else:
         config = StrataConfig(name=f"{answers.family}-{answers.size}", model=str(weights[0]),
                               model_files=[str(w) for w in weights], mmproj=str(mmproj) if mmproj else None,
+                              vision_model=str(vision_model) if vision_model else None,
                               engine=str(engine), context=answers.context,
                               engine_args=backend_args + (["--mtp", str(mtp)] if mtp else []),
                               family=answers.family, size=answers.size)
         say(f"\nModel: {config.name}, context {context_label(config.context)}, images "
-            f"{'on' if config.mmproj else 'off'}.")
+            f"{'on' if config.vision_model else 'off'}.")
     config.port = args.port or 8080
     config.api_key = args.api_key
     config.project_dir = str(PROJECT_DIR)

@@ -1,6 +1,7 @@
-# Fetches only the tensors the MTP GGUF needs from a sharded safetensors checkpoint on the Hub: the index, each
-# needed shard's header (two small Range requests), then exactly the needed byte ranges (adjacent ones merged),
-# kept on disk as pieces that continue after a kill or restart. A whole shard is never downloaded.
+# Fetches only some tensors of a sharded safetensors checkpoint on the Hub (those the MTP GGUF needs, or the vision
+# tower's: a TensorFilter says which): the index, each needed shard's header (two small Range requests), then exactly
+# the needed byte ranges (adjacent ones merged), kept on disk as pieces that continue after a kill or restart.
+# A whole shard is never downloaded.
 import errno
 import json
 import math
@@ -10,6 +11,7 @@ import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass
+from typing import Callable
 from pathlib import Path
 
 import requests
@@ -29,7 +31,36 @@ PLAN_VERSION = 2
 
 
 class MtpFetchError(DownloadError):
-    """The MTP tensors cannot be fetched; the message says why and what was kept."""
+    """The wanted tensors cannot be fetched; the message says why and what was kept."""
+
+
+@dataclass(frozen=True)
+class TensorFilter:
+    """Which tensors of a checkpoint to fetch, and the check of what was found before any tensor byte is fetched."""
+    label: str                                  # "MTP tensors", "vision tensors": in messages
+    bar: str                                    # the progress bar's title
+    name_of: Callable[[str], str | None]        # checkpoint key -> the name it is kept under, None when not wanted
+    in_index: Callable[[list], None]            # wanted names seen in the index -> raises MtpFetchError when unusable
+    check: Callable[[dict], None]               # {name: (dtype, shape)} of all wanted tensors -> raises when unusable
+    plan_id: str = "mtp"                        # kept in plan.json: a plan made for another filter is not reused
+
+
+def mtp_filter(hp) -> TensorFilter:
+    """The tensors the MTP GGUF needs (engine/tools/mtp_extract.py), under their canonical names."""
+    def name_of(key):
+        n = mtp_extract.canonical_name(key)
+        return n if n and mtp_extract.is_needed(n, hp) else None
+
+    def in_index(names):
+        if not any(n.startswith("mtp.") for n in names):
+            raise MtpFetchError(f"no mtp.* tensors in its {INDEX_NAME} (it holds no multi-token-prediction layer).")
+
+    def check(found):
+        try:
+            mtp_extract.check_structure(hp, found)
+        except mtp_extract.ConvertError as e:
+            raise MtpFetchError(str(e)) from e
+    return TensorFilter("MTP tensors", "MTP head", name_of, in_index, check, "mtp")
 
 
 @dataclass
@@ -60,7 +91,7 @@ class Piece:
 
 def _refuse_whole_file(shard: str, url: str) -> MtpFetchError:
     return MtpFetchError(f"the server ignored the Range request for {shard} (HTTP 200 instead of 206, {url}). "
-                         f"Fetching only the MTP tensors needs Range support; the whole shard is not downloaded.")
+                         f"Fetching only some tensors needs Range support; the whole shard is not downloaded.")
 
 
 def _check_status(response: requests.Response, what: str, url: str) -> None:
@@ -171,44 +202,47 @@ def merge_pieces(shard: str, shard_size: int, wanted: list[tuple[str, object]]) 
     return pieces
 
 
-def make_plan(session, repo: str, commit: str, hp) -> dict:
-    """Reads the index and the needed shards' headers; checks the MTP structure before any tensor byte is fetched."""
+def make_plan(session, repo: str, commit: str, wanted_filter: TensorFilter) -> dict:
+    """Reads the index and the needed shards' headers; checks what was found before any tensor byte is fetched."""
     weight_map = read_index(session, repo, commit)
     if weight_map:
-        names = {k: mtp_extract.canonical_name(k) for k in weight_map}
-        shards = sorted({weight_map[k] for k, n in names.items() if n and mtp_extract.is_needed(n, hp)})
-        if not any(n and n.startswith("mtp.") for n in names.values()):
-            raise MtpFetchError(f"the checkpoint {repo}@{commit[:12]} has no mtp.* tensors in its {INDEX_NAME} "
-                                f"(it holds no multi-token-prediction layer).")
+        names = {k: wanted_filter.name_of(k) for k in weight_map}
+        shards = sorted({weight_map[k] for k, n in names.items() if n})
+        try:
+            wanted_filter.in_index([n for n in names.values() if n])
+        except MtpFetchError as e:
+            raise MtpFetchError(f"the checkpoint {repo}@{commit[:12]} has {e}") from e
     else:
         shards = [SINGLE_NAME]
     wanted_by_shard, sizes, found = {}, {}, {}
     for shard in shards:
         entries, sizes[shard] = read_shard_header(session, repo, commit, shard)
-        wanted = [(mtp_extract.canonical_name(k), e) for k, e in entries.items()]
-        wanted = [(n, e) for n, e in wanted if n and mtp_extract.is_needed(n, hp)]
+        wanted = [(wanted_filter.name_of(k), e) for k, e in entries.items()]
+        wanted = [(n, e) for n, e in wanted if n]
         wanted_by_shard[shard] = wanted
         found.update({n: (e.dtype, tuple(e.shape)) for n, e in wanted})
     try:
-        mtp_extract.check_structure(hp, found)
-    except mtp_extract.ConvertError as e:
+        wanted_filter.check(found)
+    except MtpFetchError as e:
         raise MtpFetchError(f"{repo}@{commit[:12]}: {e}") from e
     pieces = [p for shard in shards for p in merge_pieces(shard, sizes[shard], wanted_by_shard[shard])]
-    return {"version": PLAN_VERSION, "repo": repo, "commit": commit, "pieces": [asdict(p) for p in pieces]}
+    return {"version": PLAN_VERSION, "repo": repo, "commit": commit, "filter": wanted_filter.plan_id,
+            "pieces": [asdict(p) for p in pieces]}
 
 
-def load_plan(path: Path, repo: str, commit: str) -> list[Piece] | None:
+def load_plan(path: Path, repo: str, commit: str, plan_id: str = "mtp") -> list[Piece] | None:
     try:
         plan = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if plan.get("version") != PLAN_VERSION or plan.get("repo") != repo or plan.get("commit") != commit:
+    if plan.get("version") != PLAN_VERSION or plan.get("repo") != repo or plan.get("commit") != commit \
+            or plan.get("filter", "mtp") != plan_id:
         return None
     return [Piece(p["shard"], p["shard_size"], p["start"], p["end"], [PieceTensor(**t) for t in p["tensors"]])
             for p in plan["pieces"]]
 
 
-def _write_body(response, fd: int, limit: int, bar) -> int:
+def _write_body(response, fd: int, limit: int, bar, label: str = "MTP tensors") -> int:
     written = 0
     for chunk in response.iter_content(CHUNK_BYTES):
         chunk = chunk[:limit - written]
@@ -218,8 +252,8 @@ def _write_body(response, fd: int, limit: int, bar) -> int:
                 view = view[os.write(fd, view):]
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFullError("the disk is full while fetching the MTP tensors; the pieces fetched so far "
-                                    "are kept. Free some space and run the installer again.") from e
+                raise DiskFullError(f"the disk is full while fetching the {label}; the pieces fetched so far "
+                                    f"are kept. Free some space and run the installer again.") from e
             raise
         written += len(chunk)
         bar.update(len(chunk))
@@ -228,7 +262,8 @@ def _write_body(response, fd: int, limit: int, bar) -> int:
     return written
 
 
-def fetch_piece(session, repo: str, commit: str, piece: Piece, work_dir: Path, bar, say) -> Path:
+def fetch_piece(session, repo: str, commit: str, piece: Piece, work_dir: Path, bar, say,
+                label: str = "MTP tensors") -> Path:
     """Brings one piece to its full size on disk, continuing from the bytes already there."""
     final = work_dir / piece.file_name
     if final.exists() and final.stat().st_size == piece.size:
@@ -258,7 +293,7 @@ def fetch_piece(session, repo: str, commit: str, piece: Piece, work_dir: Path, b
                                         f"{got_first}-{got_last}; the pieces on disk are kept.")
                 fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_BINARY", 0), 0o644)
                 try:
-                    got = _write_body(response, fd, got_last - first + 1, bar)
+                    got = _write_body(response, fd, got_last - first + 1, bar, label)
                 finally:
                     os.close(fd)
             if got == 0:
@@ -287,31 +322,34 @@ def _on_disk(work_dir: Path, piece: Piece) -> int:
 
 
 def fetch_tensors(session, repo: str, commit: str, hp, work_dir: Path, out_bytes_per_param: float,
-                  say=print) -> "mtp_extract.TensorSource":
-    """All pieces of the plan on disk in work_dir; returns where each needed tensor is."""
+                  say=print, wanted_filter: TensorFilter | None = None) -> "mtp_extract.TensorSource":
+    """All pieces of the plan on disk in work_dir; returns where each needed tensor is. The tensors are the MTP
+    head's (hp: mtp_extract's hparams) unless wanted_filter says otherwise (hp is then unused)."""
+    wanted_filter = wanted_filter or mtp_filter(hp)
+    label = wanted_filter.label
     work_dir.mkdir(parents=True, exist_ok=True)
     plan_path = work_dir / "plan.json"
-    pieces = load_plan(plan_path, repo, commit)
+    pieces = load_plan(plan_path, repo, commit, wanted_filter.plan_id)
     if pieces is None:
-        plan = make_plan(session, repo, commit, hp)
+        plan = make_plan(session, repo, commit, wanted_filter)
         plan_path.write_text(json.dumps(plan, indent=1))
-        pieces = load_plan(plan_path, repo, commit)
+        pieces = load_plan(plan_path, repo, commit, wanted_filter.plan_id)
     total = sum(p.size for p in pieces)
     have = sum(_on_disk(work_dir, p) for p in pieces)
     params = sum(math.prod(t.shape) for p in pieces for t in p.tensors)
     needed = (total - have) + int(params * out_bytes_per_param)
     free = shutil.disk_usage(work_dir).free
     if needed + min(1 << 30, needed // 20) > free:
-        raise DiskFullError(f"not enough free disk space in {work_dir} for the MTP head: it needs about "
+        raise DiskFullError(f"not enough free disk space in {work_dir} for the {wanted_filter.bar}: it needs about "
                             f"{gb(needed)} (the tensors and the converted file), {gb(free)} is free.")
     shards = sorted({p.shard for p in pieces})
-    say(f"MTP tensors: {gb(total)} in {len(pieces)} byte range(s) of {len(shards)} shard(s)"
+    say(f"{label[0].upper() + label[1:]}: {gb(total)} in {len(pieces)} byte range(s) of {len(shards)} shard(s)"
         + (f"; {gb(have)} already on disk." if have else "."))
     located = {}
-    with tqdm(total=total, initial=have, unit="B", unit_scale=True, unit_divisor=1024, desc="MTP head",
+    with tqdm(total=total, initial=have, unit="B", unit_scale=True, unit_divisor=1024, desc=wanted_filter.bar,
               dynamic_ncols=True) as bar:
         for piece in pieces:
-            path = fetch_piece(session, repo, commit, piece, work_dir, bar, say)
+            path = fetch_piece(session, repo, commit, piece, work_dir, bar, say, label)
             for t in piece.tensors:
                 located[t.name] = mtp_extract.Located(str(path), t.offset, t.dtype, tuple(t.shape))
     return mtp_extract.TensorSource(located)

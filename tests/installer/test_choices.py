@@ -24,7 +24,7 @@ def test_real_catalogue_loads_and_describes_every_choice():
     for family in ("original", "swift"):
         for size in ("Q2_0", "IQ2_XS", "IQ3_XXS"):
             choice = describe_choice(catalog, family, size, vision=True)
-            assert choice.shard_count == 2 and choice.mmproj is not None and choice.ram_floor_gib > 0
+            assert choice.shard_count == 2 and choice.mmproj is None and choice.vision and choice.ram_floor_gib > 0
     with pytest.raises(Exception, match="unknown size 'Q9'"):
         describe_choice(catalog, "original", "Q9", vision=False)
 
