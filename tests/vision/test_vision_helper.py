@@ -14,6 +14,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from strata_testing import REPO, build_dir  # noqa: E402
+from vision_tower import MEAN, STD, randomise, save_tower  # noqa: E402,F401
 
 sys.path.insert(0, os.path.join(REPO, "vision"))
 import convert_vision  # noqa: E402
@@ -23,7 +24,6 @@ transformers = pytest.importorskip("transformers")
 
 VISION = dict(depth=2, hidden_size=64, num_heads=4, intermediate_size=128, patch_size=16, spatial_merge_size=2,
               temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=36, in_channels=3)
-MEAN, STD = [0.52, 0.44, 0.39], [0.31, 0.24, 0.21]
 SIZES = [(64, 96), (128, 64), (32, 32), (160, 96)]   # (width, height): sides multiples of 32
 TOL = 1e-4
 
@@ -82,47 +82,19 @@ class Helper:
         return rc
 
 
-def randomise(model, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.ndim == 1:
-                base = 1.0 if "norm" in name and name.endswith("weight") else 0.0
-                p.copy_(base + 0.3 * torch.randn(p.shape, generator=g))
-            else:
-                fan_in = p[0].numel()
-                p.copy_(torch.randn(p.shape, generator=g) / fan_in ** 0.5)
-
-
 def make_tower(d, vision: dict, outtypes=("f32",), seed=0):
     """A random vision tower saved as an HF checkpoint dir under d/hf and converted; returns (model, hf, ggufs)."""
-    from safetensors.torch import save_file
-    from transformers import Qwen4ExpConfig, Qwen4ExpVisionConfig
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-    from transformers.models.qwen4_exp.modeling_qwen4_exp import Qwen4ExpVisionModel
-
-    hf = d / "hf"
-    hf.mkdir()
-    vc = Qwen4ExpVisionConfig(**vision)
-    torch.manual_seed(seed)
-    model = Qwen4ExpVisionModel(vc).eval().float()
-    randomise(model, seed)
-    Qwen4ExpConfig(vision_config=vc.to_dict()).save_pretrained(hf)
-    save_file({"model.visual." + k: v.contiguous() for k, v in model.state_dict().items()},
-              str(hf / "model.safetensors"))
-    Qwen2VLImageProcessorPil(patch_size=vision["patch_size"], merge_size=vision["spatial_merge_size"],
-                             temporal_patch_size=2, image_mean=MEAN, image_std=STD,
-                             size={"shortest_edge": 32 * 32, "longest_edge": 256 * 256}).save_pretrained(hf)
+    model, hf = save_tower(d, vision, seed)
     ggufs = {}
     for i, outtype in enumerate(outtypes):
         ggufs[outtype] = str(d / f"vision-{outtype}.gguf")
         if i == 0:   # the command line once, the function (same code, no second torch import) for the rest
-            r = subprocess.run([sys.executable, os.path.join(REPO, "vision", "convert_vision.py"), str(hf),
+            r = subprocess.run([sys.executable, os.path.join(REPO, "vision", "convert_vision.py"), hf,
                                 ggufs[outtype], "--outtype", outtype], capture_output=True, text=True, timeout=120)
             assert r.returncode == 0, r.stderr
         else:
-            convert_vision.convert(str(hf), ggufs[outtype], outtype)
-    return model, str(hf), ggufs
+            convert_vision.convert(hf, ggufs[outtype], outtype)
+    return model, hf, ggufs
 
 
 @pytest.fixture(scope="module")
