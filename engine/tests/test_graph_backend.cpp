@@ -28,7 +28,7 @@ public:
     Exec capture_end() override { return this; }
     bool launch(Exec, const std::vector<Upload>&) override { return false; }
     void destroy(Exec) override {}
-    bool moe_on_host() const override { return false; }
+    bool moe_on_host(int, int) const override { return false; }
     int captures = 0;
 };
 

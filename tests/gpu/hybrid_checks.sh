@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks of the hybrid expert path on a machine with a GPU (demo model, frozen cache of 40 slots):
 #   hybrid_join_test   the mapped-memory join itself: activations out, results back, the stream held until then
-#   join A/B           prompt chunk of 40 tokens (tiled kernels: hits from the slots, misses staged over PCIe in
+#   join A/B           (the host-driven joins: STRATA_HYBRID_DEVICE=0; device_join_parity.py checks the device join)
+#                      prompt chunk of 40 tokens (tiled kernels: hits from the slots, misses staged over PCIe in
 #                      batches), then 32 decode tokens (CPU misses, shared expert queued before the join): the async
 #                      join and STRATA_HYBRID_JOIN=host must give byte-identical logits (same arithmetic)
 #   vs CPU             the same run with --f32-activations against --backend cpu: identical tokens, every step's
@@ -23,7 +24,7 @@ PROMPT=$(python3 -c "print(','.join(str(5 + 37 * i % 2000) for i in range(40)))"
 CACHE=(--expert-cache 40-slots --expert-adapt 0 --cpu-workers 4)
 ab_rc=0
 for mode in async host; do
-  STRATA_HYBRID_JOIN=$mode timeout 120 "$BUILD/engine/strata" generate --backend cuda --model "$MODEL" \
+  STRATA_HYBRID_DEVICE=0 STRATA_HYBRID_JOIN=$mode timeout 120 "$BUILD/engine/strata" generate --backend cuda --model "$MODEL" \
       --prompt-ids "$PROMPT" -n 32 --ignore-eos "${CACHE[@]}" \
       --logits-out "$OUT/hybrid_$mode.f32" > "$OUT/hybrid_$mode.tokens" 2> "$OUT/hybrid_$mode.log" || ab_rc=1
   grep -E "expert cache:|decode split" "$OUT/hybrid_$mode.log" | tail -2

@@ -368,7 +368,8 @@ void GraphBackend::route_topk(const float* logits, int T, int E, int k, int32_t*
 
 void GraphBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
                                const float* weights, float* y) {
-    if (cap_ && cap_->moe_on_host()) {
+    moe_direct_ = cap_ && cap_->moe_on_host(T, k);
+    if (moe_direct_) {
         direct([&] { inner_->moe_experts(w, x, T, k, ids, weights, y); });
         return;
     }
@@ -376,9 +377,10 @@ void GraphBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k
            T, k, (const void*)ids, (const void*)weights, (const void*)y);
 }
 
-// With the expert cache, the shared expert's product is computed inside moe_experts' wait and only added here.
+// With the expert cache, the shared expert's product is computed inside moe_experts' wait and only added here, so
+// it runs the way the moe_experts before it ran (direct or recorded).
 void GraphBackend::shared_expert(const MoeWeights& w, const float* u, int T, float* y) {
-    if (cap_ && cap_->moe_on_host()) {
+    if (moe_direct_) {
         direct([&] { inner_->shared_expert(w, u, T, y); });
         return;
     }

@@ -139,6 +139,7 @@ private:
     std::unique_ptr<Backend> inner_;
     GraphCapture* cap_;
     bool recording_ = false;
+    bool moe_direct_ = false;   // the last moe_experts ran outside the recording (its shared_expert does too)
     Signature sig_;
     std::vector<std::function<void()>> ops_;
     std::vector<uint8_t> upload_bytes_;                  // this run's to_device data, back to back

@@ -29,9 +29,9 @@ public:
     // False: this backend keeps no executable graphs (a test double) and the caller issues the ops again.
     virtual bool launch(Exec exec, const std::vector<Upload>& uploads) = 0;
     virtual void destroy(Exec exec) = 0;
-    // Whether moe_experts and shared_expert read routing on the host mid-pass (an expert cache with CPU misses):
-    // they then run outside graphs.
-    virtual bool moe_on_host() const = 0;
+    // Whether moe_experts of T tokens × k experts (and the shared_expert after it) reads routing on the host
+    // mid-pass (an expert cache whose misses the host hands out): they then run outside graphs.
+    virtual bool moe_on_host(int T, int k) const = 0;
 };
 
 }  // namespace strata

@@ -20,9 +20,10 @@ struct GpuOptions {
     // Calls of at least this many tokens (prompt chunks) compute their misses on the GPU, the missed experts copied
     // over PCIe (each once per call); shorter ones (decode, verify windows) send them to the CPU pool.
     int gpu_miss_min_tokens = 32;
-    // Shorter calls: this share of their missed experts is copied over PCIe and computed on the GPU too (the first
-    // in id order), the rest by the CPU pool at the same time; 0 = all on the CPU. Where PCIe moves an expert faster
-    // than the CPU pool reads one (the H200 host: ~50 vs ~20 GB/s), a share shortens the GPU's wait at the join.
+    // Shorter calls: this share of their missed experts is computed on the GPU too (the first in id order), read
+    // zero-copy from pinned host memory (decode calls joined on the device) or copied over PCIe first, the rest by
+    // the CPU pool at the same time; 0 = all on the CPU. Where PCIe moves an expert faster than the CPU pool reads
+    // one (the H200 host: ~50 vs ~20 GB/s), a share shortens the GPU's wait at the join.
     // The engine reads STRATA_GPU_MISS_SHARE (hybrid_moe.cu); no command-line flag yet.
     double gpu_miss_share = 0;
 };

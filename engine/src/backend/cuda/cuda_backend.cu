@@ -209,6 +209,13 @@ struct CudaBackend::Impl {
         void* sh = nullptr;
     } early_shexp;
 
+    // A device-driven hybrid MoE call whose CPU share is still to be added into y: the shared_expert call that
+    // follows adds it after its own work (the GPU computes the shared expert while the CPU computes its pairs).
+    struct PendingJoin {
+        float* y = nullptr;
+        int T = 0;
+    } pending_join;
+
     void drop_moe_input() {
         scratch->put(moe_input.act.q);
         scratch->put(moe_input.act.d);
@@ -390,12 +397,20 @@ void CudaBackend::synchronize() {
 // The profile's pass (host enqueue against GPU time) starts where a graph pass would.
 bool CudaBackend::begin_graph() {
     impl_->prof->pass_begin();
+    if (impl_->hybrid) impl_->hybrid->between_passes();   // cache moves land and start only between passes
     return false;
 }
 
 GraphCapture* CudaBackend::graph_capture() { return impl_->graphs_on ? this : nullptr; }
 
-bool CudaBackend::moe_on_host() const { return impl_->hybrid && impl_->hybrid->caching(); }
+bool CudaBackend::moe_on_host(int T, int k) const {
+    return impl_->hybrid && impl_->hybrid->caching() && !device_join(T, k);
+}
+
+// The hybrid MoE call joins on the device (HybridMoe::plan_device + moe_decode over its tables + join_device).
+bool CudaBackend::device_join(int T, int k) const {
+    return impl_->fused_moe && !impl_->f32_act && impl_->hybrid->device_path(T, k);
+}
 
 void CudaBackend::capture_begin(size_t upload_bytes) {
     STRATA_CHECK(!impl_->capturing, "cuda: a graph capture is already open");
@@ -976,25 +991,48 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
     if (!P) return;
     if (impl_->hybrid && !impl_->hybrid->caching()) {
         impl_->hybrid->count_routing(w, d_ids, P, impl_->stream);   // a routing profile only: counted on the device
-    } else if (impl_->hybrid) {
+    } else if (impl_->hybrid && impl_->hybrid->handles(w) && device_join(T, k)) {
+        // Decode-sized: the plan picks each pair's matrix (slot, zero-copy host memory, or the CPU's) on the GPU.
+        const auto tables = impl_->hybrid->plan_device(w, x, T, k, d_ids, d_w);
+        auto args = [&](const Weight& e, int rows, int n, int act_div, const uint8_t* const* mats) {
+            cuda::MatmulArgs m;
+            m.type = e.type;
+            m.row_bytes = e.row_bytes;
+            m.rows = rows;
+            m.n = n;
+            m.act_div = act_div;
+            m.mats = mats;
+            return m;
+        };
+        const cuda::MatmulArgs ga = args(w.gate_exps, I, H, k, tables[0]), ua = args(w.up_exps, I, H, k, tables[1]),
+                               da = args(w.down_exps, H, I, 1, tables[2]);
+        STRATA_CHECK(cuda::moe_decode_supported(ga, ua, da, P), "cuda: the device-joined MoE path does not take ",
+                     ggml_type_name(w.gate_exps.type), " / ", ggml_type_name(w.down_exps.type), " experts");
+        const size_t bytes = cuda::moe_decode_scratch_bytes(P, I);
+        Impl::Buf scratch(*impl_, bytes);
+        cuda::moe_decode(impl_->stream, ga, ua, da, impl_->quantized(x, T, H, cuda::act_block(w.gate_exps.type)), x,
+                         d_w, T, k, scratch.p, bytes, y);
+        ++fused_gate_up_count;
+        if (w.gate_shexp.present()) impl_->pending_join = Impl::PendingJoin{y, T};
+        else impl_->hybrid->join_device(y, T);
+        impl_->done("moe_experts (device join)");
+        return;
+    } else if (impl_->hybrid && impl_->hybrid->handles(w)) {
         // The expert cache reads the routing on the host: one copy back and a wait.
         STRATA_CHECK(!impl_->capturing, "cuda: the expert cache's moe_experts inside a graph capture");
         auto* host = static_cast<uint32_t*>(impl_->route_host.get((size_t)2 * P * 4));
         CUDA_CHECK(cudaMemcpyAsync(host, d_ids, (size_t)P * 4, cudaMemcpyDeviceToHost, impl_->stream));
         CUDA_CHECK(cudaMemcpyAsync(host + P, d_w, (size_t)P * 4, cudaMemcpyDeviceToHost, impl_->stream));
-        if (impl_->hybrid->handles(w)) impl_->hybrid->input_to_host(w, x, T);   // a CPU job can start at once
+        impl_->hybrid->input_to_host(w, x, T);   // a CPU job can start at once
         CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
         const int32_t* ids = reinterpret_cast<const int32_t*>(host);
         const float* weights = reinterpret_cast<const float*>(host + P);
         for (int p = 0; p < P; ++p)
             STRATA_CHECK(ids[p] >= 0 && ids[p] < E, "cuda moe: expert id ", ids[p], " is outside 0..", E - 1);
-        if (impl_->hybrid->handles(w)) {
-            // The shared expert's matmuls run while the CPU computes the misses (shared_expert then only adds).
-            impl_->hybrid->moe_experts(w, x, T, k, ids, weights, y, [&] { shared_expert(w, x, T, nullptr); });
-            impl_->done("moe_experts (expert cache)");
-            return;
-        }
-        impl_->hybrid->note_routing(w, ids, P);
+        // The shared expert's matmuls run while the CPU computes the misses (shared_expert then only adds).
+        impl_->hybrid->moe_experts(w, x, T, k, ids, weights, y, [&] { shared_expert(w, x, T, nullptr); });
+        impl_->done("moe_experts (expert cache)");
+        return;
     }
 
     Impl::Buf gate(*impl_, (size_t)P * I * 4), up(*impl_, (size_t)P * I * 4), down(*impl_, (size_t)P * H * 4);
@@ -1054,6 +1092,14 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
 }
 
 void CudaBackend::shared_expert(const MoeWeights& w, const float* u, int T, float* y) {
+    Impl::PendingJoin join = impl_->pending_join;
+    impl_->pending_join = Impl::PendingJoin{};
+    if (join.y && join.y != y) impl_->hybrid->join_device(join.y, join.T);   // not this output: join first
+    shared_expert_into(w, u, T, y);
+    if (join.y == y && y) impl_->hybrid->join_device(y, join.T);
+}
+
+void CudaBackend::shared_expert_into(const MoeWeights& w, const float* u, int T, float* y) {
     Impl::OpScope prof_op(*impl_, "shared_expert");
     const int H = (int)w.down_shexp.n_rows(), Is = (int)w.gate_shexp.n_rows();
     const bool fused = impl_->fused_moe && T > 0 && T < cuda::kTiledMinRows && w.shexp_gate_inp.type == GgmlType::F32 &&

@@ -46,7 +46,7 @@ public:
     Exec capture_end() override;
     bool launch(Exec exec, const std::vector<Upload>& uploads) override;
     void destroy(Exec exec) override;
-    bool moe_on_host() const override;
+    bool moe_on_host(int T, int k) const override;
     ExpertCacheCounts expert_cache_counts() const override;
     std::vector<std::pair<std::string, std::string>> info() const override;
 
@@ -112,6 +112,9 @@ public:
     static int64_t fused_gate_ups();   // gate+up+swiglu launches as one kernel (moe_gate_up), all CUDA backends
 
 private:
+    // shared_expert's work; shared_expert itself adds a device-joined MoE call's CPU share after it.
+    void shared_expert_into(const MoeWeights& w, const float* u, int T, float* y);
+    bool device_join(int T, int k) const;   // a hybrid MoE call of T × k joins on the device (no host round trip)
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

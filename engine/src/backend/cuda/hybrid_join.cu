@@ -12,14 +12,32 @@ namespace strata::cuda {
 void HybridMoe::cpu_thread_main() {
     // No CUDA call on this thread: the activations and the results travel through mapped memory flags.
     uint64_t taken = 0;
+    auto now_ns = [] {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(
+                   std::chrono::steady_clock::now().time_since_epoch()).count();
+    };
     for (;;) {
-        // Jobs come a few hundred µs apart (one per MoE layer): poll a while before sleeping, so a job does not
-        // pay a futex wake-up before the CPU starts on it.
-        for (int spin = 0; posted_.load(std::memory_order_acquire) == taken && spin < 20000; ++spin)
-            std::this_thread::yield();
+        // Device jobs (hybrid_device.h) are polled from the ring; host jobs come through job_. Jobs come a few
+        // hundred µs apart (one per MoE layer): poll while armed (a pass is running) or a while after the last host
+        // job, so a job does not pay a futex wake-up before the CPU starts on it; then sleep.
+        bool ran = false;
+        for (int spin = 0; !ran && posted_.load(std::memory_order_acquire) == taken; ++spin) {
+            if (device_on_ && run_device_job()) ran = true;
+            else if (spin >= 20000 && now_ns() > armed_until_ns_.load(std::memory_order_relaxed)) break;
+            else std::this_thread::yield();
+        }
+        if (ran) continue;
         std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return job_ready_ || quit_; });
-        if (!job_ready_) return;   // quit with nothing queued
+        if (posted_.load(std::memory_order_acquire) == taken && !quit_) {
+            // Asleep: a pass boundary (between_passes) or a host job wakes it; the bound covers a missed wake-up.
+            cv_.wait_for(lk, std::chrono::milliseconds(2), [&] {
+                return job_ready_ || quit_ || now_ns() < armed_until_ns_.load(std::memory_order_relaxed);
+            });
+        }
+        if (!job_ready_) {
+            if (quit_) return;   // quit with nothing queued
+            continue;
+        }
         CpuJob job = std::move(job_);
         job_ready_ = false;
         job_running_ = true;
@@ -86,6 +104,7 @@ void HybridMoe::harvest_join_timings(bool wait) {
 
 HybridCounters HybridMoe::counters() {
     if (cpu_thread_.joinable()) wait_cpu_idle();
+    drain_device_jobs();
     harvest_join_timings(true);
     harvest_copy_timings(true);
     HybridCounters c = counters_;
@@ -94,6 +113,7 @@ HybridCounters HybridMoe::counters() {
     c.cpu_ms = cpu_ ? cpu_->seconds() * 1000 : 0;
     std::lock_guard<std::mutex> lk(mu_);
     c.host_wait_ms += job_wait_s_ * 1000;
+    if (words_) c.gpu_wait_ms += (double)words_->wait_ns / 1e6;   // the device join's waits
     return c;
 }
 

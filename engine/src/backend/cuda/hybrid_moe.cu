@@ -126,6 +126,10 @@ HybridMoe::~HybridMoe() {
         if (stage_free_[h]) cudaEventDestroy(stage_free_[h]);
     }
     if (flag_) cudaFreeHost(flag_);
+    if (ring_) cudaFreeHost(ring_);
+    if (words_) cudaFreeHost(words_);
+    if (slot_map_) cudaFreeHost(slot_map_);
+    cudaFree(state_);
     cudaFree(d_route_counts_);
     if (registered_) cudaHostUnregister(registered_);
     cudaEventDestroy(x_ready_);
@@ -199,6 +203,7 @@ void HybridMoe::prepare() {
         for (int s = 0; s < (int)n; ++s) copy_expert(L, s, cache_->expert_in(l, s), copy_stream_);
     }
     CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+    prepare_device_path();
     log_info("experts", fmt("expert cache: ", cache_->total_slots(), " of ", (int64_t)L_n * n_experts_,
                             " experts in VRAM (", (cache_->total_slots() * expert_bytes_) >> 20, " MiB, ",
                             expert_bytes_, " bytes each), ", free_b >> 20, " MiB were free; ", cpu_->workers(),
@@ -251,7 +256,10 @@ void HybridMoe::land_moves() {
         const cudaError_t st = cudaEventQuery(pending_[i].done);
         if (st == cudaErrorNotReady) { ++i; continue; }
         CUDA_CHECK(st);
-        for (const CacheMove& m : pending_[i].moves) cache_->finish_move(m);
+        for (const CacheMove& m : pending_[i].moves) {
+            cache_->finish_move(m);
+            mirror_slot(m.layer, m.new_expert);
+        }
         CUDA_CHECK(cudaEventDestroy(pending_[i].done));
         pending_.erase(pending_.begin() + i);
     }
@@ -260,6 +268,8 @@ void HybridMoe::land_moves() {
 void HybridMoe::start_moves(int layer) {
     std::vector<CacheMove> moves = cache_->plan_moves(layer);
     if (moves.empty()) return;
+    for (const CacheMove& m : moves)   // the evicted experts are misses from now on (the new ones once landed)
+        if (m.old_expert >= 0) mirror_slot(layer, m.old_expert);
     // The copies overwrite slots that kernels queued so far may still read: they wait for the compute stream.
     cudaEvent_t reads_done, done;
     CUDA_CHECK(cudaEventCreateWithFlags(&reads_done, cudaEventDisableTiming));
@@ -297,6 +307,7 @@ void HybridMoe::moe_experts(const MoeWeights& w, const float* x, int T, int k, c
     x_on_host_ = nullptr;
     if (!P) return;
     if (cpu_thread_.joinable()) wait_cpu_idle();   // the previous layer's job (long done: its join gated routing)
+    drain_device_jobs();                             // a device pass's jobs: the cache is this thread's now
     STRATA_CHECK(!h_timed_out_ || *h_timed_out_ == 0, "experts: the GPU gave up waiting for the CPU pool's results");
     land_moves();
     harvest_join_timings(false);

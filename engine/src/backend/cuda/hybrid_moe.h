@@ -3,6 +3,7 @@
 // the cached pairs on the GPU while the CPU pool computes the misses, then sums both in slot order on the GPU
 // (hybrid_join.cu: the CPU dispatcher and the mapped-flag wait where the two meet without blocking the host).
 #pragma once
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -20,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/device_pool.h"
+#include "backend/cuda/hybrid_device.h"
 #include "backend/cuda/kernels/kernels.h"
 #include "backend/cuda/kernels/matmul_tiled.h"
 #include "experts/cpu_expert_pool.h"
@@ -116,6 +118,19 @@ public:
     void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids, const float* weights,
                      float* y, const std::function<void()>& gpu_work_before_join = {});
 
+    // The device-driven join (hybrid_device.h) for a call of T tokens × k: decode-sized, the dispatcher running,
+    // zero-copy-free or not, and STRATA_HYBRID_DEVICE not 0. Such calls can be captured in graphs.
+    bool device_path(int T, int k) const;
+    // Its plan for layer w (stream-ordered): returns the gate, up and down matrix tables (device) that moe_decode
+    // reads; the CPU's pairs are null there and reach y through join_device.
+    std::array<const uint8_t* const*, 3> plan_device(const MoeWeights& w, const float* x, int T, int k,
+                                                      const int32_t* d_ids, const float* d_w);
+    // y[T, H] += the CPU's share of the last planned call (waits on the stream for it; nothing without CPU pairs).
+    void join_device(float* y, int T);
+    // At a pass boundary (Backend::begin_graph): the dispatcher has consumed every device job, landed cache moves
+    // become hits and due moves start (the slot map the plan reads changes only here or in host-path calls).
+    void between_passes();
+
     int64_t hits() const { return cache_ ? cache_->hits() : 0; }
     int64_t lookups() const { return cache_ ? cache_->lookups() : 0; }
     HybridCounters counters();   // also folds in the join timings that have completed
@@ -181,6 +196,10 @@ private:
     void submit_cpu_job(CpuJob job);
     void wait_cpu_idle();        // the previous job has finished (and rethrows its error)
     void harvest_join_timings(bool wait);
+    void prepare_device_path();
+    void mirror_slot(int layer, int expert);   // the mapped slot map's entry = the cache's
+    void drain_device_jobs();                  // the dispatcher has consumed every job posted (rethrows its error)
+    bool run_device_job();                     // the dispatcher: the next posted job, if any
 
     GpuOptions opt_;
     cudaStream_t stream_;
@@ -239,6 +258,21 @@ private:
     std::exception_ptr job_error_;
     double job_wait_s_ = 0;                     // written by the dispatcher under mu_
     std::vector<JoinTiming> timings_, free_timings_;
+
+    // The device-driven join (hybrid_device.h), set up by prepare_device_path when the dispatcher runs.
+    std::atomic<bool> device_on_{false};        // STRATA_HYBRID_DEVICE=0 turns it off (set once, after the rest)
+    uint8_t* ring_ = nullptr;                   // mapped ring of kRingSlots jobs (host address; ring_dev_ on the GPU)
+    uint8_t* ring_dev_ = nullptr;
+    size_t slot_bytes_ = 0;
+    DeviceJoinWords* words_ = nullptr;          // mapped (host address), words_dev_ on the GPU
+    DeviceJoinWords* words_dev_ = nullptr;
+    int32_t* slot_map_ = nullptr;               // mapped [layer · E + expert] → slot or −1 (host address)
+    int32_t* slot_map_dev_ = nullptr;
+    DeviceJoinState* state_ = nullptr;          // device
+    std::vector<std::array<const uint8_t*, 3>> zero_copy_;   // per layer: gate, up, down tensors' device addresses
+    uint32_t dev_taken_ = 0;                    // the last device job the dispatcher finished (its thread only)
+    std::atomic<int64_t> armed_until_ns_{0};    // the dispatcher polls without sleeping until then
+    std::vector<float> dev_rows_;               // the dispatcher's expert outputs of one job
 };
 
 }  // namespace strata::cuda

@@ -34,6 +34,9 @@ struct MatmulArgs {
     size_t mat_stride = 0;      // bytes between the matrices that ids pick (3-D expert tensors)
     const int32_t* ids = nullptr;  // device, one matrix id per p; null = the one matrix w
     int act_div = 1;            // activation row of p = p / act_div
+    // Decode-path experts only (moe_decode): device table of each pair's matrix instead of w + ids[p]·mat_stride;
+    // a null entry skips the pair (its product is added elsewhere: the hybrid path's CPU pairs).
+    const uint8_t* const* mats = nullptr;
 };
 // x: f32 activations; act: the same rows quantized, used for block formats unless act.q is null (then block formats
 // multiply with x as well: the f32-activation mode).

@@ -33,7 +33,8 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
                        int n, size_t mat_stride, const int32_t* __restrict__ ids, int act_div,
                        const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x,
                        const float* __restrict__ gvec, float* __restrict__ gate_out, int8_t* __restrict__ hq,
-                       float* __restrict__ hd) {
+                       float* __restrict__ hd, const uint8_t* const* __restrict__ mats_g,
+                       const uint8_t* const* __restrict__ mats_u) {
     using Q = QInt<F>;
     constexpr int kLanes = 32 / kGateUpRows;
     __shared__ uint4 smem[GridSmem<F>::kWords];
@@ -45,6 +46,12 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
         d = block_sum(d);
         if (threadIdx.x == 0) gate_out[p] = 1.0f / (1.0f + expf(-d));   // as unary(sigmoid)
         return;
+    }
+    if (mats_g) {   // matrix tables: a null pair is the CPU's (the down kernel skips it); uniform per block
+        Wg = mats_g[p];
+        Wu = mats_u[p];
+        if (!Wg) return;
+        ids = nullptr;
     }
     const void* grid = stage_grid<F>(smem);
     if constexpr (FQ) quantize_rows_to_smem<F::ABLK>(x, n, arow, arow, aq, ad);
@@ -90,7 +97,8 @@ template <class F>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
 moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int rows, int n, size_t mat_stride,
                         const int32_t* __restrict__ ids, const int8_t* __restrict__ hq, const float* __restrict__ hd,
-                        const float* __restrict__ wts, int k, bool accumulate, float* __restrict__ y) {
+                        const float* __restrict__ wts, int k, bool accumulate, float* __restrict__ y,
+                        const uint8_t* const* __restrict__ mats) {
     using Q = QInt<F>;
     constexpr int kLanes = 32 / kDownRows;
     __shared__ uint4 smem[GridSmem<F>::kWords];
@@ -106,7 +114,9 @@ moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int row
         for (int v = s; v < total; v += kLanes) {
             const int j = v / units, c = v - j * units;
             const int p = t * k + j;
-            const uint8_t* wr = W + (ids ? (size_t)__ldg(ids + p) * mat_stride : 0) + (size_t)row * row_bytes;
+            const uint8_t* base = mats ? mats[p] : W + (ids ? (size_t)__ldg(ids + p) * mat_stride : 0);
+            if (!base) continue;   // the CPU's pair
+            const uint8_t* wr = base + (size_t)row * row_bytes;
             IChunk cw;
             Q::decode(wr + (size_t)(c / kSub) * F::BYTES, c % kSub, grid, cw);
             const int4* q4 = (const int4*)(hq + (size_t)p * n + 32 * c);
@@ -172,7 +182,7 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
             auto launch = [&](auto kernel, size_t smem) {
                 kernel<<<grid, q8::kDecodeWarps * 32, smem, s>>>(gate.w, up.w, gate.row_bytes, I, gate.n,
                                                                  gate.mat_stride, gate.ids, gate.act_div, act.q, act.d,
-                                                                 x, gvec, d.gates, d.hq, d.hd);
+                                                                 x, gvec, d.gates, d.hq, d.hd, gate.mats, up.mats);
             };
             if (act.q) {
                 launch(q8::moe_gate_up_q8h_kernel<F, false>, 0);
@@ -192,7 +202,7 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
             const dim3 grid((unsigned)((down.rows + per_block - 1) / per_block), (unsigned)T);
             q8::moe_down_combine_kernel<F><<<grid, q8::kDecodeWarps * 32, 0, s>>>(
                 down.w, down.row_bytes, (int)down.rows, down.n, down.mat_stride, down.ids, d.hq, d.hd,
-                gvec ? d.gates : wts, k, gvec != nullptr, y);
+                gvec ? d.gates : wts, k, gvec != nullptr, y, down.mats);
             CUDA_CHECK_LAUNCH();
         }
     });
@@ -203,7 +213,8 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
 bool moe_decode_supported(const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, int P) {
     if (!moe_decode_enabled() || P <= 0 || P > kMoeDecodeMaxPairs) return false;
     if (gate.type != up.type || gate.row_bytes != up.row_bytes || gate.rows != up.rows || gate.n != up.n ||
-        gate.mat_stride != up.mat_stride || gate.ids != up.ids || gate.act_div != up.act_div || gate.ids != down.ids)
+        gate.mat_stride != up.mat_stride || gate.ids != up.ids || gate.act_div != up.act_div || gate.ids != down.ids ||
+        !gate.mats != !up.mats || !gate.mats != !down.mats)
         return false;
     if (down.n != gate.rows || gate.rows % q8::kHBlock != 0 || gate.rows > 65535 * q8::kHBlock) return false;
     bool gate_ok = false, down_ok = false;

@@ -1,0 +1,86 @@
+// The device-driven join of the hybrid MoE path for decode-sized calls (T·k ≤ kMoeDecodeMaxPairs): every step of a
+// layer is stream-ordered work without the host, so a decode pass with an expert cache replays as one CUDA graph.
+//
+//   plan (1 block)  reads the routing and the layer's slot map (mapped host memory the host changes only between
+//                   passes), picks for every (token, expert) pair: a cached slot, a zero-copy read of the expert from
+//                   pinned host memory, or the CPU; writes the GPU's matrix tables and posts the job (routing, the
+//                   choice, x when the CPU has pairs) into a ring of mapped slots, its seq last.
+//   experts         moe_decode over the tables (kernels/moe_decode.cuh): the cached and zero-copy pairs, weighted sum.
+//   shared expert   the caller's, on the GPU meanwhile.
+//   join (1 block)  when the CPU has pairs: waits for the CPU's done word to reach the job's seq, then adds the CPU's
+//                   weighted sum (ring slot, mapped) into y.
+// The CPU side (HybridMoe's dispatcher) polls the ring in seq order, records the routing in the cache, computes its
+// pairs and publishes done = seq. Ring slots are reused only after the dispatcher consumed them (the plan waits).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/kernels/moe_gate_up.h"
+
+namespace strata::cuda {
+
+constexpr int kDevicePairs = kMoeDecodeMaxPairs;   // pairs of one device-path call at most
+constexpr int kRingSlots = 32;                     // jobs posted and not yet consumed by the dispatcher, at most
+
+// A pair's place: in a cache slot, read by the GPU from pinned host memory, or computed by the CPU.
+enum PairPlace : int32_t { kPairCached = 0, kPairZeroCopy = 1, kPairCpu = 2 };
+
+// The head of a ring slot (mapped host memory, written by the plan kernel; seq written last). x [T, H] follows at
+// kJobHeaderBytes, the CPU's weighted sums out [T, H] at kJobHeaderBytes + kDevicePairs·H·4.
+struct DeviceJob {
+    uint32_t seq;
+    int32_t layer, T, k, n_cpu, pad[3];
+    int32_t ids[kDevicePairs];
+    float weights[kDevicePairs];
+    int32_t place[kDevicePairs];
+};
+constexpr size_t kJobHeaderBytes = 256;
+static_assert(sizeof(DeviceJob) <= kJobHeaderBytes, "DeviceJob fits its header");
+
+// Words the host and the GPU share (one mapped page).
+struct DeviceJoinWords {
+    uint32_t published;      // GPU → host: the last seq posted
+    uint32_t consumed;       // host → GPU: the last seq the dispatcher finished with (ring slots up to it are free)
+    uint32_t done;           // host → GPU: the last seq whose CPU results are in its ring slot
+    uint32_t timed_out;      // GPU → host: a wait gave up after ~60 s
+    unsigned long long wait_ns;   // GPU → host: time the join kernels spent waiting for the CPU
+};
+
+// Device memory of the path: the running seq, the current call's CPU pair count and the matrix tables.
+struct DeviceJoinState {
+    uint32_t seq;
+    int32_t n_cpu;
+    const uint8_t* tables[3][kDevicePairs];   // gate, up, down matrix of each pair (null: the CPU's pair)
+};
+
+struct PlanArgs {
+    const int32_t* ids;          // device [P]
+    const float* weights;        // device [P]
+    const float* x;              // device [T, H]
+    int T, k, H, layer;
+    const int32_t* slot_map;     // mapped [E]: this layer's expert → slot or −1
+    const uint8_t* arena[3];     // slot arenas of gate, up, down (may be null with no slots)
+    size_t arena_stride[3];      // bytes of one slot's matrix
+    const uint8_t* host[3];      // zero-copy device addresses of the layer's host tensors (null: no zero-copy)
+    size_t host_stride[3];       // bytes of one expert's matrix
+    float zero_copy_share;       // the first round(share · distinct) missed experts (by id) are read zero-copy
+    uint8_t* ring;               // mapped ring (device address), kRingSlots slots of slot_bytes
+    size_t slot_bytes;
+    DeviceJoinWords* words;      // mapped (device address)
+    DeviceJoinState* state;      // device
+};
+
+void hybrid_plan(cudaStream_t s, const PlanArgs& a);
+// y[T, H] += the CPU's sums of the current call (after waiting for them), nothing when the call had no CPU pairs.
+void hybrid_join(cudaStream_t s, DeviceJoinState* state, uint8_t* ring, size_t slot_bytes, DeviceJoinWords* words,
+                 int T, int H, float* y);
+
+__host__ __device__ inline size_t job_slot_bytes(int H) {
+    return (kJobHeaderBytes + (size_t)2 * kDevicePairs * H * sizeof(float) + 255) / 256 * 256;
+}
+__host__ __device__ inline float* job_x(uint8_t* slot) { return reinterpret_cast<float*>(slot + kJobHeaderBytes); }
+__host__ __device__ inline float* job_out(uint8_t* slot, int H) { return job_x(slot) + (size_t)kDevicePairs * H; }
+
+}  // namespace strata::cuda

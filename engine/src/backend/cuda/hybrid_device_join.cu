@@ -1,0 +1,221 @@
+// HybridMoe's device-driven join (hybrid_device.h): its mapped memory, the plan and join launches, the pass-boundary
+// bookkeeping and the dispatcher's side of a device job. The dispatcher loop itself is in hybrid_join.cu.
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/hybrid_moe.h"
+#include "common/error.h"
+#include "common/log.h"
+
+namespace strata::cuda {
+
+namespace {
+int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+constexpr int64_t kArmNs = 50'000'000;   // the dispatcher polls for 50 ms after a pass boundary or its last job
+
+template <class T> T* mapped_device(T* host) {
+    void* d = nullptr;
+    CUDA_CHECK(cudaHostGetDevicePointer(&d, host, 0));
+    return static_cast<T*>(d);
+}
+}  // namespace
+
+void HybridMoe::prepare_device_path() {
+    const char* env = std::getenv("STRATA_HYBRID_DEVICE");
+    if (!cache_ || !cpu_thread_.joinable() || (env && std::strcmp(env, "0") == 0)) return;
+    const int L_n = (int)layers_.size();
+    const int H = (int)layers_[0].gate.ne[0];
+    for (const Layer& L : layers_) {   // the decode kernels must take every layer's experts through tables
+        static const uint8_t* const dummy[1] = {nullptr};
+        auto args = [&](const Weight& e, int rows, int n) {
+            MatmulArgs m;
+            m.type = e.type;
+            m.row_bytes = e.row_bytes;
+            m.rows = rows;
+            m.n = n;
+            m.mats = dummy;
+            return m;
+        };
+        const int I = (int)L.gate.ne[1];
+        if (!moe_decode_supported(args(L.gate, I, H), args(L.up, I, H), args(L.down, H, I), 1)) {
+            log_info("experts", fmt("decode MoE joins on the host: the decode kernels do not take ",
+                                    ggml_type_name(L.gate.type), " / ", ggml_type_name(L.down.type), " experts"));
+            return;
+        }
+    }
+    slot_bytes_ = job_slot_bytes(H);
+    void* p = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&p, slot_bytes_ * kRingSlots, cudaHostAllocMapped));
+    std::memset(p, 0, slot_bytes_ * kRingSlots);
+    ring_ = static_cast<uint8_t*>(p);
+    ring_dev_ = mapped_device(ring_);
+    CUDA_CHECK(cudaHostAlloc(&p, 4096, cudaHostAllocMapped));
+    std::memset(p, 0, 4096);
+    words_ = static_cast<DeviceJoinWords*>(p);
+    words_dev_ = mapped_device(words_);
+    CUDA_CHECK(cudaHostAlloc(&p, (size_t)L_n * n_experts_ * sizeof(int32_t), cudaHostAllocMapped));
+    slot_map_ = static_cast<int32_t*>(p);
+    slot_map_dev_ = mapped_device(slot_map_);
+    for (int l = 0; l < L_n; ++l)
+        for (int e = 0; e < n_experts_; ++e) mirror_slot(l, e);
+    CUDA_CHECK(cudaMalloc(&state_, sizeof(DeviceJoinState)));
+    CUDA_CHECK(cudaMemset(state_, 0, sizeof(DeviceJoinState)));
+    // Zero-copy reads of missed experts need the pinned host tensors mapped into the device's address space.
+    int zc_layers = 0;
+    zero_copy_.assign(L_n, {nullptr, nullptr, nullptr});
+    for (int l = 0; l < L_n && gpu_miss_share_ > 0; ++l) {
+        std::array<const uint8_t*, 3> d{};
+        bool ok = true;
+        const Weight* t[3] = {&layers_[l].gate, &layers_[l].up, &layers_[l].down};
+        for (int m = 0; m < 3 && ok; ++m) {
+            void* dp = nullptr;
+            ok = cudaHostGetDevicePointer(&dp, const_cast<uint8_t*>(t[m]->data), 0) == cudaSuccess;
+            d[m] = static_cast<const uint8_t*>(dp);
+        }
+        if (!ok) {
+            cudaGetLastError();
+            continue;
+        }
+        zero_copy_[l] = d;
+        ++zc_layers;
+    }
+    device_on_.store(true, std::memory_order_release);
+    log_info("experts", fmt("decode MoE joins on the device (one graph per pass); ", gpu_miss_share_ > 0
+                                ? fmt("a share of ", gpu_miss_share_, " of the missed experts read zero-copy over PCIe in ",
+                                      zc_layers, " of ", L_n, " layers")
+                                : std::string("all missed experts on the CPU")));
+}
+
+void HybridMoe::mirror_slot(int layer, int expert) {
+    if (slot_map_) slot_map_[(size_t)layer * n_experts_ + expert] = cache_->slot_of(layer, expert);
+}
+
+bool HybridMoe::device_path(int T, int k) const {
+    return device_on_ && T > 0 && T * k <= kDevicePairs && T < opt_.gpu_miss_min_tokens;
+}
+
+std::array<const uint8_t* const*, 3> HybridMoe::plan_device(const MoeWeights& w, const float* x, int T, int k,
+                                                             const int32_t* d_ids, const float* d_w) {
+    const int l = layer_of(w);
+    STRATA_ASSERT(l >= 0 && device_path(T, k));
+    const Layer& L = layers_[l];
+    PlanArgs a{};
+    a.ids = d_ids;
+    a.weights = d_w;
+    a.x = x;
+    a.T = T;
+    a.k = k;
+    a.H = (int)L.gate.ne[0];
+    a.layer = l;
+    a.slot_map = slot_map_dev_ + (size_t)l * n_experts_;
+    const uint8_t* arena[3] = {L.d_gate, L.d_up, L.d_down};
+    const size_t bytes[3] = {L.gate_bytes, L.up_bytes, L.down_bytes};
+    for (int m = 0; m < 3; ++m) {
+        a.arena[m] = arena[m];
+        a.arena_stride[m] = bytes[m];
+        a.host[m] = zero_copy_[l][m];
+        a.host_stride[m] = bytes[m];
+    }
+    a.zero_copy_share = (float)gpu_miss_share_;
+    a.ring = ring_dev_;
+    a.slot_bytes = slot_bytes_;
+    a.words = words_dev_;
+    a.state = state_;
+    hybrid_plan(stream_, a);
+    return {state_->tables[0], state_->tables[1], state_->tables[2]};
+}
+
+void HybridMoe::join_device(float* y, int T) {
+    hybrid_join(stream_, state_, ring_dev_, slot_bytes_, words_dev_, T, (int)layers_[0].gate.ne[0], y);
+}
+
+void HybridMoe::drain_device_jobs() {
+    if (!device_on_) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (uint64_t spin = 0;; ++spin) {
+        const uint32_t published = __atomic_load_n(&words_->published, __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&words_->consumed, __ATOMIC_ACQUIRE) == published) break;
+        if (spin > 64) std::this_thread::yield();
+        if ((spin & 1023) == 0 && std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60))
+            fail("experts: the CPU dispatcher did not take the device's MoE jobs for 60 s");
+    }
+    STRATA_CHECK(words_->timed_out == 0, "experts: the GPU gave up waiting for the CPU pool's results");
+    std::lock_guard<std::mutex> lk(mu_);
+    if (job_error_) {
+        std::exception_ptr e = job_error_;
+        job_error_ = nullptr;
+        std::rethrow_exception(e);
+    }
+}
+
+void HybridMoe::between_passes() {
+    if (!device_on_) return;
+    armed_until_ns_.store(now_ns() + kArmNs, std::memory_order_relaxed);
+    cv_.notify_all();
+    drain_device_jobs();
+    // The slot map may change now: no plan kernel of an earlier pass is left (the caller read that pass's results).
+    land_moves();
+    for (int l = 0; l < (int)layers_.size(); ++l) start_moves(l);
+}
+
+// A posted job of the ring: the cache records its routing; the CPU's pairs are computed, summed with their routing
+// weights per token in pair order, and published through the done word.
+bool HybridMoe::run_device_job() {
+    uint8_t* slot = ring_ + (size_t)((dev_taken_ + 1) % kRingSlots) * slot_bytes_;
+    const DeviceJob& job = *reinterpret_cast<const DeviceJob*>(slot);
+    const uint32_t seq = dev_taken_ + 1;
+    if (__atomic_load_n(&job.seq, __ATOMIC_ACQUIRE) != seq) return false;
+    const int l = job.layer, T = job.T, k = job.k, P = T * k;
+    const Layer& L = layers_[l];
+    const int H = (int)L.gate.ne[0];
+    try {
+        if (profile_out_) profile_out_->add(l, job.ids, P);
+        cache_->record(l, job.ids, P);
+        ++passes_;
+        ++counters_.passes;
+        if (job.n_cpu > 0) {
+            std::vector<ExpertPair> pairs;
+            std::vector<int> pair_of;
+            for (int p = 0; p < P; ++p)
+                if (job.place[p] == kPairCpu) {
+                    pairs.push_back(ExpertPair{p / k, job.ids[p]});
+                    pair_of.push_back(p);
+                }
+            dev_rows_.resize(pairs.size() * (size_t)H);
+            cpu_->compute(L.gate, L.up, L.down, job_x(slot), pairs, dev_rows_.data());
+            float* out = job_out(slot, H);
+            std::memset(out, 0, (size_t)T * H * sizeof(float));
+            for (size_t i = 0; i < pairs.size(); ++i) {
+                const float wgt = job.weights[pair_of[i]];
+                float* o = out + (size_t)pairs[i].token * H;
+                const float* r = dev_rows_.data() + i * H;
+                for (int c = 0; c < H; ++c) o[c] += wgt * r[c];
+            }
+            int distinct = 0;
+            for (size_t i = 0; i < pairs.size(); ++i) {
+                bool seen = false;
+                for (size_t j = 0; j < i && !seen; ++j) seen = pairs[j].expert == pairs[i].expert;
+                distinct += !seen;
+            }
+            counters_.cpu_pairs += (int64_t)pairs.size();
+            counters_.cpu_bytes += (int64_t)distinct * (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes);
+        }
+    } catch (...) {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!job_error_) job_error_ = std::current_exception();
+    }
+    // Always published: the GPU waits for it (after an error the results are garbage and the host throws).
+    if (job.n_cpu > 0) __atomic_store_n(&words_->done, seq, __ATOMIC_RELEASE);
+    dev_taken_ = seq;
+    __atomic_store_n(&words_->consumed, seq, __ATOMIC_RELEASE);
+    armed_until_ns_.store(now_ns() + kArmNs, std::memory_order_relaxed);
+    return true;
+}
+
+}  // namespace strata::cuda

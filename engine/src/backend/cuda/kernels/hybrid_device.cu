@@ -1,0 +1,131 @@
+// The plan and join kernels of the device-driven hybrid join (backend/cuda/hybrid_device.h). Both run as one block:
+// they move a few hundred bytes (the routing, the CPU's sums of one token) and wait on mapped words. Mapped memory
+// the host writes (slot map, done word, the CPU's sums) is read with ld.global.cv, so no stale cached line survives
+// from an earlier pass.
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/hybrid_device.h"
+
+namespace strata::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr unsigned long long kGiveUpNs = 60ull * 1000000000ull;
+
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Polls *word until (int32)(*word − seq) ≥ −slack; on time-out sets timed_out and returns. Returns the ns waited.
+__device__ unsigned long long wait_word(const uint32_t* word, uint32_t seq, int slack, uint32_t* timed_out) {
+    const unsigned long long start = global_ns();
+    while ((int32_t)(__ldcv(word) - seq) < -slack) {
+        __nanosleep(200);
+        if (global_ns() - start > kGiveUpNs) {
+            *(volatile uint32_t*)timed_out = 1;
+            break;
+        }
+    }
+    return global_ns() - start;
+}
+
+__global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
+    __shared__ uint32_t s_seq;
+    __shared__ int s_cpu;
+    DeviceJoinWords* wd = a.words;
+    const int P = a.T * a.k;
+    uint8_t* job_base = nullptr;
+    if (threadIdx.x == 0) {
+        const uint32_t seq = a.state->seq + 1;
+        // The ring slot is free once the dispatcher consumed the job kRingSlots before this one.
+        wait_word(&wd->consumed, seq, kRingSlots, &wd->timed_out);
+        int slot[kDevicePairs], miss[kDevicePairs];
+        int distinct = 0;
+        for (int p = 0; p < P; ++p) {
+            const int e = a.ids[p];
+            slot[p] = __ldcv(a.slot_map + e);
+            if (slot[p] >= 0) continue;
+            int i = 0;   // insert into the sorted distinct misses
+            while (i < distinct && miss[i] < e) ++i;
+            if (i < distinct && miss[i] == e) continue;
+            for (int j = distinct; j > i; --j) miss[j] = miss[j - 1];
+            miss[i] = e;
+            ++distinct;
+        }
+        const int zc = a.host[0] ? min(distinct, (int)(a.zero_copy_share * distinct + 0.5f)) : 0;
+        job_base = a.ring + (size_t)(seq % kRingSlots) * a.slot_bytes;
+        DeviceJob* job = reinterpret_cast<DeviceJob*>(job_base);
+        int n_cpu = 0;
+        for (int p = 0; p < P; ++p) {
+            const int e = a.ids[p];
+            int place = kPairCached;
+            if (slot[p] < 0) {
+                int rank = 0;
+                while (miss[rank] != e) ++rank;
+                place = rank < zc ? kPairZeroCopy : kPairCpu;
+            }
+            for (int m = 0; m < 3; ++m)
+                a.state->tables[m][p] = place == kPairCached    ? a.arena[m] + (size_t)slot[p] * a.arena_stride[m]
+                                        : place == kPairZeroCopy ? a.host[m] + (size_t)e * a.host_stride[m]
+                                                                 : nullptr;
+            n_cpu += place == kPairCpu;
+            job->ids[p] = e;
+            job->weights[p] = a.weights[p];
+            job->place[p] = place;
+        }
+        job->layer = a.layer;
+        job->T = a.T;
+        job->k = a.k;
+        job->n_cpu = n_cpu;
+        a.state->seq = seq;
+        a.state->n_cpu = n_cpu;
+        s_seq = seq;
+        s_cpu = n_cpu;
+    }
+    __syncthreads();
+    const uint32_t seq = s_seq;
+    job_base = a.ring + (size_t)(seq % kRingSlots) * a.slot_bytes;
+    if (s_cpu > 0) {
+        float* hx = job_x(job_base);
+        for (int i = threadIdx.x; i < a.T * a.H; i += blockDim.x) hx[i] = a.x[i];
+    }
+    __threadfence_system();   // the job's fields and x reach the host before its seq
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        *(volatile uint32_t*)&reinterpret_cast<DeviceJob*>(job_base)->seq = seq;
+        *(volatile uint32_t*)&wd->published = seq;
+    }
+}
+
+__global__ void __launch_bounds__(kThreads)
+hybrid_join_kernel(const DeviceJoinState* state, uint8_t* ring, size_t slot_bytes, DeviceJoinWords* wd, int T, int H,
+                   float* y) {
+    if (state->n_cpu == 0) return;
+    const uint32_t seq = state->seq;
+    if (threadIdx.x == 0) {
+        const unsigned long long ns = wait_word(&wd->done, seq, 0, &wd->timed_out);
+        volatile unsigned long long* acc = &wd->wait_ns;
+        *acc = *acc + ns;
+        __threadfence_system();
+    }
+    __syncthreads();
+    const float* out = job_out(ring + (size_t)(seq % kRingSlots) * slot_bytes, H);
+    for (int i = threadIdx.x; i < T * H; i += blockDim.x) y[i] += __ldcv(out + i);
+}
+
+}  // namespace
+
+void hybrid_plan(cudaStream_t s, const PlanArgs& a) {
+    hybrid_plan_kernel<<<1, kThreads, 0, s>>>(a);
+    CUDA_CHECK_LAUNCH();
+}
+
+void hybrid_join(cudaStream_t s, DeviceJoinState* state, uint8_t* ring, size_t slot_bytes, DeviceJoinWords* words,
+                 int T, int H, float* y) {
+    hybrid_join_kernel<<<1, kThreads, 0, s>>>(state, ring, slot_bytes, words, T, H, y);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace strata::cuda

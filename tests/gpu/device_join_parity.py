@@ -1,0 +1,128 @@
+"""The device-driven hybrid join (engine/src/backend/cuda/hybrid_device.h) against the GPU without a cache, with the
+default quantized activations (the join only exists there). For every model of a models folder, `strata generate
+--backend cuda` over the prompt of parity.py and N greedy tokens:
+  gpu         no expert cache: every expert uploaded (the reference)
+  cache100    every expert cached, device join: the same decode kernels over matrix tables
+  zc0         no slot, every decode miss read zero-copy from pinned host memory (STRATA_GPU_MISS_SHARE=1)
+              (both: tokens identical to gpu, logits within --tol; whether they are bit-identical is recorded: the
+              prompt's chunk runs the host path's staged kernels)
+  host30      ~30% cached, moves every 2 passes, the CPU computing the misses, host join (STRATA_HYBRID_DEVICE=0)
+  dev30       the same with the device join: tokens identical to host30, logits within --tol of it
+  dev30zc     the same with half the misses zero-copy (STRATA_GPU_MISS_SHARE=0.5): likewise
+Models whose experts the decode kernels do not take (F32 experts) fall back to the host join and are only recorded.
+
+usage: device_join_parity.py --strata BIN --models DIR --out results.json [--tokens 64] [--tol 1e-3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from parity import PROMPT, compare  # noqa: E402
+
+CACHE = re.compile(r"expert cache: (\d+) slots of (\d+) experts; hits (\d+) of (\d+) look-ups")
+
+
+def run(args, model: str, logits: str, extra: list[str], env: dict) -> dict:
+    cmd = [args.strata, "generate", "--model", model, "--backend", "cuda", "--prompt-ids", ",".join(map(str, PROMPT)),
+           "-n", str(args.tokens), "--ignore-eos", "--logits-out", logits, "--cpu-workers", "4"] + extra
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+    out = {"ok": p.returncode == 0, "args": extra, "env": env,
+           "device_join": "decode MoE joins on the device" in p.stderr}
+    if p.returncode != 0:
+        out["error"] = p.stderr.strip()[-1500:]
+        return out
+    out["tokens"] = [int(t) for t in p.stdout.strip().splitlines()[-1].split(",") if t]
+    m = CACHE.search(p.stderr)
+    if m:
+        out["cache"] = dict(zip(["slots", "experts", "hits", "lookups"], map(int, m.groups())))
+    a = np.fromfile(logits, dtype=np.float32)
+    out["logits"] = a.reshape(len(out["tokens"]), a.size // len(out["tokens"]))
+    return out
+
+
+def check_model(args, path: str, tmp: str) -> dict:
+    lg = lambda name: os.path.join(tmp, name + ".f32")  # noqa: E731
+    ref = run(args, path, lg("gpu"), [], {})
+    if not ref["ok"]:
+        return {"ok": False, "error": "gpu: " + ref["error"]}
+    probe = run(args, path, lg("probe"), ["--expert-cache", "0-slots"], {})
+    experts = (probe.get("cache") or {}).get("experts", 0)
+    s30 = max(1, round(0.3 * experts))
+    runs = {
+        "cache100": (["--expert-cache", f"{experts}-slots"], {}),
+        "zc0": (["--expert-cache", "0-slots"], {"STRATA_GPU_MISS_SHARE": "1"}),
+        "host30": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], {"STRATA_HYBRID_DEVICE": "0"}),
+        "dev30": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], {}),
+        "dev30zc": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], {"STRATA_GPU_MISS_SHARE": "0.5"}),
+    }
+    res = {name: run(args, path, lg(name), extra, env) for name, (extra, env) in runs.items()}
+    row = {"experts": experts, "slots30": s30, "runs": {}}
+    device = all(res[n].get("device_join") for n in ("cache100", "zc0", "dev30", "dev30zc"))
+    row["device_join"] = device
+    ok = True
+    for name, r in res.items():
+        if not r["ok"]:
+            row["runs"][name] = {"ok": False, "error": r["error"]}
+            ok = False
+            continue
+        base = ref if name in ("cache100", "zc0") else res["host30"] if name != "host30" else None
+        entry = {"cache": r.get("cache"), "device_join": r["device_join"]}
+        if base is not None and base.get("ok"):
+            c = compare(base, r, base["logits"], r["logits"], args.tol)
+            bit = bool(c["tokens_identical"] and r["logits"].shape == base["logits"].shape and
+                       np.array_equal(r["logits"], base["logits"]))
+            entry.update(tokens_identical=c["tokens_identical"], first_token_diff=c["first_token_diff"],
+                         max_rel_logit_diff=c["max_rel_logit_diff"], bit_identical=bit, against=
+                         "gpu" if base is ref else "host30")
+            entry["ok"] = c["ok"] if device else True
+        else:
+            entry["ok"] = True
+        ok = ok and entry["ok"]
+        row["runs"][name] = entry
+    row["ok"] = ok
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--strata", required=True)
+    ap.add_argument("--models", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--tol", type=float, default=1e-3)
+    args = ap.parse_args(argv)
+    with open(os.path.join(args.models, "manifest.json")) as f:
+        manifest = json.load(f)
+    tmp = tempfile.mkdtemp(prefix="device-join-")
+    results, gated = [], 0
+    for config, files in manifest.items():
+        for outtype, fn in files.items():
+            row = check_model(args, os.path.join(args.models, fn), tmp)
+            row.update(config=config, outtype=outtype, file=fn)
+            results.append(row)
+            gated += bool(row.get("device_join"))
+            print(f"{config:10s} {outtype:7s} device join {'yes' if row.get('device_join') else 'no (recorded)'}: "
+                  f"{'ok' if row['ok'] else 'FAIL'}", flush=True)
+            for name, e in (row.get("runs") or {}).items():
+                print(f"    {name:9s} {json.dumps(e)}", flush=True)
+            if row.get("error"):
+                print("  error:", row["error"], flush=True)
+    passed = sum(1 for r in results if r["ok"])
+    with open(args.out, "w") as f:
+        json.dump({"prompt": PROMPT, "tokens": args.tokens, "tol": args.tol, "models": len(results),
+                   "passed": passed, "device_join_models": gated, "results": results}, f, indent=1)
+    print(f"device join parity: {passed}/{len(results)} models pass, {gated} ran the device join")
+    return 0 if passed == len(results) and gated > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
