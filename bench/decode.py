@@ -7,8 +7,8 @@ the synthetic full-size model (engine/tools/make_synthetic.py) at several contex
         before the mapped-flag wait), at the smallest context only: the A/B of the join.
   pc12pcie  (optional; pc12pcie:0.9 names its share) pc12 with STRATA_GPU_MISS_SHARE=--miss-share: that share of each decode pass's missed experts
         read by the GPU over PCIe (zero-copy with the device join) while the CPU computes the rest, smallest context.
-  pc12seg   (optional) pc12 with STRATA_HYBRID_DEVICE=0: the host-driven join (routing to the host at every MoE layer,
-        the pass in graph segments), at the smallest context only: the A/B of the device join.
+  pc12dev   (optional; pc12dev:0.6 adds STRATA_GPU_MISS_SHARE=0.6) pc12 with STRATA_HYBRID_DEVICE=1: the device-driven join
+        (plan and join kernels, one graph per pass) instead of the host's at every MoE layer, smallest context only.
 Beside each figure the bound of PERFORMANCE.md §4 from the measured bandwidths (formula and inputs in the JSON).
 
     python3 bench/decode.py --strata BUILD/engine/strata --model SYN.gguf --out DIR [--contexts 1024,4096,32768]
@@ -38,7 +38,7 @@ W_CPU_6 = 66.3e9        # host DRAM read with 6 threads: between 51.6 (4 threads
 T_HANDSHAKE = 7.4e-6    # one D2H or H2D handshake (6.6-8.2 µs measured); a layer's join costs two
 TARGETS = {"gpu": 400.0, "pc12": 100.0}
 PC12_FLAGS = ["--expert-cache", "4100-slots", "--cpu-workers", "6"]
-BUDGET_WEIGHT = {"gpu": 1.0, "pc12": 1.4, "pc12host": 0.6, "pc12pcie": 0.8, "pc12seg": 0.6}   # shares of the time budget (pc12 pins and prefills
+BUDGET_WEIGHT = {"gpu": 1.0, "pc12": 1.4, "pc12host": 0.6, "pc12pcie": 0.8, "pc12dev": 0.8}   # shares of the time budget (pc12 pins and prefills
                                                              # over PCIe; pc12host measures one context)
 
 
@@ -298,14 +298,15 @@ def main() -> int:
         if s == "gpu":
             flags = ["--routing-profile-out", profile] if a.backend == "cuda" else []
             res["settings"][s] = measure_setting(a, s, flags, 11, mb, deadline, a.contexts)
-        elif base in ("pc12", "pc12host", "pc12pcie", "pc12seg"):
+        elif base in ("pc12", "pc12host", "pc12pcie", "pc12dev"):
             flags = PC12_FLAGS + (["--routing-profile", profile] if os.path.exists(profile) else [])
-            env = {"pc12": None, "pc12host": {"STRATA_HYBRID_JOIN": "host"}, "pc12seg": {"STRATA_HYBRID_DEVICE": "0"},
+            env = {"pc12": None, "pc12host": {"STRATA_HYBRID_JOIN": "host"},
+                   "pc12dev": {"STRATA_HYBRID_DEVICE": "1", **({"STRATA_GPU_MISS_SHARE": share} if share else {})},
                    "pc12pcie": {"STRATA_GPU_MISS_SHARE": share or a.miss_share}}[base]
             res["settings"][s] = measure_setting(a, s, flags + a.pc12_extra.split(), 23, mb, deadline,
                                                  a.contexts if s == "pc12" else [min(a.contexts)], env)
         else:
-            ap.error(f"unknown setting {s!r} (gpu, pc12, pc12host, pc12pcie, pc12seg)")
+            ap.error(f"unknown setting {s!r} (gpu, pc12, pc12host, pc12pcie, pc12dev)")
         if s != "gpu":
             res["settings"][s]["cache_fill"] = "routing profile of the gpu setting" if os.path.exists(profile) \
                 else "by expert id (no profile)"

@@ -6,6 +6,7 @@ default quantized activations (the join only exists there). For every model of a
   zc0         no slot, every decode miss read zero-copy from pinned host memory (STRATA_GPU_MISS_SHARE=1)
               (both: tokens identical to gpu, logits within --tol; whether they are bit-identical is recorded: the
               prompt's chunk runs the host path's staged kernels)
+  (every run but host30 with STRATA_HYBRID_DEVICE=1)
   host30      ~30% cached, moves every 2 passes, the CPU computing the misses, host join (STRATA_HYBRID_DEVICE=0)
   dev30       the same with the device join: tokens identical to host30, logits within --tol of it
   dev30zc     the same with half the misses zero-copy (STRATA_GPU_MISS_SHARE=0.5): likewise
@@ -28,6 +29,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from parity import PROMPT, compare  # noqa: E402
 
+DEV = {"STRATA_HYBRID_DEVICE": "1"}   # the device join is opt-in until this script has passed on a GPU
 CACHE = re.compile(r"expert cache: (\d+) slots of (\d+) experts; hits (\d+) of (\d+) look-ups")
 
 
@@ -58,11 +60,11 @@ def check_model(args, path: str, tmp: str) -> dict:
     experts = (probe.get("cache") or {}).get("experts", 0)
     s30 = max(1, round(0.3 * experts))
     runs = {
-        "cache100": (["--expert-cache", f"{experts}-slots"], {}),
-        "zc0": (["--expert-cache", "0-slots"], {"STRATA_GPU_MISS_SHARE": "1"}),
+        "cache100": (["--expert-cache", f"{experts}-slots"], DEV),
+        "zc0": (["--expert-cache", "0-slots"], {**DEV, "STRATA_GPU_MISS_SHARE": "1"}),
         "host30": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], {"STRATA_HYBRID_DEVICE": "0"}),
-        "dev30": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], {}),
-        "dev30zc": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], {"STRATA_GPU_MISS_SHARE": "0.5"}),
+        "dev30": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], DEV),
+        "dev30zc": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], {**DEV, "STRATA_GPU_MISS_SHARE": "0.5"}),
     }
     res = {name: run(args, path, lg(name), extra, env) for name, (extra, env) in runs.items()}
     row = {"experts": experts, "slots30": s30, "runs": {}}

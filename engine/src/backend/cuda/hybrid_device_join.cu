@@ -27,8 +27,9 @@ template <class T> T* mapped_device(T* host) {
 }  // namespace
 
 void HybridMoe::prepare_device_path() {
+    // Opt-in until a GPU round has checked it (tests/gpu/device_join_parity.py, bench/decode.py pc12dev).
     const char* env = std::getenv("STRATA_HYBRID_DEVICE");
-    if (!cache_ || !cpu_thread_.joinable() || (env && std::strcmp(env, "0") == 0)) return;
+    if (!cache_ || !cpu_thread_.joinable() || !(env && std::strcmp(env, "1") == 0)) return;
     const int L_n = (int)layers_.size();
     const int H = (int)layers_[0].gate.ne[0];
     for (const Layer& L : layers_) {   // the decode kernels must take every layer's experts through tables

@@ -119,7 +119,7 @@ public:
                      float* y, const std::function<void()>& gpu_work_before_join = {});
 
     // The device-driven join (hybrid_device.h) for a call of T tokens × k: decode-sized, the dispatcher running,
-    // zero-copy-free or not, and STRATA_HYBRID_DEVICE not 0. Such calls can be captured in graphs.
+    // decode kernels for the experts' types, and STRATA_HYBRID_DEVICE=1. Such calls can be captured in graphs.
     bool device_path(int T, int k) const;
     // Its plan for layer w (stream-ordered): returns the gate, up and down matrix tables (device) that moe_decode
     // reads; the CPU's pairs are null there and reach y through join_device.
@@ -260,7 +260,7 @@ private:
     std::vector<JoinTiming> timings_, free_timings_;
 
     // The device-driven join (hybrid_device.h), set up by prepare_device_path when the dispatcher runs.
-    std::atomic<bool> device_on_{false};        // STRATA_HYBRID_DEVICE=0 turns it off (set once, after the rest)
+    std::atomic<bool> device_on_{false};        // STRATA_HYBRID_DEVICE=1 turns it on (set once, after the rest)
     uint8_t* ring_ = nullptr;                   // mapped ring of kRingSlots jobs (host address; ring_dev_ on the GPU)
     uint8_t* ring_dev_ = nullptr;
     size_t slot_bytes_ = 0;

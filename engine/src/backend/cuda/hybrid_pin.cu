@@ -120,7 +120,7 @@ void HybridMoe::pin_experts() {
                 } else {
                     fill(static_cast<uint8_t*>(p));
                     const auto tr = std::chrono::steady_clock::now();
-                    st = cudaHostRegister(p, bytes, cudaHostRegisterMapped);   // mapped: zero-copy misses
+                    st = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
                     a_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - tr).count();
                     if (st != cudaSuccess) {
                         munmap(p, bytes);
@@ -130,7 +130,7 @@ void HybridMoe::pin_experts() {
             }
 #endif
             if (!register_pieces) {
-                st = cudaHostAlloc(&p, bytes, cudaHostAllocMapped);
+                st = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
                 a_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - ta).count();
                 if (st == cudaSuccess) fill(static_cast<uint8_t*>(p));
             }
@@ -212,7 +212,7 @@ bool HybridMoe::register_mapped() {
     lo &= ~(kPage - 1);
     hi = (hi + kPage - 1) & ~(kPage - 1);
     const cudaError_t st = cudaHostRegister(reinterpret_cast<void*>(lo), hi - lo,
-                                            cudaHostRegisterReadOnly | cudaHostRegisterPortable | cudaHostRegisterMapped);
+                                            cudaHostRegisterReadOnly | cudaHostRegisterPortable);
     if (st != cudaSuccess) {
         cudaGetLastError();
         log_info("experts", fmt("locking the mapped experts in place failed (", cudaGetErrorString(st),
