@@ -18,14 +18,13 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/kernels/moe_gate_up.h"
+#include "experts/pair_places.h"
 
 namespace strata::cuda {
 
 constexpr int kDevicePairs = kMoeDecodeMaxPairs;   // pairs of one device-path call at most
+static_assert(kDevicePairs <= kPlacePairsMax, "place_pairs takes every pair of a call");
 constexpr int kRingSlots = 32;                     // jobs posted and not yet consumed by the dispatcher, at most
-
-// A pair's place: in a cache slot, read by the GPU from pinned host memory, or computed by the CPU.
-enum PairPlace : int32_t { kPairCached = 0, kPairZeroCopy = 1, kPairCpu = 2 };
 
 // The head of a ring slot (mapped host memory, written by the plan kernel; seq written last). x [T, H] follows at
 // kJobHeaderBytes, the CPU's weighted sums out [T, H] at kJobHeaderBytes + kDevicePairs·H·4.
@@ -34,7 +33,7 @@ struct DeviceJob {
     int32_t layer, T, k, n_cpu, pad[3];
     int32_t ids[kDevicePairs];
     float weights[kDevicePairs];
-    int32_t place[kDevicePairs];
+    int32_t place[kDevicePairs];    // PairPlace (experts/pair_places.h)
 };
 constexpr size_t kJobHeaderBytes = 256;
 static_assert(sizeof(DeviceJob) <= kJobHeaderBytes, "DeviceJob fits its header");
@@ -65,7 +64,7 @@ struct PlanArgs {
     size_t arena_stride[3];      // bytes of one slot's matrix
     const uint8_t* host[3];      // zero-copy device addresses of the layer's host tensors (null: no zero-copy)
     size_t host_stride[3];       // bytes of one expert's matrix
-    float zero_copy_share;       // the first round(share · distinct) missed experts (by id) are read zero-copy
+    double zero_copy_share;      // place_pairs' share of the missed experts read zero-copy
     uint8_t* ring;               // mapped ring (device address), kRingSlots slots of slot_bytes
     size_t slot_bytes;
     DeviceJoinWords* words;      // mapped (device address)

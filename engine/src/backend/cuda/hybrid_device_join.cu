@@ -123,7 +123,7 @@ std::array<const uint8_t* const*, 3> HybridMoe::plan_device(const MoeWeights& w,
         a.host[m] = zero_copy_[l][m];
         a.host_stride[m] = bytes[m];
     }
-    a.zero_copy_share = (float)gpu_miss_share_;
+    a.zero_copy_share = gpu_miss_share_;
     a.ring = ring_dev_;
     a.slot_bytes = slot_bytes_;
     a.words = words_dev_;

@@ -41,39 +41,21 @@ __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
         const uint32_t seq = a.state->seq + 1;
         // The ring slot is free once the dispatcher consumed the job kRingSlots before this one.
         wait_word(&wd->consumed, seq, kRingSlots, &wd->timed_out);
-        int slot[kDevicePairs], miss[kDevicePairs];
-        int distinct = 0;
-        for (int p = 0; p < P; ++p) {
-            const int e = a.ids[p];
-            slot[p] = __ldcv(a.slot_map + e);
-            if (slot[p] >= 0) continue;
-            int i = 0;   // insert into the sorted distinct misses
-            while (i < distinct && miss[i] < e) ++i;
-            if (i < distinct && miss[i] == e) continue;
-            for (int j = distinct; j > i; --j) miss[j] = miss[j - 1];
-            miss[i] = e;
-            ++distinct;
-        }
-        const int zc = a.host[0] ? min(distinct, (int)(a.zero_copy_share * distinct + 0.5f)) : 0;
+        int32_t slot[kDevicePairs], place[kDevicePairs];
+        const int32_t* map = a.slot_map;
+        const int n_cpu = place_pairs(a.ids, P, [map](int32_t e) { return __ldcv(map + e); }, a.zero_copy_share,
+                                      a.host[0] != nullptr, slot, place);
         job_base = a.ring + (size_t)(seq % kRingSlots) * a.slot_bytes;
         DeviceJob* job = reinterpret_cast<DeviceJob*>(job_base);
-        int n_cpu = 0;
         for (int p = 0; p < P; ++p) {
             const int e = a.ids[p];
-            int place = kPairCached;
-            if (slot[p] < 0) {
-                int rank = 0;
-                while (miss[rank] != e) ++rank;
-                place = rank < zc ? kPairZeroCopy : kPairCpu;
-            }
             for (int m = 0; m < 3; ++m)
-                a.state->tables[m][p] = place == kPairCached    ? a.arena[m] + (size_t)slot[p] * a.arena_stride[m]
-                                        : place == kPairZeroCopy ? a.host[m] + (size_t)e * a.host_stride[m]
-                                                                 : nullptr;
-            n_cpu += place == kPairCpu;
+                a.state->tables[m][p] = place[p] == kPairCached     ? a.arena[m] + (size_t)slot[p] * a.arena_stride[m]
+                                        : place[p] == kPairZeroCopy ? a.host[m] + (size_t)e * a.host_stride[m]
+                                                                    : nullptr;
             job->ids[p] = e;
             job->weights[p] = a.weights[p];
-            job->place[p] = place;
+            job->place[p] = place[p];
         }
         job->layer = a.layer;
         job->T = a.T;

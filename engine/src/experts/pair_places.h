@@ -1,0 +1,55 @@
+// Where each (token, expert) pair of a decode-sized hybrid MoE call is computed (backend/cuda/hybrid_device.h):
+// in a GPU cache slot, by the GPU reading the expert zero-copy from pinned host memory, or by the CPU pool. Plain
+// C++ that nvcc also compiles for the device, so the plan kernel and the CPU tests run the same rule.
+#pragma once
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define STRATA_HOST_DEVICE __host__ __device__
+#else
+#define STRATA_HOST_DEVICE
+#endif
+
+namespace strata {
+
+enum PairPlace : int32_t { kPairCached = 0, kPairZeroCopy = 1, kPairCpu = 2 };
+constexpr int kPlacePairsMax = 16;   // pairs of one call at most (one decode token's top-k, or a few tokens' of k ≤ 8)
+
+// For P ≤ kPlacePairsMax pairs with expert ids[p]: slot[p] = slot_of(ids[p]) (−1: not cached) and place[p]. A
+// cached pair stays on its slot. Of the D distinct missed experts, the first round(share · D) in ascending id are read
+// zero-copy when zero_copy (the rule of --gpu-miss-share for staged misses: experts/staged_misses.h), the rest go to
+// the CPU; every pair of one expert goes to the same place. Returns the number of CPU pairs.
+template <class SlotOf>
+STRATA_HOST_DEVICE inline int place_pairs(const int32_t* ids, int P, SlotOf slot_of, double share, bool zero_copy,
+                                          int32_t* slot, int32_t* place) {
+    int32_t miss[kPlacePairsMax];   // distinct missed experts, ascending
+    int distinct = 0;
+    for (int p = 0; p < P; ++p) {
+        const int32_t e = ids[p];
+        slot[p] = slot_of(e);
+        if (slot[p] >= 0) continue;
+        int i = 0;
+        while (i < distinct && miss[i] < e) ++i;
+        if (i < distinct && miss[i] == e) continue;
+        for (int j = distinct; j > i; --j) miss[j] = miss[j - 1];
+        miss[i] = e;
+        ++distinct;
+    }
+    int zc = zero_copy ? (int)(share * distinct + 0.5) : 0;
+    if (zc > distinct) zc = distinct;
+    if (zc < 0) zc = 0;
+    int n_cpu = 0;
+    for (int p = 0; p < P; ++p) {
+        if (slot[p] >= 0) {
+            place[p] = kPairCached;
+            continue;
+        }
+        int rank = 0;
+        while (miss[rank] != ids[p]) ++rank;
+        place[p] = rank < zc ? kPairZeroCopy : kPairCpu;
+        n_cpu += place[p] == kPairCpu;
+    }
+    return n_cpu;
+}
+
+}  // namespace strata
