@@ -2,7 +2,7 @@
 // (quantize_act, matmul gate and up by id, swiglu, quantize_act of h, matmul down by id, moe_combine / the gated add)
 // on the decode shape (H 2560, I 640; 16 experts, top-10 of T = 1 and top-8 of T = 2) and a small one, for the
 // expert formats of the published files; twice each and once quantizing x in the kernel (same bits required), and
-// the refusals of moe_decode_supported.
+// the refusals of moe_decode_supported; the routed experts also through matrix tables (MatmulArgs::mats), some null.
 // Also the T = 1 matmuls (split-K for narrow outputs, the kernels for many rows) of every format against T = 2.
 // usage: moe_decode_test [--t1]   (--t1: only the refusals and the T = 1 matmuls, for the T = 1 switches)
 #include <algorithm>
@@ -125,6 +125,42 @@ void check(const Case& c, std::mt19937& rng) {
         else cuda::moe_decode(s, mg, mu, md, act, dx, dw, c.T, c.k, scratch, bytes, dy);
         got[run] = to_host(dy, want.size());
         cudaFree(dy);
+    }
+    if (!c.shared) {
+        // Matrix tables (MatmulArgs::mats, the hybrid device join): with every pair's matrix the same bits as by id;
+        // with every third pair null (the CPU's), the same bits as by id with those pairs' weights 0.
+        for (int with_null = 0; with_null < 2; ++with_null) {
+            std::vector<const uint8_t*> tg(P), tu(P), td(P);
+            std::vector<float> w0 = wts;
+            for (int p = 0; p < P; ++p) {
+                const bool cpu = with_null && p % 3 == 1;
+                tg[p] = cpu ? nullptr : wg + (size_t)ids[p] * mg.mat_stride;
+                tu[p] = cpu ? nullptr : wu + (size_t)ids[p] * mu.mat_stride;
+                td[p] = cpu ? nullptr : wd + (size_t)ids[p] * md.mat_stride;
+                if (cpu) w0[p] = 0.0f;
+            }
+            const uint8_t** dt[3] = {to_device(tg), to_device(tu), to_device(td)};
+            cuda::MatmulArgs tmg = mg, tmu = mu, tmd = md;
+            for (cuda::MatmulArgs* m : {&tmg, &tmu, &tmd}) {
+                m->ids = nullptr;
+                m->w = nullptr;
+            }
+            tmg.mats = dt[0];
+            tmu.mats = dt[1];
+            tmd.mats = dt[2];
+            float* dw0 = to_device(w0);
+            float* dref = to_device(std::vector<float>((size_t)c.T * c.H, NAN));
+            float* dtab = to_device(std::vector<float>((size_t)c.T * c.H, NAN));
+            const bool ok = cuda::moe_decode_supported(tmg, tmu, tmd, P);
+            if (ok) {
+                cuda::moe_decode(s, mg, mu, md, ax, dx, dw0, c.T, c.k, scratch, bytes, dref);
+                cuda::moe_decode(s, tmg, tmu, tmd, ax, dx, dw0, c.T, c.k, scratch, bytes, dtab);
+            }
+            const std::vector<float> ref = to_host(dref, want.size()), tab = to_host(dtab, want.size());
+            report(name + (with_null ? " tables, 1/3 null" : " tables"), ok ? rel_err(tab, ref) : INFINITY, 0,
+                   std::memcmp(ref.data(), tab.data(), want.size() * 4) == 0);
+            for (void* p : {(void*)dt[0], (void*)dt[1], (void*)dt[2], (void*)dw0, (void*)dref, (void*)dtab}) cudaFree(p);
+        }
     }
     CUDA_CHECK(cudaDeviceSynchronize());
     // The gate/up sums run in another order, so h can land one Q8 step apart; with a 4-bit down matrix one such step

@@ -6,7 +6,8 @@
 #   gdn        tests/gpu/gdn_fused.sh         attn     tests/gpu/attention_long.sh
 #   cpupool    bench/cpu_pool/run.sh          hybrid   tests/gpu/hybrid_speed.sh + hybrid_checks.sh
 #   graphs     tests/gpu/graphs_check.sh      decode   bench/decode/run_h200.sh (budget: the step's limit - 30 s)
-#   devjoin    tests/gpu/device_join_parity.py (the device-driven hybrid join on the tiny models)
+#   devjoin    moe_decode_test (matrix tables) + tests/gpu/device_join_parity.py (the device-driven hybrid join,
+#              tiny models; TARGETS must include moe_decode_test)
 #   t1         bench/cuda_kernels/t1_ops.sh   t1dec    tests/gpu/t1_ops_decode.sh
 #   matmul     tests/gpu/matmul_t1.sh         pool     tests/gpu/cpu_pool.sh (the pool + one hybrid decode)
 # usage: [TARGETS="strata cuda_ops_test ..."] tests/gpu/round.sh NAME STEP[:SECONDS] ...   (TARGETS: build only those)
@@ -46,7 +47,7 @@ for spec in "$@"; do
     matmul)  cmd=(env OUT=$dir bash tests/gpu/matmul_t1.sh build-gpu "$MODEL") ;;
     pool)    cmd=(env OUT=$dir bash tests/gpu/cpu_pool.sh build-gpu "$MODEL") ;;
     graphs)  cmd=(env OUT=$dir SKIP_OPS=1 bash tests/gpu/graphs_check.sh build-gpu) ;;
-    devjoin) cmd=(python3 tests/gpu/device_join_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/device_join.json) ;;
+    devjoin) cmd=(bash -c "build-gpu/engine/moe_decode_test | grep -E 'tables|FAIL|failed'; python3 tests/gpu/device_join_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/device_join.json") ;;
     decode)  cmd=(env OUT=$dir SYN_MODEL=$MODEL BUDGET_S=$(( limit - 30 )) bash bench/decode/run_h200.sh build-gpu ${DECODE_ARGS:-}) ;;
     *) echo "round: unknown step $step"; continue ;;
   esac
