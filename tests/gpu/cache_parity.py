@@ -10,7 +10,6 @@ usage: cache_parity.py --strata BIN --models DIR --out results.json [--tokens 64
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -22,7 +21,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from parity import PROMPT, compare  # noqa: E402
+from parity import PROMPT, compare, manifest_of, model_args  # noqa: E402
 
 SUMMARY = re.compile(r"expert cache: (\d+) slots of (\d+) experts; hits (\d+) of (\d+) look-ups \([\d.]+%\); moves (\d+) "
                      r"done, (\d+) in flight; CPU (\d+) expert pairs in (\d+) ms on (\d+) workers")
@@ -109,17 +108,10 @@ def profile_round_trip(args, path: str, tmp: str, experts: int) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--strata", required=True)
-    ap.add_argument("--models", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--tol", type=float, default=1e-3)
+    ap = model_args(__doc__)
     ap.add_argument("--cpu-workers", type=int, default=4)
     args = ap.parse_args(argv)
-
-    with open(os.path.join(args.models, "manifest.json")) as f:
-        manifest = json.load(f)
+    manifest = manifest_of(args.models)
     tmp = tempfile.mkdtemp(prefix="cache-parity-")
     results = []
     for config, files in manifest.items():

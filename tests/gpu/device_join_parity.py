@@ -16,7 +16,6 @@ usage: device_join_parity.py --strata BIN --models DIR --out results.json [--tok
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -27,7 +26,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from parity import PROMPT, compare  # noqa: E402
+from parity import PROMPT, compare, manifest_of, model_args  # noqa: E402
 
 DEV = {"STRATA_HYBRID_DEVICE": "1"}   # the device join is opt-in until this script has passed on a GPU
 CACHE = re.compile(r"expert cache: (\d+) slots of (\d+) experts; hits (\d+) of (\d+) look-ups")
@@ -95,15 +94,8 @@ def check_model(args, path: str, tmp: str) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--strata", required=True)
-    ap.add_argument("--models", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--tol", type=float, default=1e-3)
-    args = ap.parse_args(argv)
-    with open(os.path.join(args.models, "manifest.json")) as f:
-        manifest = json.load(f)
+    args = model_args(__doc__).parse_args(argv)
+    manifest = manifest_of(args.models)
     tmp = tempfile.mkdtemp(prefix="device-join-")
     results, gated = [], 0
     for config, files in manifest.items():

@@ -59,17 +59,25 @@ def compare(cpu: dict, gpu: dict, cpu_logits: np.ndarray, gpu_logits: np.ndarray
             "max_rel_logit_diff": max_rel, "rel_per_step": [float(f"{r:.3g}") for r in rels], "ok": ok}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def model_args(doc: str) -> argparse.ArgumentParser:
+    """The arguments every parity script of this folder takes: the binary, the models folder, the output, N, tol."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--strata", required=True)
     ap.add_argument("--models", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--tol", type=float, default=1e-3)
-    args = ap.parse_args(argv)
+    return ap
 
-    with open(os.path.join(args.models, "manifest.json")) as f:
-        manifest = json.load(f)
+
+def manifest_of(models: str) -> dict:
+    with open(os.path.join(models, "manifest.json")) as f:
+        return json.load(f)
+
+
+def main(argv=None) -> int:
+    args = model_args(__doc__).parse_args(argv)
+    manifest = manifest_of(args.models)
     results = []
     tmp = tempfile.mkdtemp(prefix="parity-")
     for config, files in manifest.items():
