@@ -181,8 +181,10 @@ bool HybridMoe::run_device_job() {
         ++passes_;
         ++counters_.passes;
         if (job.n_cpu > 0) {
-            std::vector<ExpertPair> pairs;
-            std::vector<int> pair_of;
+            std::vector<ExpertPair>& pairs = dev_pairs_;
+            std::vector<int>& pair_of = dev_pair_of_;
+            pairs.clear();
+            pair_of.clear();
             for (int p = 0; p < P; ++p)
                 if (job.place[p] == kPairCpu) {
                     pairs.push_back(ExpertPair{p / k, job.ids[p]});
