@@ -1,0 +1,69 @@
+// CudaBackend's attention ops: KV row writes (scatter_rows), pooled indexer keys, attention over dense or listed
+// cells, indexer scores and cell selection.
+#include "backend/cuda/cuda_backend_impl.h"
+
+namespace strata {
+
+void CudaBackend::scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) {
+    Impl::OpScope prof_op(*impl_, "scatter_rows");
+    cuda::scatter_rows(impl_->stream, dst, src, T, width, pos);
+    impl_->done("scatter_rows");
+}
+
+void CudaBackend::pool_key_blocks(const float* kraw, float* kblock, const int32_t* pos, int T, int cr, int di,
+                                  const Weight& norm, float eps, int n_rot, float theta) {
+    Impl::OpScope prof_op(*impl_, "pool_key_blocks");
+    const int norm_len = (int)(norm.ne[0] * norm.n_rows());
+    cuda::pool_key_blocks(impl_->stream, kraw, kblock, pos, T, cr, di, impl_->dev_f32(norm), norm_len, eps, n_rot,
+                          theta);
+    impl_->done("pool_key_blocks");
+}
+
+void CudaBackend::attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
+                            const std::vector<std::vector<int32_t>>& keep, float* o) {
+    Impl::OpScope prof_op(*impl_, "attention");
+    STRATA_CHECK((int)keep.size() >= T, "cuda attention: ", keep.size(), " keep-lists for ", T, " queries");
+    // The dense causal pattern (query t sees 0 … n0 + t − 1) needs no upload.
+    const int n0 = T ? (int)keep[0].size() : 0;
+    bool dense = true;
+    for (int t = 0; t < T && dense; ++t) {
+        dense = (int)keep[t].size() == n0 + t;
+        for (int c = 0; dense && c < (int)keep[t].size(); ++c) dense = keep[t][c] == c;
+    }
+    if (dense) {
+        cuda::attention(impl_->stream, q, K, V, T, nh, nkv, hd, nullptr, nullptr, n0, o);
+    } else {
+        std::vector<int32_t> flat(T + 1);
+        for (int t = 0; t < T; ++t) flat[t + 1] = flat[t] + (int32_t)keep[t].size();
+        for (int t = 0; t < T; ++t) flat.insert(flat.end(), keep[t].begin(), keep[t].end());
+        Impl::Buf d_flat(*impl_, flat.size() * sizeof(int32_t));
+        impl_->upload(d_flat.p, flat.data(), flat.size() * sizeof(int32_t));
+        const int32_t* off = d_flat.as<int32_t>();
+        cuda::attention(impl_->stream, q, K, V, T, nh, nkv, hd, off, off + T + 1, 0, o);
+    }
+    impl_->done("attention");
+}
+
+void CudaBackend::indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) {
+    Impl::OpScope prof_op(*impl_, "indexer_scores");
+    cuda::indexer_scores(impl_->stream, q, kb, nb, ni, di, scale, s);
+    impl_->done("indexer_scores");
+}
+
+void CudaBackend::select_cells(const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
+                               int32_t* cells) {
+    Impl::OpScope prof_op(*impl_, "select_cells");
+    STRATA_CHECK((P + T) / cr <= stride, "cuda select_cells: score rows of ", stride, " for ", (P + T) / cr, " blocks");
+    Impl::Buf scratch(*impl_, cuda::select_cells_scratch_bytes(T, stride));
+    cuda::select_cells(impl_->stream, scores, stride, T, P, cr, kb, off, cells, scratch.p);
+    impl_->done("select_cells");
+}
+
+void CudaBackend::attention_cells(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
+                                  const int32_t* off, const int32_t* cells, int max_cells, float* o) {
+    Impl::OpScope prof_op(*impl_, "attention_cells");
+    cuda::attention(impl_->stream, q, K, V, T, nh, nkv, hd, off, cells, 0, o, -1, -1, max_cells);
+    impl_->done("attention_cells");
+}
+
+}  // namespace strata
