@@ -261,7 +261,9 @@ function repaintStreaming() {
 // ---- sending and streaming ----
 
 function apiMessages(chat) {
-  return chat.messages.filter(m => !m.pending).map(m => {
+  // A turn the server refused (a 4xx/5xx before any answer: a broken picture, a too-long prompt) stays on screen
+  // but is not sent again, or every later message would be refused the same way.
+  return chat.messages.filter(m => !m.pending && !m.rejected).map(m => {
     if (m.role === "user") {
       if (!m.images?.length) return { role: "user", content: m.content };
       return { role: "user", content: [{ type: "text", text: m.content },
@@ -289,7 +291,8 @@ async function send() {
   const text = $("prompt").value.trim();
   if (!text && !state.pendingImages.length) return;
   const chat = currentChat() || newChat();
-  chat.messages.push({ role: "user", content: text, images: state.pendingImages });
+  const question = { role: "user", content: text, images: state.pendingImages };
+  chat.messages.push(question);
   if (chat.title === "New chat") chat.title = (text || "Picture").slice(0, 48);
   state.pendingImages = [];
   $("prompt").value = "";
@@ -305,6 +308,10 @@ async function send() {
   } catch (e) {
     if (e.name === "AbortError") message.stopped = true;
     else message.error = `Error: ${e.message}`;
+    if (e.rejected) {
+      question.rejected = message.rejected = true;
+      message.error += " (not sent: this message is left out of the conversation)";
+    }
   } finally {
     message.pending = false;
     message.thinkingOpen = false;
@@ -328,7 +335,9 @@ async function streamAnswer(body, message, signal) {
     let detail = `${response.status} ${response.statusText}`;
     try { detail = (await response.json()).error?.message || detail; } catch (e) { /* not JSON */ }
     if (response.status === 401) detail += " (set the API key in Settings)";
-    throw new Error(detail);
+    const refused = new Error(detail);
+    refused.rejected = true;
+    throw refused;
   }
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
