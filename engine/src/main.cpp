@@ -24,6 +24,7 @@ static const char* kUsage =
     "  --vram-reserve-mib N  VRAM left free   --gpu-experts-max N  cap on slots   --cpu-workers N  CPU miss workers\n"
     "  --routing-profile F   fill the cache from recorded routing   --routing-profile-out F  record routing\n"
     "  --expert-adapt N      passes between cache moves (0 = frozen)\n"
+    "  --gpu-miss-share F    share (0..1) of each decode step's missed experts the GPU reads over PCIe itself\n"
     "CPU threads are pinned one per physical core (default: all cores but one); --no-pin leaves them to the OS.\n"
     "Environment: STRATA_PROFILE=1 / STRATA_CUDA_PROFILE=1 print per-op times (CPU / GPU) at exit; STRATA_ISA=\n"
     "  scalar|avx2|avx512 limits the CPU kernels. Every switch (CUDA kernel A/B, expert pinning, the hybrid share):\n"

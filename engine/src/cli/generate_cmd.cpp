@@ -17,7 +17,8 @@ namespace strata {
 std::unique_ptr<Backend> (*cuda_backend_factory)(const GpuOptions& opt) = nullptr;
 
 const std::vector<std::string> kGpuFlags = {"--expert-cache", "--vram-reserve-mib", "--gpu-experts-max", "--cpu-workers",
-                                            "--routing-profile", "--routing-profile-out", "--expert-adapt"};
+                                            "--routing-profile", "--routing-profile-out", "--expert-adapt",
+                                            "--gpu-miss-share"};
 
 std::unique_ptr<Backend> make_backend(const Options& o) {
     const std::string name = o.str("--backend", "cpu");
@@ -42,8 +43,10 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
         g.routing_profile = o.str("--routing-profile");
         g.routing_profile_out = o.str("--routing-profile-out");
         g.adapt.every_passes = (int)o.integer("--expert-adapt", g.adapt.every_passes, 0, 1 << 20);
+        g.gpu_miss_share = o.real("--gpu-miss-share", g.gpu_miss_share, 0, 1);
         if (g.expert_cache.empty())
-            for (const char* f : {"--vram-reserve-mib", "--gpu-experts-max", "--cpu-workers", "--routing-profile", "--expert-adapt"})
+            for (const char* f : {"--vram-reserve-mib", "--gpu-experts-max", "--cpu-workers", "--routing-profile",
+                                  "--expert-adapt", "--gpu-miss-share"})
                 if (o.has(f)) fail(f, " needs --expert-cache (without it every expert is uploaded)");
         return cuda_backend_factory(g);
     }

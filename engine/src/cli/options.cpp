@@ -45,6 +45,17 @@ long long Options::integer(const std::string& flag, long long fallback, long lon
     return v;
 }
 
+double Options::real(const std::string& flag, double fallback, double min, double max) const {
+    auto it = values_.find(flag);
+    if (it == values_.end()) return fallback;
+    size_t used = 0;
+    double v = 0;
+    try { v = std::stod(it->second, &used); } catch (...) { used = 0; }
+    if (used != it->second.size() || !(v == v)) fail("option ", flag, " needs a number, got '", it->second, "'");
+    if (v < min || v > max) fail("option ", flag, " must be between ", min, " and ", max, ", got ", it->second);
+    return v;
+}
+
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& what) {
     std::vector<int32_t> ids;
     std::string cur;

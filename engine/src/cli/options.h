@@ -17,6 +17,7 @@ public:
     std::string str(const std::string& flag, const std::string& fallback = "") const;
     std::string required(const std::string& flag) const;
     long long integer(const std::string& flag, long long fallback, long long min, long long max) const;
+    double real(const std::string& flag, double fallback, double min, double max) const;
     const std::vector<std::string>& positional() const { return positional_; }
 
 private:
@@ -29,7 +30,7 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& w
 // The backend named by --backend (cpu, the default, or cuda) with --threads for the CPU one. cuda works only in an
 // executable built with the CUDA backend, whose main() sets cuda_backend_factory. The expert-cache flags
 // (kGpuFlags: --expert-cache, --vram-reserve-mib, --gpu-experts-max, --cpu-workers, --routing-profile,
-// --routing-profile-out, --expert-adapt) need --backend cuda.
+// --routing-profile-out, --expert-adapt, --gpu-miss-share) need --backend cuda.
 class Backend;
 struct GpuOptions;
 extern std::unique_ptr<Backend> (*cuda_backend_factory)(const GpuOptions& opt);
