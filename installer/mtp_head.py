@@ -129,10 +129,16 @@ def main(argv=None) -> int:
     ap.add_argument("--outtype", default=mtp_extract.DEFAULT_OUTTYPE, choices=mtp_extract.OUTTYPES)
     ap.add_argument("--model", type=Path, help="the main model GGUF (first shard), to check the head fits it")
     args = ap.parse_args(argv)
+    return run_fetch_command(lambda: make_mtp_head(MtpSource(args.repo, args.revision), args.out.resolve(),
+                                                   args.outtype, args.model), "The MTP head")
+
+
+def run_fetch_command(make, what: str) -> int:
+    """The exit status of a by-hand fetch (make()): 0; 1 after a Hub or download error, said; 130 when stopped."""
     try:
-        make_mtp_head(MtpSource(args.repo, args.revision), args.out.resolve(), args.outtype, args.model)
+        make()
     except (HubError, DownloadError) as e:
-        print(f"\nThe MTP head was not made: {e}", flush=True)
+        print(f"\n{what} was not made: {e}", flush=True)
         return 1
     except KeyboardInterrupt:
         print("\nStopped. The fetch continues where it left off when run again.", flush=True)

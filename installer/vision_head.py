@@ -12,10 +12,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from installer.download import DownloadError
-from installer.hub_api import HubError, hub_endpoint, hub_session, resolve_commit, resolve_url
+from installer.hub_api import hub_endpoint, hub_session, resolve_commit, resolve_url
 from installer.mtp_fetch import MtpFetchError, TensorFilter, fetch_tensors, get_small, mtp_extract
-from installer.mtp_head import MtpSource
+from installer.mtp_head import MtpSource, run_fetch_command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "vision"))
 import convert_vision  # noqa: E402  (vision/: the config readers, the tensor plan and the GGUF writer)
@@ -182,15 +181,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="the vision GGUF to write")
     ap.add_argument("--outtype", default=DEFAULT_OUTTYPE, choices=OUTTYPES)
     args = ap.parse_args(argv)
-    try:
-        make_vision_model(VisionSource(args.repo, args.revision), args.out.resolve(), args.outtype)
-    except (HubError, DownloadError) as e:
-        print(f"\nThe vision model was not made: {e}", flush=True)
-        return 1
-    except KeyboardInterrupt:
-        print("\nStopped. The fetch continues where it left off when run again.", flush=True)
-        return 130
-    return 0
+    return run_fetch_command(lambda: make_vision_model(VisionSource(args.repo, args.revision), args.out.resolve(),
+                                                       args.outtype), "The vision model")
 
 
 if __name__ == "__main__":
