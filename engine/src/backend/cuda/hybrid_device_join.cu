@@ -159,8 +159,10 @@ void HybridMoe::between_passes() {
     if (!device_on_) return;
     armed_until_ns_.store(now_ns() + kArmNs, std::memory_order_relaxed);
     cv_.notify_all();
+    // No plan kernel of an earlier pass may still run (normally the caller has read that pass's results already, so
+    // this returns at once): then every job is posted, the drain takes them all, and the slot map may change.
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
     drain_device_jobs();
-    // The slot map may change now: no plan kernel of an earlier pass is left (the caller read that pass's results).
     land_moves();
     for (int l = 0; l < (int)layers_.size(); ++l) start_moves(l);
 }
