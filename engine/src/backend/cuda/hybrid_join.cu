@@ -104,6 +104,7 @@ void HybridMoe::harvest_join_timings(bool wait) {
 
 HybridCounters HybridMoe::counters() {
     if (cpu_thread_.joinable()) wait_cpu_idle();
+    if (device_on_) CUDA_CHECK(cudaStreamSynchronize(stream_));   // every device job posted, then all taken
     drain_device_jobs();
     harvest_join_timings(true);
     harvest_copy_timings(true);
