@@ -75,6 +75,7 @@ HybridMoe::HybridMoe(const GpuOptions& opt, cudaStream_t stream, DevicePool& poo
 }
 
 HybridMoe::~HybridMoe() {
+    if (device_on_) cudaStreamSynchronize(stream_);   // device jobs still in flight need the dispatcher: before it quits
     if (cpu_thread_.joinable()) {
         {
             std::lock_guard<std::mutex> lk(mu_);
