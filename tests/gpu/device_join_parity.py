@@ -10,6 +10,8 @@ default quantized activations (the join only exists there). For every model of a
   host30      ~30% cached, moves every 2 passes, the CPU computing the misses, host join (STRATA_HYBRID_DEVICE=0)
   dev30       the same with the device join: tokens identical to host30, logits within --tol of it
   dev30zc     the same with half the misses zero-copy (STRATA_GPU_MISS_SHARE=0.5): likewise
+  host30mtp / dev30mtp  host30 and dev30 with the model's MTP head (mtp.json of prepare_models.py) at --spec 3: verify
+              windows of 4 tokens through both joins; dev30mtp against host30mtp as above
 Models whose experts the decode kernels do not take (F32 experts) fall back to the host join and are only recorded.
 
 usage: device_join_parity.py --strata BIN --models DIR --out results.json [--tokens 64] [--tol 1e-3]
@@ -33,8 +35,10 @@ CACHE = re.compile(r"expert cache: (\d+) slots of (\d+) experts; hits (\d+) of (
 
 
 def run(args, model: str, logits: str, extra: list[str], env: dict) -> dict:
+    speculative = "--mtp" in extra   # no single-step logits then: tokens only
     cmd = [args.strata, "generate", "--model", model, "--backend", "cuda", "--prompt-ids", ",".join(map(str, PROMPT)),
-           "-n", str(args.tokens), "--ignore-eos", "--logits-out", logits, "--cpu-workers", "4"] + extra
+           "-n", str(args.tokens), "--ignore-eos", "--cpu-workers", "4"] + ([] if speculative else
+                                                                           ["--logits-out", logits]) + extra
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, **env})
     out = {"ok": p.returncode == 0, "args": extra, "env": env,
            "device_join": "decode MoE joins on the device" in p.stderr}
@@ -45,8 +49,9 @@ def run(args, model: str, logits: str, extra: list[str], env: dict) -> dict:
     m = CACHE.search(p.stderr)
     if m:
         out["cache"] = dict(zip(["slots", "experts", "hits", "lookups"], map(int, m.groups())))
-    a = np.fromfile(logits, dtype=np.float32)
-    out["logits"] = a.reshape(len(out["tokens"]), a.size // len(out["tokens"]))
+    if not speculative:
+        a = np.fromfile(logits, dtype=np.float32)
+        out["logits"] = a.reshape(len(out["tokens"]), a.size // len(out["tokens"]))
     return out
 
 
@@ -65,6 +70,11 @@ def check_model(args, path: str, tmp: str) -> dict:
         "dev30": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], DEV),
         "dev30zc": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], {**DEV, "STRATA_GPU_MISS_SHARE": "0.5"}),
     }
+    head = args.mtp_heads.get(os.path.basename(path))
+    if head:   # speculative verify windows (T = 4 at --spec 3) through both joins
+        mtp = ["--mtp", os.path.join(args.models, head), "--spec", "3"]
+        runs["host30mtp"] = (runs["host30"][0] + mtp, runs["host30"][1])
+        runs["dev30mtp"] = (runs["dev30"][0] + mtp, DEV)
     res = {name: run(args, path, lg(name), extra, env) for name, (extra, env) in runs.items()}
     row = {"experts": experts, "slots30": s30, "runs": {}}
     device = all(res[n].get("device_join") for n in ("cache100", "zc0", "dev30", "dev30zc"))
@@ -75,15 +85,20 @@ def check_model(args, path: str, tmp: str) -> dict:
             row["runs"][name] = {"ok": False, "error": r["error"]}
             ok = False
             continue
-        base = ref if name in ("cache100", "zc0") else res["host30"] if name != "host30" else None
+        base = (ref if name in ("cache100", "zc0") else res["host30mtp"] if name == "dev30mtp"
+                else None if name in ("host30", "host30mtp") else res["host30"])
         entry = {"cache": r.get("cache"), "device_join": r["device_join"]}
-        if base is not None and base.get("ok"):
+        if base is not None and base.get("ok") and "logits" not in r:   # speculative: the same tokens
+            same = r["tokens"] == base["tokens"]
+            entry.update(tokens_identical=same, against="host30mtp")
+            entry["ok"] = same if device else True
+        elif base is not None and base.get("ok"):
             c = compare(base, r, base["logits"], r["logits"], args.tol)
             bit = bool(c["tokens_identical"] and r["logits"].shape == base["logits"].shape and
                        np.array_equal(r["logits"], base["logits"]))
             entry.update(tokens_identical=c["tokens_identical"], first_token_diff=c["first_token_diff"],
                          max_rel_logit_diff=c["max_rel_logit_diff"], bit_identical=bit, against=
-                         "gpu" if base is ref else "host30")
+                         "gpu" if base is ref else "host30mtp" if name == "dev30mtp" else "host30")
             entry["ok"] = c["ok"] if device else True
         else:
             entry["ok"] = True
@@ -96,6 +111,8 @@ def check_model(args, path: str, tmp: str) -> dict:
 def main(argv=None) -> int:
     args = model_args(__doc__).parse_args(argv)
     manifest = manifest_of(args.models)
+    heads = os.path.join(args.models, "mtp.json")
+    args.mtp_heads = json.load(open(heads)) if os.path.exists(heads) else {}
     tmp = tempfile.mkdtemp(prefix="device-join-")
     results, gated = [], 0
     for config, files in manifest.items():

@@ -28,6 +28,9 @@ SETS = {
     "d": {"tiny": ["f32", "q2_0", "iq2_xs"], "tiny8": ["q2_0"], "wide256": ["iq2_xs"]},
 }
 DEMO = os.path.join(REPO, "installer", "demo", "strata-demo.gguf")   # trained, f16; tracked in the repo
+# MTP heads copied beside these (config, outtype) files, listed in mtp.json {model file: head file}: speculative
+# verify windows on the GPU (tests/gpu/device_join_parity.py).
+MTP_FOR = {("tiny", "q2_0"), ("tiny8", "q2_0")}
 
 
 def main(argv=None) -> int:
@@ -39,7 +42,7 @@ def main(argv=None) -> int:
 
     shutil.rmtree(args.out, ignore_errors=True)
     os.makedirs(args.out)
-    manifest, total = {}, 0
+    manifest, heads, total = {}, {}, 0
     for config, types in SETS[args.set].items():
         built = make_tiny.build(config)
         manifest[config] = {}
@@ -48,6 +51,13 @@ def main(argv=None) -> int:
             shutil.copyfile(built["gguf"][t], os.path.join(args.out, fn))
             manifest[config][t] = fn
             total += os.path.getsize(os.path.join(args.out, fn))
+            head = built.get("mtp_ggufs", {}).get(t) or built.get("mtp_ggufs", {}).get("q8_0")   # heads: f32, q8_0
+            if (config, t) in MTP_FOR and head:
+                heads[fn] = f"{config}-{t}-mtp.gguf"
+                shutil.copyfile(head, os.path.join(args.out, heads[fn]))
+                total += os.path.getsize(os.path.join(args.out, heads[fn]))
+    with open(os.path.join(args.out, "mtp.json"), "w") as f:
+        json.dump(heads, f, indent=1)
     if os.path.exists(DEMO):
         manifest["demo"] = {"f16": os.path.relpath(DEMO, args.out)}
     with open(os.path.join(args.out, "manifest.json"), "w") as f:

@@ -13,21 +13,19 @@
 namespace strata {
 
 enum PairPlace : int32_t { kPairCached = 0, kPairZeroCopy = 1, kPairCpu = 2 };
-constexpr int kPlacePairsMax = 16;   // pairs of one call at most (one decode token's top-k, or a few tokens' of k ≤ 8)
+constexpr int kPlacePairsMax = 64;   // pairs of one call at most (a verify window of up to 6 tokens × top-10)
 
-// For P ≤ kPlacePairsMax pairs with expert ids[p]: slot[p] = slot_of(ids[p]) (−1: not cached) and place[p]. A
-// cached pair stays on its slot. Of the D distinct missed experts, the first round(share · D) in ascending id are read
+// For P ≤ kPlacePairsMax pairs with expert ids[p] held in cache slot slot[p] (−1: not cached): place[p]. A cached
+// pair stays on its slot. Of the D distinct missed experts, the first round(share · D) in ascending id are read
 // zero-copy when zero_copy (the rule of --gpu-miss-share for staged misses: experts/staged_misses.h), the rest go to
 // the CPU; every pair of one expert goes to the same place. Returns the number of CPU pairs.
-template <class SlotOf>
-STRATA_HOST_DEVICE inline int place_pairs(const int32_t* ids, int P, SlotOf slot_of, double share, bool zero_copy,
-                                          int32_t* slot, int32_t* place) {
+STRATA_HOST_DEVICE inline int place_pairs(const int32_t* ids, const int32_t* slot, int P, double share, bool zero_copy,
+                                          int32_t* place) {
     int32_t miss[kPlacePairsMax];   // distinct missed experts, ascending
     int distinct = 0;
     for (int p = 0; p < P; ++p) {
-        const int32_t e = ids[p];
-        slot[p] = slot_of(e);
         if (slot[p] >= 0) continue;
+        const int32_t e = ids[p];
         int i = 0;
         while (i < distinct && miss[i] < e) ++i;
         if (i < distinct && miss[i] == e) continue;

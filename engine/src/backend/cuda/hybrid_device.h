@@ -1,7 +1,7 @@
-// The device-driven join of the hybrid MoE path for decode-sized calls (T·k ≤ kMoeDecodeMaxPairs): every step of a
+// The device-driven join of the hybrid MoE path for decode and verify calls (T ≤ 8, T·k ≤ 64): every step of a
 // layer is stream-ordered work without the host, so a decode pass with an expert cache replays as one CUDA graph.
 //
-//   plan (1 block)  reads the routing and the layer's slot map (mapped host memory the host changes only between
+//   plan (1 block)  reads the routing and the layer's slot map (a device copy of the host's, renewed only between
 //                   passes), picks for every (token, expert) pair: a cached slot, a zero-copy read of the expert from
 //                   pinned host memory, or the CPU; writes the GPU's matrix tables and posts the job (routing, the
 //                   choice, x when the CPU has pairs) into a ring of mapped slots, its seq last.
@@ -22,12 +22,13 @@
 
 namespace strata::cuda {
 
-constexpr int kDevicePairs = kMoeDecodeMaxPairs;   // pairs of one device-path call at most
+constexpr int kDevicePairs = kMoeDecodeMaxTablePairs;   // pairs of one device-path call at most
+constexpr int kDeviceTokens = 8;                        // tokens of one call at most (kGraphMaxTokens)
 static_assert(kDevicePairs <= kPlacePairsMax, "place_pairs takes every pair of a call");
-constexpr int kRingSlots = 32;                     // jobs posted and not yet consumed by the dispatcher, at most
+constexpr int kRingSlots = 32;                          // jobs posted and not yet consumed by the dispatcher, at most
 
 // The head of a ring slot (mapped host memory, written by the plan kernel; seq written last). x [T, H] follows at
-// kJobHeaderBytes, the CPU's weighted sums out [T, H] at kJobHeaderBytes + kDevicePairs·H·4.
+// kJobHeaderBytes, the CPU's weighted sums out [T, H] at kJobHeaderBytes + kDeviceTokens·H·4.
 struct DeviceJob {
     uint32_t seq;
     int32_t layer, T, k, n_cpu, pad[3];
@@ -35,7 +36,7 @@ struct DeviceJob {
     float weights[kDevicePairs];
     int32_t place[kDevicePairs];    // PairPlace (experts/pair_places.h)
 };
-constexpr size_t kJobHeaderBytes = 256;
+constexpr size_t kJobHeaderBytes = 1024;
 static_assert(sizeof(DeviceJob) <= kJobHeaderBytes, "DeviceJob fits its header");
 
 // Words the host and the GPU share (one mapped page).
@@ -59,7 +60,7 @@ struct PlanArgs {
     const float* weights;        // device [P]
     const float* x;              // device [T, H]
     int T, k, H, layer;
-    const int32_t* slot_map;     // mapped [E]: this layer's expert → slot or −1
+    const int32_t* slot_map;     // device [E]: this layer's expert → slot or −1 (a copy of the host's, made between passes)
     const uint8_t* arena[3];     // slot arenas of gate, up, down (may be null with no slots)
     size_t arena_stride[3];      // bytes of one slot's matrix
     const uint8_t* host[3];      // zero-copy device addresses of the layer's host tensors (null: no zero-copy)
@@ -77,9 +78,9 @@ void hybrid_join(cudaStream_t s, DeviceJoinState* state, uint8_t* ring, size_t s
                  int T, int H, float* y);
 
 __host__ __device__ inline size_t job_slot_bytes(int H) {
-    return (kJobHeaderBytes + (size_t)2 * kDevicePairs * H * sizeof(float) + 255) / 256 * 256;
+    return (kJobHeaderBytes + (size_t)2 * kDeviceTokens * H * sizeof(float) + 255) / 256 * 256;
 }
 __host__ __device__ inline float* job_x(uint8_t* slot) { return reinterpret_cast<float*>(slot + kJobHeaderBytes); }
-__host__ __device__ inline float* job_out(uint8_t* slot, int H) { return job_x(slot) + (size_t)kDevicePairs * H; }
+__host__ __device__ inline float* job_out(uint8_t* slot, int H) { return job_x(slot) + (size_t)kDeviceTokens * H; }
 
 }  // namespace strata::cuda

@@ -60,11 +60,13 @@ void HybridMoe::prepare_device_path() {
     std::memset(p, 0, 4096);
     words_ = static_cast<DeviceJoinWords*>(p);
     words_dev_ = mapped_device(words_);
-    CUDA_CHECK(cudaHostAlloc(&p, (size_t)L_n * n_experts_ * sizeof(int32_t), cudaHostAllocMapped));
+    const size_t map_bytes = (size_t)L_n * n_experts_ * sizeof(int32_t);
+    CUDA_CHECK(cudaHostAlloc(&p, map_bytes, cudaHostAllocDefault));
     slot_map_ = static_cast<int32_t*>(p);
-    slot_map_dev_ = mapped_device(slot_map_);
+    CUDA_CHECK(cudaMalloc(&slot_map_gpu_, map_bytes));
     for (int l = 0; l < L_n; ++l)
         for (int e = 0; e < n_experts_; ++e) mirror_slot(l, e);
+    upload_slot_map();
     CUDA_CHECK(cudaMalloc(&state_, sizeof(DeviceJoinState)));
     CUDA_CHECK(cudaMemset(state_, 0, sizeof(DeviceJoinState)));
     // Zero-copy reads of missed experts need the pinned host tensors mapped into the device's address space.
@@ -94,11 +96,22 @@ void HybridMoe::prepare_device_path() {
 }
 
 void HybridMoe::mirror_slot(int layer, int expert) {
-    if (slot_map_) slot_map_[(size_t)layer * n_experts_ + expert] = cache_->slot_of(layer, expert);
+    if (!slot_map_) return;
+    slot_map_[(size_t)layer * n_experts_ + expert] = cache_->slot_of(layer, expert);
+    slot_map_dirty_ = true;
+}
+
+// Stream-ordered before the plan kernels issued after it. A copy that runs late may read entries the host changed
+// after issuing it: only later states (an eviction, or a landed move whose data is in its slot), both safe to see.
+void HybridMoe::upload_slot_map() {
+    if (!slot_map_dirty_) return;
+    CUDA_CHECK(cudaMemcpyAsync(slot_map_gpu_, slot_map_, (size_t)layers_.size() * n_experts_ * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, stream_));
+    slot_map_dirty_ = false;
 }
 
 bool HybridMoe::device_path(int T, int k) const {
-    return device_on_ && T > 0 && T * k <= kDevicePairs && T < opt_.gpu_miss_min_tokens;
+    return device_on_ && T > 0 && T <= kDeviceTokens && T * k <= kDevicePairs && T < opt_.gpu_miss_min_tokens;
 }
 
 std::array<const uint8_t* const*, 3> HybridMoe::plan_device(const MoeWeights& w, const float* x, int T, int k,
@@ -114,7 +127,7 @@ std::array<const uint8_t* const*, 3> HybridMoe::plan_device(const MoeWeights& w,
     a.k = k;
     a.H = (int)L.gate.ne[0];
     a.layer = l;
-    a.slot_map = slot_map_dev_ + (size_t)l * n_experts_;
+    a.slot_map = slot_map_gpu_ + (size_t)l * n_experts_;
     const uint8_t* arena[3] = {L.d_gate, L.d_up, L.d_down};
     const size_t bytes[3] = {L.gate_bytes, L.up_bytes, L.down_bytes};
     for (int m = 0; m < 3; ++m) {
@@ -165,6 +178,7 @@ void HybridMoe::between_passes() {
     drain_device_jobs();
     land_moves();
     for (int l = 0; l < (int)layers_.size(); ++l) start_moves(l);
+    upload_slot_map();   // the evictions and landings of this boundary, and of host-path calls since the last one
 }
 
 // A posted job of the ring: the cache records its routing; the CPU's pairs are computed, summed with their routing

@@ -130,6 +130,7 @@ HybridMoe::~HybridMoe() {
     if (ring_) cudaFreeHost(ring_);
     if (words_) cudaFreeHost(words_);
     if (slot_map_) cudaFreeHost(slot_map_);
+    cudaFree(slot_map_gpu_);
     cudaFree(state_);
     cudaFree(d_route_counts_);
     if (registered_) cudaHostUnregister(registered_);

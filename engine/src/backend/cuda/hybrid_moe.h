@@ -118,7 +118,7 @@ public:
     void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids, const float* weights,
                      float* y, const std::function<void()>& gpu_work_before_join = {});
 
-    // The device-driven join (hybrid_device.h) for a call of T tokens × k: decode-sized, the dispatcher running,
+    // The device-driven join (hybrid_device.h) for a call of T ≤ 8 tokens × k ≤ 64 pairs, the dispatcher running,
     // decode kernels for the experts' types, and STRATA_HYBRID_DEVICE=1. Such calls can be captured in graphs.
     bool device_path(int T, int k) const;
     // Its plan for layer w (stream-ordered): returns the gate, up and down matrix tables (device) that moe_decode
@@ -197,7 +197,8 @@ private:
     void wait_cpu_idle();        // the previous job has finished (and rethrows its error)
     void harvest_join_timings(bool wait);
     void prepare_device_path();
-    void mirror_slot(int layer, int expert);   // the mapped slot map's entry = the cache's
+    void mirror_slot(int layer, int expert);   // the pinned slot map's entry = the cache's
+    void upload_slot_map();                    // its device copy, when an entry changed
     void drain_device_jobs();                  // the dispatcher has consumed every job posted (rethrows its error)
     bool run_device_job();                     // the dispatcher: the next posted job, if any
 
@@ -266,8 +267,9 @@ private:
     size_t slot_bytes_ = 0;
     DeviceJoinWords* words_ = nullptr;          // mapped (host address), words_dev_ on the GPU
     DeviceJoinWords* words_dev_ = nullptr;
-    int32_t* slot_map_ = nullptr;               // mapped [layer · E + expert] → slot or −1 (host address)
-    int32_t* slot_map_dev_ = nullptr;
+    int32_t* slot_map_ = nullptr;               // pinned [layer · E + expert] → slot or −1: the cache's, mirrored
+    int32_t* slot_map_gpu_ = nullptr;           // its device copy the plan reads (upload_slot_map)
+    bool slot_map_dirty_ = false;
     DeviceJoinState* state_ = nullptr;          // device
     std::vector<std::array<const uint8_t*, 3>> zero_copy_;   // per layer: gate, up, down tensors' device addresses
     uint32_t dev_taken_ = 0;                    // the last device job the dispatcher finished (its thread only)

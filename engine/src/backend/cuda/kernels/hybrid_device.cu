@@ -1,7 +1,7 @@
 // The plan and join kernels of the device-driven hybrid join (backend/cuda/hybrid_device.h). Both run as one block:
-// they move a few hundred bytes (the routing, the CPU's sums of one token) and wait on mapped words. Mapped memory
-// the host writes (slot map, done word, the CPU's sums) is read with ld.global.cv, so no stale cached line survives
-// from an earlier pass.
+// they move a few KB (the routing, the CPU's sums of a few tokens) and wait on mapped words. Mapped memory the host
+// writes (done and consumed words, the CPU's sums) is read with ld.global.cv, so no stale cached line survives from
+// an earlier pass.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/hybrid_device.h"
 
@@ -34,17 +34,18 @@ __device__ unsigned long long wait_word(const uint32_t* word, uint32_t seq, int 
 __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
     __shared__ uint32_t s_seq;
     __shared__ int s_cpu;
+    __shared__ int32_t slot[kDevicePairs];
     DeviceJoinWords* wd = a.words;
     const int P = a.T * a.k;
     uint8_t* job_base = nullptr;
+    for (int p = threadIdx.x; p < P; p += blockDim.x) slot[p] = a.slot_map[a.ids[p]];   // all loads at once
+    __syncthreads();
     if (threadIdx.x == 0) {
         const uint32_t seq = a.state->seq + 1;
         // The ring slot is free once the dispatcher consumed the job kRingSlots before this one.
         wait_word(&wd->consumed, seq, kRingSlots, &wd->timed_out);
-        int32_t slot[kDevicePairs], place[kDevicePairs];
-        const int32_t* map = a.slot_map;
-        const int n_cpu = place_pairs(a.ids, P, [map](int32_t e) { return __ldcv(map + e); }, a.zero_copy_share,
-                                      a.host[0] != nullptr, slot, place);
+        int32_t place[kDevicePairs];
+        const int n_cpu = place_pairs(a.ids, slot, P, a.zero_copy_share, a.host[0] != nullptr, place);
         job_base = a.ring + (size_t)(seq % kRingSlots) * a.slot_bytes;
         DeviceJob* job = reinterpret_cast<DeviceJob*>(job_base);
         for (int p = 0; p < P; ++p) {

@@ -211,7 +211,7 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
 }  // namespace
 
 bool moe_decode_supported(const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, int P) {
-    if (!moe_decode_enabled() || P <= 0 || P > kMoeDecodeMaxPairs) return false;
+    if (!moe_decode_enabled() || P <= 0 || P > (gate.mats ? kMoeDecodeMaxTablePairs : kMoeDecodeMaxPairs)) return false;
     if (gate.type != up.type || gate.row_bytes != up.row_bytes || gate.rows != up.rows || gate.n != up.n ||
         gate.mat_stride != up.mat_stride || gate.ids != up.ids || gate.act_div != up.act_div || gate.ids != down.ids ||
         !gate.mats != !up.mats || !gate.mats != !down.mats)

@@ -16,10 +16,14 @@ bool moe_gate_up(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, A
 
 // The decode path takes at most this many (token, expert) pairs (one token's top-k; more go to the grouped kernels).
 constexpr int kMoeDecodeMaxPairs = 16;
+// With matrix tables (MatmulArgs::mats: the hybrid device join, whose verify windows have no grouped kernels) up to
+// this many: a verify window of up to 6 tokens × top-10.
+constexpr int kMoeDecodeMaxTablePairs = 64;
 
 // Whether moe_decode / shexp_decode take these matrices for P pairs: integer gate/up formats, a down format
 // multiplied with Q8_0 activations (ABLK 32: Q2_0, IQ4_NL, Q4_0, Q8_0, ...), I = gate.rows = down.n a multiple of
-// 32, gate/up alike, gate.ids == up.ids == down.ids, 0 < P ≤ kMoeDecodeMaxPairs, and STRATA_CUDA_MOE_DECODE not 0.
+// 32, gate/up alike, gate.ids == up.ids == down.ids, 0 < P ≤ kMoeDecodeMaxPairs (kMoeDecodeMaxTablePairs with
+// matrix tables), and STRATA_CUDA_MOE_DECODE not 0.
 bool moe_decode_supported(const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, int P);
 // Scratch bytes (device) that moe_decode / shexp_decode need for P pairs of I hidden values: 1.125·P·I + 4·P + 16.
 size_t moe_decode_scratch_bytes(int P, int I);
