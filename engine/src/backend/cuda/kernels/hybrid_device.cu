@@ -82,7 +82,11 @@ __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
     }
 }
 
-__global__ void __launch_bounds__(kThreads)
+// 1024 threads and 16-byte loads: the CPU's sums come over PCIe, so every thread's loads should be in flight at once
+// (T = 1: one 16-byte load a thread, one round trip).
+constexpr int kJoinThreads = 1024;
+
+__global__ void __launch_bounds__(kJoinThreads)
 hybrid_join_kernel(const DeviceJoinState* state, uint8_t* ring, size_t slot_bytes, DeviceJoinWords* wd, int T, int H,
                    float* y) {
     if (state->n_cpu == 0) return;
@@ -95,7 +99,22 @@ hybrid_join_kernel(const DeviceJoinState* state, uint8_t* ring, size_t slot_byte
     }
     __syncthreads();
     const float* out = job_out(ring + (size_t)(seq % kRingSlots) * slot_bytes, H);
-    for (int i = threadIdx.x; i < T * H; i += blockDim.x) y[i] += __ldcv(out + i);
+    const int n = T * H;
+    if ((n & 3) == 0 && ((uintptr_t)y & 15) == 0) {   // job_out is 16-byte aligned (slot and header sizes)
+        const float4* o4 = reinterpret_cast<const float4*>(out);
+        float4* y4 = reinterpret_cast<float4*>(y);
+        for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
+            const float4 o = __ldcv(o4 + i);
+            float4 v = y4[i];
+            v.x += o.x;
+            v.y += o.y;
+            v.z += o.z;
+            v.w += o.w;
+            y4[i] = v;
+        }
+    } else {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] += __ldcv(out + i);
+    }
 }
 
 }  // namespace
@@ -107,7 +126,7 @@ void hybrid_plan(cudaStream_t s, const PlanArgs& a) {
 
 void hybrid_join(cudaStream_t s, DeviceJoinState* state, uint8_t* ring, size_t slot_bytes, DeviceJoinWords* words,
                  int T, int H, float* y) {
-    hybrid_join_kernel<<<1, kThreads, 0, s>>>(state, ring, slot_bytes, words, T, H, y);
+    hybrid_join_kernel<<<1, kJoinThreads, 0, s>>>(state, ring, slot_bytes, words, T, H, y);
     CUDA_CHECK_LAUNCH();
 }
 
