@@ -18,26 +18,12 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/kernels/moe_gate_up.h"
+#include "experts/device_jobs.h"   // DeviceJob, the ring slot layout
 #include "experts/pair_places.h"
 
 namespace strata::cuda {
 
-constexpr int kDevicePairs = kMoeDecodeMaxTablePairs;   // pairs of one device-path call at most
-constexpr int kDeviceTokens = 8;                        // tokens of one call at most (kGraphMaxTokens)
-static_assert(kDevicePairs <= kPlacePairsMax, "place_pairs takes every pair of a call");
-constexpr int kRingSlots = 32;                          // jobs posted and not yet consumed by the dispatcher, at most
-
-// The head of a ring slot (mapped host memory, written by the plan kernel; seq written last). x [T, H] follows at
-// kJobHeaderBytes, the CPU's weighted sums out [T, H] at kJobHeaderBytes + kDeviceTokens·H·4.
-struct DeviceJob {
-    uint32_t seq;
-    int32_t layer, T, k, n_cpu, pad[3];
-    int32_t ids[kDevicePairs];
-    float weights[kDevicePairs];
-    int32_t place[kDevicePairs];    // PairPlace (experts/pair_places.h)
-};
-constexpr size_t kJobHeaderBytes = 1024;
-static_assert(sizeof(DeviceJob) <= kJobHeaderBytes, "DeviceJob fits its header");
+static_assert(kDevicePairs <= kMoeDecodeMaxTablePairs, "moe_decode over tables takes every pair of a call");
 
 // Words the host and the GPU share (one mapped page).
 struct DeviceJoinWords {
@@ -76,11 +62,5 @@ void hybrid_plan(cudaStream_t s, const PlanArgs& a);
 // y[T, H] += the CPU's sums of the current call (after waiting for them), nothing when the call had no CPU pairs.
 void hybrid_join(cudaStream_t s, DeviceJoinState* state, uint8_t* ring, size_t slot_bytes, DeviceJoinWords* words,
                  int T, int H, float* y);
-
-__host__ __device__ inline size_t job_slot_bytes(int H) {
-    return (kJobHeaderBytes + (size_t)2 * kDeviceTokens * H * sizeof(float) + 255) / 256 * 256;
-}
-__host__ __device__ inline float* job_x(uint8_t* slot) { return reinterpret_cast<float*>(slot + kJobHeaderBytes); }
-__host__ __device__ inline float* job_out(uint8_t* slot, int H) { return job_x(slot) + (size_t)kDeviceTokens * H; }
 
 }  // namespace strata::cuda

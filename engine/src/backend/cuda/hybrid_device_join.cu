@@ -197,33 +197,11 @@ bool HybridMoe::run_device_job() {
         ++passes_;
         ++counters_.passes;
         if (job.n_cpu > 0) {
-            std::vector<ExpertPair>& pairs = dev_pairs_;
-            std::vector<int>& pair_of = dev_pair_of_;
-            pairs.clear();
-            pair_of.clear();
-            for (int p = 0; p < P; ++p)
-                if (job.place[p] == kPairCpu) {
-                    pairs.push_back(ExpertPair{p / k, job.ids[p]});
-                    pair_of.push_back(p);
-                }
-            dev_rows_.resize(pairs.size() * (size_t)H);
-            cpu_->compute(L.gate, L.up, L.down, job_x(slot), pairs, dev_rows_.data());
-            float* out = job_out(slot, H);
-            std::memset(out, 0, (size_t)T * H * sizeof(float));
-            for (size_t i = 0; i < pairs.size(); ++i) {
-                const float wgt = job.weights[pair_of[i]];
-                float* o = out + (size_t)pairs[i].token * H;
-                const float* r = dev_rows_.data() + i * H;
-                for (int c = 0; c < H; ++c) o[c] += wgt * r[c];
-            }
-            int distinct = 0;
-            for (size_t i = 0; i < pairs.size(); ++i) {
-                bool seen = false;
-                for (size_t j = 0; j < i && !seen; ++j) seen = pairs[j].expert == pairs[i].expert;
-                distinct += !seen;
-            }
-            counters_.cpu_pairs += (int64_t)pairs.size();
-            counters_.cpu_bytes += (int64_t)distinct * (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes);
+            collect_cpu_share(job, H, dev_share_);
+            cpu_->compute(L.gate, L.up, L.down, job_x(slot), dev_share_.pairs, dev_share_.rows.data());
+            sum_cpu_share(job, dev_share_, H, job_out(slot, H));
+            counters_.cpu_pairs += (int64_t)dev_share_.pairs.size();
+            counters_.cpu_bytes += (int64_t)dev_share_.distinct * (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes);
         }
     } catch (...) {
         std::lock_guard<std::mutex> lk(mu_);

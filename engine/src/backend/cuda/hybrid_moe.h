@@ -274,9 +274,7 @@ private:
     std::vector<std::array<const uint8_t*, 3>> zero_copy_;   // per layer: gate, up, down tensors' device addresses
     uint32_t dev_taken_ = 0;                    // the last device job the dispatcher finished (its thread only)
     std::atomic<int64_t> armed_until_ns_{0};    // the dispatcher polls without sleeping until then
-    std::vector<float> dev_rows_;               // the dispatcher's expert outputs of one job, its CPU pairs and
-    std::vector<ExpertPair> dev_pairs_;         // their pair indices (kept from job to job: no allocation per layer)
-    std::vector<int> dev_pair_of_;
+    CpuShare dev_share_;                        // the dispatcher's CPU pairs of one job (experts/device_jobs.h)
 };
 
 }  // namespace strata::cuda
