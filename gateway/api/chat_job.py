@@ -62,6 +62,8 @@ class Final:
     drafts_offered: int = 0     # MTP drafts verified / accepted (speculation)
     drafts_accepted: int = 0
     stop_sequence: str | None = None   # the client stop sequence that ended the answer
+    cache_hits: int = 0         # expert-cache hits and look-ups of the request (DONE; 0 without a GPU cache)
+    cache_lookups: int = 0
 
     def timings(self) -> dict:
         """llama.cpp-style timings."""
@@ -278,6 +280,6 @@ class ChatService:
         final = Final(finish, len(prepared.ids), generated, done.reused if done else reused,
                       done.prompt_ms if done else 0.0, done.decode_ms if done else 0.0,
                       done.drafts_offered if done else 0, done.drafts_accepted if done else 0,
-                      stops.matched)
+                      stops.matched, done.cache_hits if done else 0, done.cache_lookups if done else 0)
         self.metrics.request_finished(final, time.monotonic() - started)
         yield final
