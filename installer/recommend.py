@@ -4,9 +4,14 @@ from installer.pc_check import PcFacts
 
 CONTEXT_CHOICES = (8192, 16384, 32768, 65536, 131072, 262144)
 
-# Least total VRAM (GiB) for each context: the KV cache of the 12 attention layers is ~24 KiB per token at FP16
-# (6 GiB at 256K, half that in INT8), and what is left goes to the expert cache, which is where speed comes from.
-CONTEXT_BY_VRAM_GIB = ((22, 262144), (15, 131072), (11, 65536), (7.5, 32768))
+# The engine keeps K, V and the QSA indexer keys of the 12 attention layers in F32, for the whole context, on the
+# GPU (engine/src/model/session.cpp): per token and layer K 2·256 + V 2·256 + raw indexer key 128 + a 128-wide block
+# key per 4 tokens = 1,184 floats, so 12 × 4,736 B = 55.5 KiB a token (3.5 GiB at 64K, 13.9 GiB at 256K). What is
+# left after the dense weights goes to the expert cache, which is where speed comes from, so the recommendation keeps
+# the KV cache within KV_VRAM_SHARE of the card (the share the first plan gave it: 6 GiB of 22 GiB). Update the bytes
+# when the engine stores KV in FP16 or INT8.
+KV_BYTES_PER_TOKEN = 12 * (2 * 256 + 2 * 256 + 128 + 128 // 4) * 4
+KV_VRAM_SHARE = 0.27
 
 
 def recommend_family(catalog: dict) -> str:
@@ -24,10 +29,9 @@ def recommend_context(facts: PcFacts) -> int:
     gpu = facts.best_gpu
     if gpu is None:
         return 8192
-    for vram_floor, context in CONTEXT_BY_VRAM_GIB:
-        if gpu.vram_total_gib >= vram_floor:
-            return context
-    return 16384
+    budget = KV_VRAM_SHARE * gpu.vram_total_gib * 1024 ** 3
+    fitting = [c for c in CONTEXT_CHOICES if c * KV_BYTES_PER_TOKEN <= budget]
+    return max(fitting) if fitting else 8192
 
 
 def recommend_vision(gpu_ok: bool) -> bool:

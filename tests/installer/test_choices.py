@@ -4,7 +4,7 @@ from installer.catalog import describe_choice, load_catalog
 from installer.pc_check import GpuInfo, PcFacts, check_pc
 from installer.pc_report import judge_pc
 from installer.questions import Asker
-from installer.recommend import parse_context, recommend_context, recommend_size
+from installer.recommend import KV_BYTES_PER_TOKEN, KV_VRAM_SHARE, parse_context, recommend_context, recommend_size
 
 import pytest
 
@@ -38,8 +38,13 @@ def test_size_is_recommended_from_ram():
 
 def test_context_is_recommended_from_vram():
     assert recommend_context(facts(64, None)) == 8192
-    assert recommend_context(facts(64, RTX_5070)) == 65536
-    assert recommend_context(facts(64, GpuInfo("RTX 3090", "590.1", 24.0, 23.0))) == 262144
+    # The engine's KV cache is F32 (55.5 KiB a token): 32K takes 1.7 GiB of a 12 GB card, 64K 3.5 GiB of a 24 GB one.
+    assert recommend_context(facts(64, RTX_5070)) == 32768
+    assert recommend_context(facts(64, GpuInfo("RTX 3090", "590.1", 24.0, 23.0))) == 65536
+    assert recommend_context(facts(64, GpuInfo("RTX 5090", "590.1", 31.5, 30.0))) == 131072
+    for vram in (6.0, 8.0, 11.9, 16.0, 24.0, 48.0, 96.0):
+        context = recommend_context(facts(64, GpuInfo("GPU", "590.1", vram, vram - 1)))
+        assert context * KV_BYTES_PER_TOKEN <= KV_VRAM_SHARE * vram * 1024 ** 3 or context == 8192
     assert parse_context("32K") == 32768 and parse_context("65536") == 65536
     with pytest.raises(ValueError, match="'lots'"):
         parse_context("lots")
