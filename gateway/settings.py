@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,6 +31,7 @@ class Settings:
     image_max_bytes: int = 20 * 1024 * 1024   # the largest picture accepted (base64 decoded, or fetched)
     image_fetch_timeout_s: float = 20.0
     image_max_pixels: int | None = None       # a lower max_pixels than the vision model's (None: the model's)
+    sampling_defaults: dict = field(default_factory=dict)   # fields a request leaves out (--sampling-defaults)
 
 
 def default_engine() -> str:
@@ -81,7 +82,16 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
     ap.add_argument("--image-max-pixels", type=int, default=None,
                     help="resize pictures to at most this many pixels (default: the vision model's max_pixels, "
                          "at most 1,003,520)")
+    ap.add_argument("--sampling-defaults", default=None, metavar="JSON",
+                    help='sampling for requests that leave a field out, e.g. \'{"temperature": 0.7, "top_p": 0.9}\' '
+                         "(fields: temperature, top_p, top_k, min_p, repeat_penalty, frequency_penalty, "
+                         "presence_penalty, seed; default: greedy)")
     a = ap.parse_args(argv)
+    from gateway.api.sampling import parse_defaults
+    try:
+        sampling_defaults = parse_defaults(a.sampling_defaults) if a.sampling_defaults else {}
+    except ValueError as e:
+        ap.error(str(e))
     if a.port < 0 or a.port > 65535:
         ap.error(f"--port {a.port} is not a port number")
     if a.image_max_pixels is not None and a.image_max_pixels < 1024:
@@ -97,7 +107,7 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
                     vision_model=a.vision_model, vision_helper=a.vision_helper or default_vision_helper(engine),
                     vision_args=tuple(a.vision_arg), vision_tmp=a.vision_tmp, vision_timeout_s=a.vision_timeout,
                     image_max_bytes=int(a.image_max_mb * 1024 * 1024), image_fetch_timeout_s=a.image_fetch_timeout,
-                    image_max_pixels=a.image_max_pixels)
+                    image_max_pixels=a.image_max_pixels, sampling_defaults=sampling_defaults)
 
 
 def engine_argv(s: Settings) -> list[str]:

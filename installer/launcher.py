@@ -57,6 +57,8 @@ def gateway_command(config: StrataConfig, port: int, say=print) -> list[str]:
     if config.api_key:
         command += ["--api-key", config.api_key]
     command += [f"--engine-arg={arg}" for arg in config.engine_args]
+    if config.sampling_defaults:   # what requests get when they leave a sampling field out
+        command += ["--sampling-defaults", json.dumps(config.sampling_defaults, sort_keys=True)]
     if config.vision_model:
         command += ["--vision-model", config.vision_model]
     elif config.mmproj:

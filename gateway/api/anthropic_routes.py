@@ -12,7 +12,7 @@ from aiohttp import web
 from gateway.api.anthropic_models import Block, CountTokensRequest, MessagesRequest
 from gateway.api.chat_job import ChatJob, ChatService, Final
 from gateway.api.openai_routes import collect_answer
-from gateway.api.sampling import gen_keys
+from gateway.api.sampling import DEFAULT_FIELDS, gen_keys, with_defaults
 from gateway.errors import ApiError, read_json
 from gateway.keys import MODEL_NAME, SERVICE, SETTINGS
 from gateway.sse import SSEWriter
@@ -95,7 +95,7 @@ def _assistant_message(blocks: list[Block], out: list[dict]) -> None:
     out.append(m)
 
 
-def to_job(req: CountTokensRequest) -> ChatJob:
+def to_job(req: CountTokensRequest, sampling_defaults: dict | None = None) -> ChatJob:
     messages: list[dict] = []
     system = _text([b.model_dump() for b in req.system] if isinstance(req.system, list) else req.system)
     if system:
@@ -115,7 +115,9 @@ def to_job(req: CountTokensRequest) -> ChatJob:
         tools = []
     sampling = {}
     if isinstance(req, MessagesRequest):
-        sampling = gen_keys(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k)
+        # The Messages API has three sampling fields; the server's defaults may set the others too.
+        fields = dict.fromkeys(DEFAULT_FIELDS) | dict(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k)
+        sampling = gen_keys(**with_defaults(fields, sampling_defaults))
     return ChatJob(messages, tools or None, _effort(req), {}, getattr(req, "max_tokens", None), sampling)
 
 
@@ -129,7 +131,7 @@ async def count_tokens(request: web.Request) -> web.Response:
 async def messages(request: web.Request) -> web.StreamResponse:
     req = MessagesRequest.model_validate(await read_json(request))
     service: ChatService = request.app[SERVICE]
-    job = to_job(req)
+    job = to_job(req, request.app[SETTINGS].sampling_defaults)
     msg_id = "msg_" + secrets.token_hex(12)
     async with service.with_images(job) as with_images:
         if with_images is not None:

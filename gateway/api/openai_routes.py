@@ -11,7 +11,7 @@ from aiohttp import web
 
 from gateway.api.chat_job import ChatJob, ChatService, Final
 from gateway.api.openai_models import ChatCompletionRequest
-from gateway.api.sampling import gen_keys
+from gateway.api.sampling import gen_keys, with_defaults
 from gateway.errors import ApiError, read_json
 from gateway.keys import MODEL_NAME, SERVICE, SETTINGS
 from gateway.sse import SSEWriter
@@ -20,7 +20,7 @@ from gateway.text.output_parser import Delta, ParsedOutput
 log = logging.getLogger("gateway.openai")
 
 
-def to_job(req: ChatCompletionRequest) -> ChatJob:
+def to_job(req: ChatCompletionRequest, sampling_defaults: dict | None = None) -> ChatJob:
     messages = [m.model_dump(exclude_none=True) for m in req.messages]
     tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
     kwargs = dict(req.chat_template_kwargs or {})
@@ -33,9 +33,10 @@ def to_job(req: ChatCompletionRequest) -> ChatJob:
     if req.tool_choice == "none":
         tools = []
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    sampling = gen_keys(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
-                        repeat_penalty=req.repetition_penalty, frequency_penalty=req.frequency_penalty,
-                        presence_penalty=req.presence_penalty, seed=req.seed)
+    sampling = gen_keys(**with_defaults(dict(
+        temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
+        repeat_penalty=req.repetition_penalty, frequency_penalty=req.frequency_penalty,
+        presence_penalty=req.presence_penalty, seed=req.seed), sampling_defaults))
     return ChatJob(messages, tools or None, effort, kwargs, max_tokens, sampling)
 
 
@@ -79,7 +80,7 @@ async def collect_answer(request: web.Request, answer, add) -> Final:
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     req = ChatCompletionRequest.model_validate(await read_json(request))
     service: ChatService = request.app[SERVICE]
-    job = to_job(req)
+    job = to_job(req, request.app[SETTINGS].sampling_defaults)
     stop = [req.stop] if isinstance(req.stop, str) else req.stop
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     async with service.with_images(job) as with_images:
