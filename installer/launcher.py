@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -96,18 +97,53 @@ def wait_for_health(process: subprocess.Popen, url: str) -> dict:
         time.sleep(HEALTH_POLL_S)
 
 
-def start(config: StrataConfig, port: int | None = None, open_browser: bool = True, say=print) -> int:
-    """Run the gateway in the foreground; returns its exit code."""
+def log_file(log_dir: Path, name: str) -> Path:
+    """logs/strata-<name>.log under log_dir, the previous run's kept as .log.1 (one run each, so it stays small)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    path = log_dir / f"strata-{name}.log"
+    if path.exists():
+        path.replace(path.with_name(path.name + ".1"))
+    return path
+
+
+def _copy_output(stream, log) -> None:
+    """The server's output to this console and to the log file, line by line (so a crash leaves its last words)."""
+    for line in iter(stream.readline, b""):
+        for out in (getattr(sys.stdout, "buffer", None), log):
+            try:
+                if out is not None:
+                    out.write(line)
+                    out.flush()
+            except (OSError, ValueError):
+                pass
+
+
+def start(config: StrataConfig, port: int | None = None, open_browser: bool = True, say=print,
+          log_dir: Path | None = None) -> int:
+    """Run the gateway in the foreground; returns its exit code. With log_dir, its output (and these messages) also
+    go to log_dir/strata-<name>.log."""
     port = port or config.port
     check_files(config)
     if not port_is_free(config.host, port):
         raise LaunchError(f"port {port} on {config.host} is already in use (is Strata already running?). "
                           f"Stop the other program or start with --port <another port>.")
+    log_path = log_file(log_dir, config.name) if log_dir else None
+    log = open(log_path, "ab") if log_path else None
+    if log:
+        console = say
+
+        def say(message: str = "") -> None:   # noqa: F811  (the same messages, also in the log)
+            console(message)
+            log.write((message + "\n").encode("utf-8", "replace"))
+            log.flush()
     command = gateway_command(config, port, say)
     say(f"Starting Strata ({config.name}) on http://{config.host}:{port} ...")
     if config.demo:
         say(f"NOTE: this is the DEMO model: {config.demo_note}")
-    process = subprocess.Popen(command, cwd=config.project_dir or None)
+    process = subprocess.Popen(command, cwd=config.project_dir or None, stdout=subprocess.PIPE if log else None,
+                               stderr=subprocess.STDOUT if log else None)
+    if log:
+        threading.Thread(target=_copy_output, args=(process.stdout, log), daemon=True).start()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # stop the server with us
     try:
         base = f"http://{config.host}:{port}"
@@ -115,6 +151,8 @@ def start(config: StrataConfig, port: int | None = None, open_browser: bool = Tr
         say(f"\nStrata is ready ({health.get('model', config.name)}, context {health.get('context', config.context)}).")
         say(f"  Chat page:        {base}/")
         say(f"  OpenAI API:       {base}/v1   Anthropic API: {base}")
+        if log_path:
+            say(f"  Log:              {log_path}")
         say("  Stop with Ctrl+C.")
         if open_browser and has_display():
             webbrowser.open(f"{base}/")
@@ -144,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-browser", action="store_true", help="do not open the chat page in a browser")
     args = parser.parse_args(argv)
     try:
-        return start(load_config(args.config), args.port, open_browser=not args.no_browser)
+        return start(load_config(args.config), args.port, open_browser=not args.no_browser,
+                     log_dir=args.config.resolve().parent / "logs")
     except (LaunchError, ValueError) as e:
         print(f"\nCannot start Strata: {e}", file=sys.stderr)
         return 1

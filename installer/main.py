@@ -194,7 +194,7 @@ def run(argv: list[str] | None = None) -> int:
         if args.no_start:
             say(f"Start Strata later with: {script}")
             return 0
-    return start(config, args.port, open_browser=not args.no_browser, say=say)
+    return start(config, args.port, open_browser=not args.no_browser, say=say, log_dir=home_dir / "logs")
 
 
 def main(argv: list[str] | None = None) -> int:

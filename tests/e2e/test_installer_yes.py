@@ -70,8 +70,16 @@ def test_yes_falls_back_to_the_demo_and_writes_a_config_and_run_script_that_star
         run_script = home / "run-demo.sh"
         assert os.access(run_script, os.X_OK)
 
+        # The first start's console output is also in the install's log file; the run script's start writes a new
+        # one and keeps the first as .1.
+        log = home / "logs" / "strata-demo.log"
+        first = log.read_text()
+        assert "Strata is ready" in first and "engine ready" in first and f"  Log:              {log}" in output
+
         port = free_port()
         start_and_check([str(run_script), "--no-browser", "--port", str(port)], tmp_path / "run.log", port, env)
+        assert (home / "logs" / "strata-demo.log.1").read_text() == first
+        assert f"127.0.0.1:{port}" in log.read_text() and "engine ready" in log.read_text()
 
         port = free_port()
         output = start_and_check([sys.executable, "-m", "installer", "--dir", str(home), "--no-browser", "--port",
