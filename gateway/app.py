@@ -76,8 +76,10 @@ def build_vision(settings: Settings) -> VisionService | None:
     helper = VisionHelper(argv, settings.ready_timeout_s, settings.vision_timeout_s)
     log.info("images on: %s (n_embd %s; pictures resized to multiples of %d, %d..%d pixels)", settings.vision_model,
              info.get("n_embd"), rule.factor, rule.min_pixels, rule.max_pixels)
+    # Local picture files only for a server on this PC only: a client elsewhere must not read this PC's files.
+    local_files = settings.host in ("127.0.0.1", "localhost", "::1")
     return VisionService(helper, rule, int(info["n_embd"]), settings.vision_tmp, settings.image_max_bytes,
-                         settings.image_fetch_timeout_s)
+                         settings.image_fetch_timeout_s, local_files=local_files)
 
 
 def build_app(settings: Settings) -> web.Application:

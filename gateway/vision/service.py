@@ -25,12 +25,14 @@ CACHE_BYTES = 256 * 1024 * 1024
 
 class VisionService:
     def __init__(self, helper: VisionHelper, rule: ResizeRule, n_embd: int, tmp_root: str | None = None,
-                 max_bytes: int = 20 * 1024 * 1024, fetch_timeout_s: float = 20.0, cache_bytes: int = CACHE_BYTES):
+                 max_bytes: int = 20 * 1024 * 1024, fetch_timeout_s: float = 20.0, cache_bytes: int = CACHE_BYTES,
+                 local_files: bool = False):
         self.helper = helper
         self.rule = rule
         self.n_embd = n_embd
         self.max_bytes = max_bytes
         self.fetch_timeout_s = fetch_timeout_s
+        self.local_files = local_files   # file:// URLs and absolute paths (a server on this PC only)
         root = tmp_root or tempfile.gettempdir()
         os.makedirs(root, exist_ok=True)
         self.tmp_root = os.path.abspath(root)
@@ -50,7 +52,7 @@ class VisionService:
         loop = asyncio.get_running_loop()
         out = []
         for ref in refs:
-            data = await image_bytes(ref, self.max_bytes, self.fetch_timeout_s)
+            data = await image_bytes(ref, self.max_bytes, self.fetch_timeout_s, self.local_files)
             out.append(await loop.run_in_executor(None, prepare, data, ref.where, self.rule))
         return out
 

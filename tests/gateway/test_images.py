@@ -5,7 +5,8 @@ the real engine with --vision and the tiny real-vocabulary model (hidden size 32
   gives the pixel_values transformers' own image processor gives for the original picture, and the one embeddings
   file it writes for several pictures holds transformers' pooler_output rows for each, in order (vision/README.md:
   within 1e-4 relative; it measured 6.9e-7..9.2e-7).
-- Round trips with the official openai / anthropic SDKs: data: URLs, http URLs, base64 blocks, two pictures in one
+- Round trips with the official openai / anthropic SDKs: data: URLs, http URLs, base64 blocks, local files (absolute
+  paths and file:// URLs, only on a server that listens on this PC only), two pictures in one
   prompt, a follow-up that reuses the picture; prompt tokens count the image tokens (the engine's own prompt count
   equals usage, so it took exactly that many image rows), count_tokens too, the too-long 400 counts them.
 - The 400s (undecodable bytes, bad base64, unsupported URL schemes, fetch failures, too large, sizes the resize rule
@@ -440,8 +441,10 @@ def _bad_cases(pic_server):
         ("undecodable", image_part(data_url(b"this is not a picture at all")), "not a picture Pillow can read"),
         ("truncated", image_part(data_url(png[:80])), "cannot be decoded"),
         ("bad-base64", image_part("data:image/png;base64,@@@not*base64"), "not valid base64"),
-        ("ftp", image_part("ftp://example.com/a.png"), "must be data: (base64) or http(s) URLs"),
-        ("file", image_part("file:///etc/hostname"), "must be data: (base64) or http(s) URLs"),
+        ("ftp", image_part("ftp://example.com/a.png"), "must be data: (base64), http(s) or file:// URLs"),
+        ("file-missing", image_part("file:///nonexistent/strata-test.png"), "cannot read the local picture"),
+        ("path-not-picture", image_part(os.path.abspath(__file__)), "not a picture Pillow can read"),
+        ("file-other-host", image_part("file://elsewhere/a.png"), "must be data: (base64), http(s) or file://"),
         ("no-url", {"type": "image_url", "image_url": {}}, "needs image_url.url"),
         ("refused", image_part(closed), "cannot fetch"),
         ("404", image_part(pic_server + "/missing.png"), "HTTP 404"),
@@ -472,12 +475,38 @@ def test_bad_pictures_are_clear_400s(vgw, pic_server):
     assert os.listdir(vgw.tmp) == []
 
 
+def test_local_picture_files(vgw, tmp_path):
+    """A picture on this PC as an absolute path or a file:// URL: the same prompt as the same bytes sent inline
+    (the gateway listens on 127.0.0.1); a server that listens beyond this PC refuses local files."""
+    import asyncio
+    import pathlib
+
+    from gateway.vision.fetch import image_bytes
+    from gateway.vision.images import ImageError, ImageRef
+    png = encoded(picture(64, 96, seed=31))
+    path = tmp_path / "local picture.png"
+    path.write_bytes(png)
+    text = {"type": "text", "text": "What is in this picture?"}
+
+    def usage(part):
+        r = requests.post(vgw.url + "/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": [part, text]}], "max_tokens": 3, "reasoning_effort": "none"})
+        assert r.status_code == 200, r.text
+        return r.json()["usage"]["prompt_tokens"], r.json()["choices"][0]["message"]["content"]
+
+    inline = usage(image_part(data_url(png)))
+    assert usage(image_part(str(path))) == inline
+    assert usage(image_part(pathlib.Path(path).as_uri())) == inline
+    with pytest.raises(ImageError, match="only when the server listens on this PC only"):
+        asyncio.run(image_bytes(ImageRef("messages[0].content[0]", "url", str(path)), 1 << 20, 5, local_files=False))
+
+
 def test_anthropic_bad_pictures(vgw):
     import anthropic
     claude = anthropic.Anthropic(base_url=vgw.url, api_key="unused", max_retries=0, timeout=60)
     for source, want in [({"type": "base64", "media_type": "image/png", "data": base64.b64encode(b"junk").decode()},
                           "not a picture Pillow can read"),
-                         ({"type": "url", "url": "ftp://example.com/a.png"}, "data: (base64) or http(s)"),
+                         ({"type": "url", "url": "ftp://example.com/a.png"}, "data: (base64), http(s)"),
                          ({"type": "file", "file_id": "file_1"}, "not supported")]:
         with pytest.raises(anthropic.BadRequestError) as e:
             claude.messages.create(model="m", max_tokens=3, messages=[{"role": "user", "content": [
