@@ -59,3 +59,31 @@ def test_follow_up_turn_extends_the_session(engine_bin):
     out = serve(engine_bin, [first, follow])
     assert out[1]["resume"] == len(first) + len(answer)
     assert out[1]["tokens"] == serve(engine_bin, [follow])[0]["tokens"]
+
+
+def test_new_chat_with_the_same_long_system_prompt_resumes_after_it(engine_bin):
+    """An agent starts a new conversation with the same long system prompt (and tools): it resumes after it."""
+    system = "<|im_start|>system\n" + " ".join(f"Rule {i}: answer briefly and check the sums." for i in range(40)) \
+        + "<|im_end|>\n"
+    assert len(tokens(system)) >= 256
+    a = tokens(system + "<|im_start|>user\nWhat is 3 plus 4?<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    b = tokens(system + "<|im_start|>user\nWhat is 10 plus 20?<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    got = serve(engine_bin, [a, b])
+    assert got[1]["resume"] == len(tokens(system)), "b should resume at the end of the shared system prompt"
+    assert got[1]["tokens"] == serve(engine_bin, [b])[0]["tokens"]
+    # A short system prompt is cheap to read again: no checkpoint after it.
+    short = "<|im_start|>system\nBe brief.<|im_end|>\n"
+    c = tokens(short + "<|im_start|>user\nWhat is 3 plus 4?<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    d = tokens(short + "<|im_start|>user\nWhat is 10 plus 20?<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    assert serve(engine_bin, [c, d])[1]["resume"] == 0
+
+
+def test_long_prompt_changed_in_the_middle_resumes_at_the_last_interval(engine_bin):
+    """--checkpoint-every N (16384 by default): a prompt that changes after 150 tokens resumes at 128 (N = 64)."""
+    text = tokens(" ".join(f"line {i} of the document says {i * 7 % 13}." for i in range(40)))[:200]
+    assert len(text) == 200 and tokens("<|im_start|>")[0] not in text   # no turn start: only the interval applies
+    changed = text[:150] + tokens(" something else entirely, then more words follow here.")
+    got = serve(engine_bin, [text, changed], "--checkpoint-every", "64")
+    assert got[1]["resume"] == 128
+    assert got[1]["tokens"] == serve(engine_bin, [changed])[0]["tokens"]
+    assert serve(engine_bin, [text, changed], "--checkpoint-every", "0")[1]["resume"] == 0

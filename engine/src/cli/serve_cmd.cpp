@@ -13,7 +13,8 @@
 namespace strata {
 
 int serve_command(int argc, char** argv) {
-    std::vector<std::string> flags = {"--model", "--backend", "--threads", "--ctx", "--chunk", "--mtp", "--spec"};
+    std::vector<std::string> flags = {"--model", "--backend", "--threads", "--ctx", "--chunk", "--mtp", "--spec",
+                                      "--checkpoint-every"};
     flags.insert(flags.end(), kGpuFlags.begin(), kGpuFlags.end());
     Options o(argc, argv, 1, flags, {"--serve", "--f32-activations", "--no-pin", "--vision"});
     std::unique_ptr<Backend> be;
@@ -24,6 +25,7 @@ int serve_command(int argc, char** argv) {
         model_ptr = std::make_unique<Qwen4Exp>(o.required("--model"), *be);
         gen_ptr = std::make_unique<Qwen4ExpGenerator>(*model_ptr, (int)o.integer("--ctx", 0, 0, 1 << 24),
                                                       (int)o.integer("--chunk", 256, 1, 1 << 20));
+        gen_ptr->set_checkpoint_every((int)o.integer("--checkpoint-every", 16384, 0, 1 << 24));
         if (o.has("--mtp")) gen_ptr->enable_speculation(o.str("--mtp"), (int)o.integer("--spec", 3, 1, 8));
         if (o.has("--vision") && gen_ptr->image_token_id() < 0)
             fail("--vision: ", o.required("--model"), " names no <|image_pad|> token (neither in its vocabulary nor as "

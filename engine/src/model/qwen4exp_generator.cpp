@@ -145,25 +145,53 @@ const float* Qwen4ExpGenerator::append(std::span<const int32_t> tokens, const Pr
                                        const CancelFn& cancel) {
     STRATA_CHECK(!tokens.empty(), "append needs at least one token");
     const int total = (int)tokens.size();
-    // A checkpoint goes before the last turn start of a prompt (not at the session's first token).
-    int ckpt = -1;
-    const int32_t turn = model_.hparams().turn_start_id;
-    if (total > 1 && turn >= 0)
-        for (int i = total - 1; i >= 0; --i)
-            if (tokens[i] == turn) { ckpt = i; break; }
-    if (ckpt == 0 && session_.n_past() == 0) ckpt = -1;
+    const std::vector<int> at = checkpoint_points(tokens);
+    size_t next = 0;   // the next checkpoint of `at`
     for (int done = 0; done < total;) {
         int T = std::min(chunk_, total - done);
-        if (ckpt > done && ckpt < done + T) T = ckpt - done;   // end a chunk at the checkpoint
+        if (next < at.size() && at[next] < done + T) T = at[next] - done;   // end a chunk at the checkpoint
         const bool last = done + T == total;
         feed(tokens.data() + done, T, last ? logits_.data() : nullptr, false);
         if (mtp_) run_mtp(nullptr);     // keeps the head's KV in step with the trunk
         done += T;
-        if (done == ckpt) take_checkpoint();
+        if (next < at.size() && done == at[next]) {
+            take_checkpoint();
+            ++next;
+        }
         if (progress) progress(done, total);
         if (!last && cancel && cancel()) throw Cancelled{};
     }
     return logits_.data();
+}
+
+std::vector<int> Qwen4ExpGenerator::checkpoint_points(std::span<const int32_t> tokens) const {
+    const int total = (int)tokens.size(), n0 = session_.n_past();
+    const int32_t turn = model_.hparams().turn_start_id;
+    std::vector<int> at;
+    if (turn >= 0) {
+        // Before the last turn start (a regenerated answer, a re-rendered history resume there).
+        for (int i = total - 1; i > 0; --i)
+            if (tokens[i] == turn) {
+                at.push_back(i);
+                break;
+            }
+        // A new session's system prompt: before the turn that follows it, when it is long (a new chat with the same
+        // system prompt and tools, as agents start one, resumes there).
+        if (n0 == 0 && total > 0 && tokens[0] == turn)
+            for (int i = 1; i < total; ++i)
+                if (tokens[i] == turn) {
+                    if (i >= kSystemCheckpointMin) at.push_back(i);
+                    break;
+                }
+    }
+    // Every checkpoint_every_ positions of the session (a long prompt that changes in the middle resumes near there).
+    if (checkpoint_every_ > 0)
+        for (int64_t p = ((int64_t)n0 / checkpoint_every_ + 1) * checkpoint_every_; p < (int64_t)n0 + total;
+             p += checkpoint_every_)
+            at.push_back((int)(p - n0));
+    std::sort(at.begin(), at.end());
+    at.erase(std::unique(at.begin(), at.end()), at.end());
+    return at;
 }
 
 void Qwen4ExpGenerator::take_checkpoint() {

@@ -28,6 +28,8 @@ public:
     int checkpoint_count() const { return (int)checkpoints_.size(); }
     const float* append(std::span<const int32_t> tokens, const ProgressFn& progress, const CancelFn& cancel) override;
     int chunk_tokens() const override { return chunk_; }
+    // A checkpoint every n positions of a session (0 = none; --checkpoint-every, default 16384).
+    void set_checkpoint_every(int n) { checkpoint_every_ = n; }
     int spec_depth() const override { return mtp_ ? depth_ : 0; }
     GreedyStep append_greedy(int32_t next, int max_extra) override;
     // Draft logits of the MTP head for every prompt pair (X_s, token s+1) the session holds, s = 0 … n_past−2,
@@ -38,14 +40,17 @@ public:
 
 private:
     // Conversation checkpoints: the recurrent state (and the MTP head's queued row) after `tokens`, taken before the
-    // last turn start (<|im_start|>) of each prompt. Usable while the KV rows of those positions are unchanged.
+    // last turn start (<|im_start|>) of each prompt, at the end of a long system prompt (before the second turn start
+    // of a new session, at least kSystemCheckpointMin tokens in) and every checkpoint_every_ positions. Usable while
+    // the KV rows of those positions are unchanged; the oldest goes first beyond kMaxCheckpoints.
     struct Checkpoint {
         std::vector<int32_t> tokens;
         Session::Snapshot state;
         std::vector<float> mtp_rows;
         int mtp_pos0 = 0;
     };
-    static constexpr size_t kMaxCheckpoints = 6;
+    static constexpr size_t kMaxCheckpoints = 8;
+    static constexpr int kSystemCheckpointMin = 256;
     // The prompt being read, when it has images: per token its M-RoPE position, the embedding row that replaces it
     // (null: its id's) and that row's key (0: text), and the text position after it; empty for text prompts.
     struct Plan {
@@ -63,6 +68,8 @@ private:
     // or an empty vector while the session is text only.
     std::vector<std::array<int32_t, 3>> session_positions(int i0, int n) const;
     void take_checkpoint();
+    // Where append(tokens) takes checkpoints: indices i in (0, tokens.size()), after tokens[0, i) are fed; sorted.
+    std::vector<int> checkpoint_points(std::span<const int32_t> tokens) const;
     // Runs the trunk over tokens and queues their wide residuals for the MTP head.
     void feed(const int32_t* ids, int T, float* logits, bool all_logits);
     // Runs the MTP head over the queued rows whose next token is known (all but the last unless `next` is given);
@@ -72,6 +79,7 @@ private:
     Qwen4Exp& model_;
     Session session_;
     int chunk_;
+    int checkpoint_every_ = 16384;
     std::vector<float> logits_;
 
     std::unique_ptr<MtpHead> mtp_;
