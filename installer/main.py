@@ -17,7 +17,7 @@ from installer.local_files import find_local_files
 from installer.mtp_head import mtp_head_for
 from installer.vision_head import vision_model_for
 from installer.pc_check import check_pc
-from installer.pc_report import judge_pc
+from installer.pc_report import cpu_only_warning, judge_pc
 from installer.questions import Answers, Asker, stdin_is_terminal
 from installer.recommend import (context_label, recommend_context, recommend_family, recommend_size,
                                  recommend_vision)
@@ -145,6 +145,9 @@ def set_up(args, home_dir: Path) -> StrataConfig | None:
     if args.download_only:
         return None
     use_cuda = verdict.gpu_ok and bool(facts.tools.get("nvcc"))
+    warning = cpu_only_warning(verdict, facts)
+    if warning and args.engine is None and prebuilt_engine(PROJECT_DIR) is None:
+        say("\n" + warning)
     engine = get_engine(PROJECT_DIR, args.engine, use_cuda, facts.tools, say, args.jobs)
     # A given or prebuilt engine is taken to be a CUDA build (prebuilt ones are, for RTX 30/40/50) when the GPU is
     # usable; the engine itself refuses --backend cuda, with a clear message, if it was built without CUDA.

@@ -65,3 +65,12 @@ def judge_pc(facts: PcFacts) -> PcVerdict:
         elif tool != "nvcc" or gpu_ok:
             lines.append(f"  {tool + ':':<8} missing ({_tool_install_hint(tool)})")
     return PcVerdict(lines=lines, gpu_ok=gpu_ok, problems=problems)
+
+
+def cpu_only_warning(verdict: PcVerdict, facts: PcFacts) -> str | None:
+    """What to say when this PC's GPU could run Strata but the engine can only be built for the CPU (no nvcc)."""
+    if not verdict.gpu_ok or facts.tools.get("nvcc"):
+        return None
+    return (f"WARNING: {facts.best_gpu.name} could run Strata, but the CUDA Toolkit (nvcc) is missing, so the engine "
+            f"is built for the CPU only and runs many times slower. To use the GPU: {_tool_install_hint('nvcc')}, "
+            f"then run the installer again with --setup.")

@@ -2,7 +2,7 @@
 # answering rules (Enter = recommended, numbers, names), on given facts and typed answers.
 from installer.catalog import describe_choice, load_catalog
 from installer.pc_check import GpuInfo, PcFacts, check_pc
-from installer.pc_report import judge_pc
+from installer.pc_report import cpu_only_warning, judge_pc
 from installer.questions import Asker
 from installer.recommend import KV_BYTES_PER_TOKEN, KV_VRAM_SHARE, parse_context, recommend_context, recommend_size
 
@@ -79,3 +79,13 @@ def test_questions_take_enter_as_the_recommendation_and_accept_numbers_and_names
     assert asker.context(65536) == 16384
     assert asker.yes_no("images?", True) is False
     assert Asker(interactive=False, say=shown.append).context(32768) == 32768
+
+
+def test_a_usable_gpu_without_nvcc_is_warned_about():
+    with_gpu = facts(64, RTX_5070)
+    warning = cpu_only_warning(judge_pc(with_gpu), with_gpu)
+    assert warning and "RTX 5070" in warning and "CUDA Toolkit" in warning and "--setup" in warning
+    with_gpu.tools["nvcc"] = "/usr/local/cuda/bin/nvcc"
+    assert cpu_only_warning(judge_pc(with_gpu), with_gpu) is None
+    no_gpu = facts(64, None)
+    assert cpu_only_warning(judge_pc(no_gpu), no_gpu) is None      # nothing to gain from CUDA there
