@@ -15,7 +15,7 @@ from installer.hub_files import resolve_choice
 from installer.launcher import LaunchError, start
 from installer.local_files import find_local_files
 from installer.mtp_head import mtp_head_for
-from installer.vision_head import vision_model_for
+from installer.vision_head import vision_model_for, vision_source
 from installer.pc_check import check_pc
 from installer.pc_report import cpu_only_warning, judge_pc
 from installer.questions import Answers, Asker, stdin_is_terminal
@@ -47,9 +47,15 @@ def ask_questions(args, catalog: dict, facts, gpu_ok: bool) -> Answers:
         [(name, f"{s.get('download_gb', '?')} GB download, needs {s.get('ram_floor_gib', '?')} GB RAM")
          for name, s in sizes.items()], recommended_size)
     context = args.context or asker.context(recommend_context(facts))
-    vision = args.vision if args.vision is not None else asker.yes_no(
-        "Turn on images (attach pictures to messages; fetches the model's vision tower, about 1 GB)?",
-        recommend_vision(gpu_ok))
+    if args.vision is not None:
+        vision = args.vision
+    elif vision_source(catalog, family) is None:   # nothing to turn on: say so instead of asking
+        say(f"Images: not available for '{family}' yet (the model catalogue names no original checkpoint to take "
+            f"the vision tower from).")
+        vision = False
+    else:
+        vision = asker.yes_no("Turn on images (attach pictures to messages; fetches the model's vision tower, about "
+                              "1 GB)?", recommend_vision(gpu_ok))
     return Answers(family=family, size=size, context=context, vision=vision)
 
 

@@ -89,3 +89,17 @@ def test_a_usable_gpu_without_nvcc_is_warned_about():
     assert cpu_only_warning(judge_pc(with_gpu), with_gpu) is None
     no_gpu = facts(64, None)
     assert cpu_only_warning(judge_pc(no_gpu), no_gpu) is None      # nothing to gain from CUDA there
+
+
+def test_images_are_not_asked_about_where_the_catalogue_has_no_source(capsys):
+    import copy
+
+    from installer.main import ask_questions, build_parser
+    args = build_parser().parse_args(["--yes"])
+    catalog = load_catalog()
+    assert catalog["families"]["original"]["vision"]["checkpoint_repo"] is None   # as published today
+    answers = ask_questions(args, catalog, facts(64, RTX_5070), gpu_ok=True)
+    assert answers.vision is False and "Images: not available for 'original' yet" in capsys.readouterr().out
+    named = copy.deepcopy(catalog)
+    named["families"]["original"]["vision"]["checkpoint_repo"] = "Org/Checkpoint"
+    assert ask_questions(args, named, facts(64, RTX_5070), gpu_ok=True).vision is True   # asked: yes on a GPU
