@@ -223,12 +223,17 @@ class ChatService:
 
     async def _events(self, turn, line, parser, detok, stops, prepared, started):
         reused, last_token, repeats, loop_guard = 0, None, 0, False
+        ended_at = None   # tokens taken when a stop sequence or the loop guard ended the answer (the rest is dropped)
+        seen = 0
         last_log = started
         done: Done | None = None
         try:
             async with aclosing(turn.generate(line)) as events:
                 async for event in events:
                     if isinstance(event, Token):
+                        if ended_at is not None:
+                            continue  # generated before the engine read STOP: not part of the answer
+                        seen += 1
                         repeats = repeats + 1 if event.id == last_token else 1
                         last_token = event.id
                         if event.id in self.tokenizer.stop_ids:
@@ -236,12 +241,16 @@ class ChatService:
                         for d in self._stop_filter(stops, parser.feed(detok.push(event.id))):
                             yield d
                         if stops.matched is not None:
-                            break     # leaving the loop sends STOP; the engine's DONE is drained by the runner
+                            ended_at = seen
+                            turn.stop()   # the engine stops; its DONE (timings) still comes
+                            continue
                         if repeats >= LOOP_GUARD_TOKENS:
                             log.warning("loop guard: token %d repeated %d times; ending the answer", event.id,
                                         repeats)
                             loop_guard = True
-                            break
+                            ended_at = seen
+                            turn.stop()
+                            continue
                     elif isinstance(event, Resume):
                         reused = event.reused
                     elif isinstance(event, Progress):
@@ -268,7 +277,8 @@ class ChatService:
             tail = stops.flush()
             if tail:
                 yield Delta("content", tail)
-        generated = done.generated if done else (self.runner.progress.get("generated", 0))
+        generated = ended_at if ended_at is not None else done.generated if done else \
+            self.runner.progress.get("generated", 0)
         if stops.matched is not None:
             finish = "stop"
         elif loop_guard or (done and done.finish == "length"):

@@ -25,8 +25,9 @@ def to_job(req: ChatCompletionRequest, sampling_defaults: dict | None = None) ->
     tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
     kwargs = dict(req.chat_template_kwargs or {})
     effort = req.reasoning_effort or (req.reasoning.effort if req.reasoning else None)
-    if effort is None and "reasoning_effort" in kwargs:
-        effort = str(kwargs.pop("reasoning_effort"))
+    kw_effort = kwargs.pop("reasoning_effort", None)   # null = not given (not the effort "none")
+    if effort is None and kw_effort is not None:
+        effort = str(kw_effort)
     if effort is None and kwargs.get("enable_thinking") is False:
         effort = "none"
     kwargs.pop("enable_thinking", None)

@@ -87,6 +87,15 @@ class _Turn:
         self.runner = runner
         self.acquire = acquire
         self.started = False
+        self._engine: EngineProcess | None = None
+        self._stopped = False
+
+    def stop(self) -> None:
+        """Ends the running request early (a stop sequence, the loop guard): the engine gets STOP and generate()
+        goes on to its DONE, so the request's timings and counts still arrive."""
+        if self._engine is not None and self._engine.alive and not self._stopped:
+            self._stopped = True
+            self._engine.send("STOP")
 
     async def generate(self, line: str) -> AsyncIterator[Event]:
         """Yields the request's events up to and including DONE or ERR. Use with contextlib.aclosing."""
@@ -100,6 +109,7 @@ class _Turn:
         engine = None
         try:
             engine = await r._ensure_engine()
+            self._engine = engine
             r.phase = "reading prompt"
             r.progress = {"started": time.time(), "prompt_done": 0, "prompt_total": 0, "generated": 0}
             engine.send(line)

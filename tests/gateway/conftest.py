@@ -49,3 +49,17 @@ def start_gateway(realvocab_gguf, engine_bin):
     yield start
     for g in started:
         g.stop()
+
+
+@pytest.fixture(scope="module")
+def oai(gateway):
+    """The official openai SDK on the module's gateway."""
+    import openai
+    return openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def claude(gateway):
+    """The official anthropic SDK on the module's gateway."""
+    import anthropic
+    return anthropic.Anthropic(base_url=gateway.url, api_key="unused", max_retries=0, timeout=60)

@@ -31,16 +31,6 @@ ANTHROPIC_TOOLS = [{"name": "get_weather", "description": "Weather for a city", 
 
 
 @pytest.fixture(scope="module")
-def oai(gateway):
-    return openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def claude(gateway):
-    return anthropic.Anthropic(base_url=gateway.url, api_key="unused", max_retries=0, timeout=60)
-
-
-@pytest.fixture(scope="module")
 def expected_tokens(realvocab_meta, tokenizer):
     """expected_tokens(messages, effort=None, tools=None) -> the prompt's token count as the template renders it."""
     template = ChatTemplate(realvocab_meta.chat_template)
@@ -132,6 +122,7 @@ def test_chat_template_kwargs_set_the_thinking_effort(oai, expected_tokens):
         assert kw_text == run(reasoning_effort=effort)[0]                  # the same prompt, the same answer
     assert run(extra_body={"chat_template_kwargs": {"reasoning_effort": "high"}})[1] == efforts[None]
     assert run(extra_body={"chat_template_kwargs": {"enable_thinking": True}})[1] == efforts[None]
+    assert run(extra_body={"chat_template_kwargs": {"reasoning_effort": None}})[1] == efforts[None]   # null = unset
     # enable_thinking false: the effort "none" (an empty closed think block), the answer is content only.
     off_text, off_n, off = run(extra_body={"chat_template_kwargs": {"enable_thinking": False}})
     assert off_n == efforts["none"]
@@ -246,6 +237,14 @@ def test_loop_guard_ends_a_repeating_answer(gateway, oai):
     assert stopped, new     # the engine may have made a token or two more before it read the STOP
     assert r.usage.completion_tokens <= int(stopped.group(1)) < r.usage.completion_tokens + 8
     assert re.search(r", 300 tokens in \d+ ms, length", new), new
+    # Streamed, the last chunk's timings come from the engine's DONE (read after the STOP), not zeros.
+    stream = requests.post(gateway.url + "/v1/chat/completions", stream=True, timeout=120, json={
+        "messages": ASK, "max_tokens": 400, "reasoning_effort": "none", "frequency_penalty": -2.0, "stream": True})
+    chunks = [json.loads(line[5:]) for line in stream.iter_lines() if line.startswith(b"data:") and
+              line != b"data: [DONE]"]
+    timings = next(c["timings"] for c in reversed(chunks) if c.get("timings"))
+    assert timings["predicted_ms"] > 0 and timings["prompt_ms"] > 0, timings
+    assert timings["predicted_n"] == r.usage.completion_tokens, timings
 
 
 # ---- 7. keep-alive comments while a long prompt is read -------------------------------------------------------

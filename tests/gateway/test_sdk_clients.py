@@ -11,16 +11,6 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
                                                           "required": ["city"]}}}]
 
 
-@pytest.fixture(scope="module")
-def oai(gateway):
-    return openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def claude(gateway):
-    return anthropic.Anthropic(base_url=gateway.url, api_key="unused", max_retries=0, timeout=60)
-
-
 def test_openai_non_stream_and_usage(oai):
     r = oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hello"}], max_tokens=6)
     assert r.choices[0].finish_reason in ("length", "stop")
