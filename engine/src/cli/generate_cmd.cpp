@@ -55,7 +55,8 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
 
 int generate_command(int argc, char** argv) {
     std::vector<std::string> flags = {"--model", "--backend", "--threads", "--ctx", "--prompt-ids", "--prompt-file", "-n",
-                                      "--logits-out", "--chunk", "--mtp", "--spec", "--mtp-logits-out", "--images"};
+                                      "--logits-out", "--chunk", "--mtp", "--spec", "--draft-min-p", "--mtp-logits-out",
+                                      "--images"};
     flags.insert(flags.end(), kGpuFlags.begin(), kGpuFlags.end());
     Options o(argc, argv, 2, flags, {"--ignore-eos", "--f32-activations", "--no-pin"});
     const std::string model_path = o.required("--model");
@@ -78,7 +79,9 @@ int generate_command(int argc, char** argv) {
     Qwen4Exp model(model_path, *be);
     Qwen4ExpGenerator gen(model, (int)o.integer("--ctx", 0, 0, 1 << 24), (int)o.integer("--chunk", 256, 1, 1 << 20));
     if (o.has("--mtp")) gen.enable_speculation(o.str("--mtp"), (int)o.integer("--spec", 3, 1, 8));
-    else if (o.has("--spec") || o.has("--mtp-logits-out")) fail("--spec and --mtp-logits-out need --mtp MTP.gguf");
+    else if (o.has("--spec") || o.has("--mtp-logits-out") || o.has("--draft-min-p"))
+        fail("--spec, --draft-min-p and --mtp-logits-out need --mtp MTP.gguf");
+    gen.set_draft_min_p((float)o.real("--draft-min-p", kDefaultDraftMinP, 0.0, 1.0));
     if (o.has("--logits-out") && o.has("--mtp")) fail("--logits-out cannot be combined with --mtp (drafted tokens have no single-step logits)");
     for (int32_t id : prompt)
         if (id >= gen.vocab_size()) fail("--prompt-ids: token id ", id, " is outside the vocabulary of ", gen.vocab_size());

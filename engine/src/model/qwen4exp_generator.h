@@ -10,6 +10,9 @@
 
 namespace strata {
 
+// --draft-min-p's default (measured on the demo model: bench/results/2026-12-01-vm-draft-min-p).
+constexpr float kDefaultDraftMinP = 0.5f;
+
 class Qwen4ExpGenerator : public TextGenerator {
 public:
     // n_ctx 0 = min(trained context, 32768). chunk = tokens per prompt chunk.
@@ -30,6 +33,9 @@ public:
     int chunk_tokens() const override { return chunk_; }
     // A checkpoint every n positions of a session (0 = none; --checkpoint-every, default 16384).
     void set_checkpoint_every(int n) { checkpoint_every_ = n; }
+    // Drafting stops at a draft whose probability under the head is below p (0 = always draft the full depth;
+    // --draft-min-p). The text is greedy's either way; fewer rejected drafts save rollbacks.
+    void set_draft_min_p(float p) { draft_min_p_ = p; }
     int spec_depth() const override { return mtp_ ? depth_ : 0; }
     GreedyStep append_greedy(int32_t next, int max_extra) override;
     // Draft logits of the MTP head for every prompt pair (X_s, token s+1) the session holds, s = 0 … n_past−2,
@@ -80,6 +86,7 @@ private:
     Session session_;
     int chunk_;
     int checkpoint_every_ = 16384;
+    float draft_min_p_ = kDefaultDraftMinP;
     std::vector<float> logits_;
 
     std::unique_ptr<MtpHead> mtp_;
