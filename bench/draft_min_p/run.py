@@ -3,6 +3,7 @@ over a few chat prompts to their end, the decode tok/s summed over prompts (toke
 offered and accepted, and whether the text equals plain greedy decoding (it must: the cutoff only shortens drafts).
 
 usage: python3 bench/draft_min_p/run.py --strata build/engine/strata --out DIR [--cutoffs 0,0.3,0.5,0.7] [--repeat 3]
+       [--threads 1]
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO = os.path.join(REPO, "installer", "demo", "strata-demo.gguf")
 MTP = os.path.join(REPO, "installer", "demo", "strata-demo-mtp.gguf")
+THREADS = 1   # --threads
 QUESTIONS = ["What is 12 plus 30?", "Repeat after me: the quick brown fox jumps over the lazy dog.",
              "Count from 1 to 20.", "Hello! How are you today?", "What is 123 plus 456?",
              "Write the word banana five times."]
@@ -29,7 +31,7 @@ def prompt_ids(question: str) -> list[int]:
 
 
 def generate(strata: str, ids: list[int], extra: list[str]) -> dict:
-    p = subprocess.run([strata, "generate", "--model", DEMO, "--threads", "1", "--prompt-ids", ",".join(map(str, ids)),
+    p = subprocess.run([strata, "generate", "--model", DEMO, "--threads", str(THREADS), "--prompt-ids", ",".join(map(str, ids)),
                         "-n", "400", *extra], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     m = re.search(r"decode: (\d+) tokens in ([\d.]+) s", p.stderr)
@@ -44,7 +46,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--cutoffs", default="0,0.3,0.5,0.7")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args(argv)
+    global THREADS
+    THREADS = a.threads
     prompts = [prompt_ids(q) for q in QUESTIONS]
     greedy = [generate(a.strata, ids, []) for ids in prompts]
     rows = [{"setting": "greedy, no MTP", **_summary([greedy] * 1, greedy)}]
@@ -53,7 +58,7 @@ def main(argv=None) -> int:
                 for _ in range(a.repeat)]
         rows.append({"setting": f"--spec 3 --draft-min-p {c}", **_summary(runs, greedy)})
     os.makedirs(a.out, exist_ok=True)
-    result = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} threads", "threads": 1,
+    result = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} threads", "threads": a.threads,
               "prompts": QUESTIONS, "repeat": a.repeat, "rows": rows}
     with open(os.path.join(a.out, "draft_min_p.json"), "w") as f:
         json.dump(result, f, indent=1)

@@ -59,14 +59,15 @@ def test_yes_falls_back_to_the_demo_and_writes_a_config_and_run_script_that_star
                                   engine_bin, "--no-browser", "--port", str(port)], tmp_path / "setup.log", port, env,
                                  while_up=lambda p: answers.append(ask(p, "What is 12 + 30?")))
         assert "Serving the DEMO model" in output and "the small demo model that ships with Strata" in output, output
-        # The shipped demo model (with its MTP draft head) thinks, then answers.
+        # The shipped demo model thinks, then answers (on this GPU-less machine without its MTP head: on a CPU it
+        # decodes faster without it).
         assert answers[0]["finish_reason"] == "stop"
         assert answers[0]["message"]["reasoning_content"] and answers[0]["message"]["content"], answers
 
         config = json.loads((home / "strata-demo.json").read_text())
         assert config["demo"] is True and config["port"] == port and config["engine"] == os.path.abspath(engine_bin)
         assert config["model"] == str(PROJECT_DIR / "installer" / "demo" / "strata-demo.gguf")
-        assert config["engine_args"] == ["--mtp", str(PROJECT_DIR / "installer" / "demo" / "strata-demo-mtp.gguf")]
+        assert config["engine_args"] == []
         run_script = home / "run-demo.sh"
         assert os.access(run_script, os.X_OK)
 
