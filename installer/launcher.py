@@ -144,7 +144,7 @@ def start(config: StrataConfig, port: int | None = None, open_browser: bool = Tr
                                stderr=subprocess.STDOUT if log else None)
     if log:
         threading.Thread(target=_copy_output, args=(process.stdout, log), daemon=True).start()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # stop the server with us
+    signal.signal(signal.SIGTERM, _on_sigterm)   # stop the server with us
     try:
         base = f"http://{config.host}:{port}"
         health = wait_for_health(process, f"{base}/health")
@@ -165,7 +165,18 @@ def start(config: StrataConfig, port: int | None = None, open_browser: bool = Tr
         raise
 
 
+def _on_sigterm(*_) -> None:
+    # Further SIGTERMs are ignored from here on: one arriving before _stop has told the server to stop would end the
+    # launcher and leave the server running on its port (seen in CI: a SIGTERM, then the test's terminate()).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise SystemExit(143)
+
+
 def _stop(process: subprocess.Popen) -> int:
+    # A second SIGTERM or Ctrl+C (a service manager, an impatient user) must not cut this wait short: the launcher
+    # would exit while the server still holds its port.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
     if process.poll() is None:
         process.terminate()
         try:

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 
 from e2e_helpers import PROJECT_DIR, free_port, port_is_closed, stop_process, wait_for_health, wait_until
@@ -112,3 +113,26 @@ def test_failed_download_falls_back_to_the_demo_and_says_how_to_continue(engine_
     assert "Serving the DEMO model, because the model could not be downloaded" in result.stdout
     assert "--setup" in result.stdout
     assert json.loads((home / "strata-demo.json").read_text())["demo"] is True
+
+
+def test_a_burst_of_sigterms_still_stops_the_server(engine_bin, tmp_path):
+    """A second SIGTERM while the launcher stops the server must not end the launcher first (it used to leave the
+    gateway running on its port, found in CI)."""
+    home = tmp_path / "home"
+    env = dict(os.environ, HF_ENDPOINT="http://127.0.0.1:9", PYTHONUNBUFFERED="1")
+    setup = subprocess.run([sys.executable, "-m", "installer", "--yes", "--dir", str(home), "--engine", engine_bin,
+                            "--no-start"], cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=240)
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    for delay in (0.0, 0.002, 0.01, 0.03):
+        port = free_port()
+        with open(tmp_path / "burst.log", "w") as log:
+            launcher = subprocess.Popen([sys.executable, "-m", "installer.launcher", str(home / "strata-demo.json"),
+                                         "--no-browser", "--port", str(port)], cwd=PROJECT_DIR, env=env, stdout=log,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            wait_for_health(f"http://127.0.0.1:{port}", launcher, 120)
+            wait_until(lambda: "Strata is ready" in (tmp_path / "burst.log").read_text(), 30, "the ready message")
+            for _ in range(6):
+                launcher.send_signal(signal.SIGTERM)
+                time.sleep(delay)
+            assert stop_process(launcher) in (0, 143)
+        assert port_is_closed(port), f"the gateway outlived the launcher (SIGTERMs {delay} s apart)"
