@@ -2,13 +2,16 @@
 the synthetic full-size model (engine/tools/make_synthetic.py) at several contexts, for
   gpu   every expert on the GPU (no --expert-cache), which also records a routing profile of what it routed;
   pc12  a 12 GB PC stand-in: --expert-cache 4100-slots --cpu-workers 6, the cache filled from that profile (recorded
-        on other prompts than the ones measured here), adaptation as the engine's default;
-  pc12host  (optional) pc12 with STRATA_HYBRID_JOIN=host, the CPU misses computed on the calling thread (the join
-        before the mapped-flag wait), at the smallest context only: the A/B of the join.
-  pc12pcie  (optional; pc12pcie:0.9 names its share) pc12 with STRATA_GPU_MISS_SHARE=--miss-share: that share of each decode pass's missed experts
-        read by the GPU over PCIe (zero-copy with the device join) while the CPU computes the rest, smallest context.
-  pc12dev   (optional; pc12dev:0.6 adds STRATA_GPU_MISS_SHARE=0.6) pc12 with STRATA_HYBRID_DEVICE=1: the device-driven join
-        (plan and join kernels, one graph per pass) instead of the host's at every MoE layer, smallest context only.
+        on other prompts than the ones measured here), adaptation and the zero-copy share (auto) as the engine's
+        defaults, the device-driven join;
+  pc12hostjoin  (optional) pc12 with STRATA_HYBRID_DEVICE=0: the host-driven join of every MoE layer (routing
+        copied back, a host wait, graph segments), smallest context only: the A/B of the device join.
+  pc12host  (optional) pc12hostjoin with STRATA_HYBRID_JOIN=host, the CPU misses computed on the calling thread (the join
+        before the mapped-flag wait), at the smallest context only.
+  pc12pcie  (optional; pc12pcie:0.9 names its share) pc12hostjoin with STRATA_GPU_MISS_SHARE=--miss-share: that share
+        of each decode pass's missed experts copied over PCIe while the CPU computes the rest, smallest context.
+  pc12dev   (optional; pc12dev:0.6 = STRATA_GPU_MISS_SHARE=0.6) pc12 at a fixed zero-copy share, smallest context
+        only: the A/B of the auto share.
 Beside each figure the bound of PERFORMANCE.md §4 from the measured bandwidths (formula and inputs in the JSON).
 
     python3 bench/decode.py --strata BUILD/engine/strata --model SYN.gguf --out DIR [--contexts 1024,4096,32768]
@@ -38,7 +41,7 @@ W_CPU_6 = 66.3e9        # host DRAM read with 6 threads: between 51.6 (4 threads
 T_HANDSHAKE = 7.4e-6    # one D2H or H2D handshake (6.6-8.2 µs measured); a layer's join costs two
 TARGETS = {"gpu": 400.0, "pc12": 100.0}
 PC12_FLAGS = ["--expert-cache", "4100-slots", "--cpu-workers", "6"]
-BUDGET_WEIGHT = {"gpu": 1.0, "pc12": 1.4, "pc12host": 0.6, "pc12pcie": 0.8, "pc12dev": 0.8}   # shares of the time budget (pc12 pins and prefills
+BUDGET_WEIGHT = {"gpu": 1.0, "pc12": 1.4, "pc12host": 0.6, "pc12hostjoin": 0.6, "pc12pcie": 0.8, "pc12dev": 0.6}   # shares of the time budget (pc12 pins and prefills
                                                              # over PCIe; pc12host measures one context)
 
 
@@ -172,7 +175,8 @@ def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, dead
         out["start_s"] = round(eng.ready(max(30, deadline - time.time())), 1)
         out["info"] = eng.info
         V = int(eng.info.get("vocab", 248320))
-        warm = eng.gen(8, prompt_ids(64, seed + 1, V), 120)   # kernels, first-touch allocations
+        # Kernels, first-touch allocations; with --warm N also the cache's adaptation and the auto share's tuning.
+        warm = eng.gen(a.warm, prompt_ids(64, seed + 1, V), 120)
         session = prompt_ids(64, seed + 1, V) + warm["tokens"]
         pp_speed = None
         for ctx in sorted(contexts):
@@ -272,6 +276,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--contexts", default="1024,4096,32768")
     ap.add_argument("--decode", type=int, default=64, help="tokens per decode measurement")
+    ap.add_argument("--warm", type=int, default=8, help="tokens of the warm-up request before the first context")
     ap.add_argument("--chunk", type=int, default=1024, help="prompt chunk (--chunk of the engine)")
     ap.add_argument("--settings", default="gpu,pc12")
     ap.add_argument("--budget-s", type=float, default=170, help="wall time for all settings together")
@@ -298,15 +303,16 @@ def main() -> int:
         if s == "gpu":
             flags = ["--routing-profile-out", profile] if a.backend == "cuda" else []
             res["settings"][s] = measure_setting(a, s, flags, 11, mb, deadline, a.contexts)
-        elif base in ("pc12", "pc12host", "pc12pcie", "pc12dev"):
+        elif base in ("pc12", "pc12host", "pc12hostjoin", "pc12pcie", "pc12dev"):
             flags = PC12_FLAGS + (["--routing-profile", profile] if os.path.exists(profile) else [])
-            env = {"pc12": None, "pc12host": {"STRATA_HYBRID_JOIN": "host"},
-                   "pc12dev": {"STRATA_HYBRID_DEVICE": "1", **({"STRATA_GPU_MISS_SHARE": share} if share else {})},
-                   "pc12pcie": {"STRATA_GPU_MISS_SHARE": share or a.miss_share}}[base]
+            host = {"STRATA_HYBRID_DEVICE": "0"}
+            env = {"pc12": None, "pc12hostjoin": host, "pc12host": {**host, "STRATA_HYBRID_JOIN": "host"},
+                   "pc12dev": {"STRATA_GPU_MISS_SHARE": share} if share else None,
+                   "pc12pcie": {**host, "STRATA_GPU_MISS_SHARE": share or a.miss_share}}[base]
             res["settings"][s] = measure_setting(a, s, flags + a.pc12_extra.split(), 23, mb, deadline,
                                                  a.contexts if s == "pc12" else [min(a.contexts)], env)
         else:
-            ap.error(f"unknown setting {s!r} (gpu, pc12, pc12host, pc12pcie, pc12dev)")
+            ap.error(f"unknown setting {s!r} (gpu, pc12, pc12hostjoin, pc12host, pc12pcie, pc12dev)")
         if s != "gpu":
             res["settings"][s]["cache_fill"] = "routing profile of the gpu setting" if os.path.exists(profile) \
                 else "by expert id (no profile)"

@@ -3,6 +3,7 @@
 // order are read zero-copy, the rest go to the CPU, and all pairs of one expert go to one place.
 #include <algorithm>
 #include <cstdint>
+#include <cmath>
 #include <map>
 #include <random>
 #include <vector>
@@ -96,10 +97,39 @@ void test_matches_staged_split() {
     }
 }
 
+// With a carry, the zero-copy experts of many calls add up to share · (their misses), within one expert, though
+// each call of 4 misses can only take a whole number; without one, share 0.3 of 4 misses is always 1 (25%).
+void test_carry_keeps_the_share() {
+    std::mt19937 rng(11);
+    for (double share : {0.0, 0.15, 0.3, 0.45, 0.6, 0.85, 1.0}) {
+        float carry = 0;
+        int64_t misses = 0, zc = 0, zc_plain = 0;
+        for (int call = 0; call < 3000; ++call) {
+            std::vector<int32_t> ids(10), slot(10), place(10);
+            for (int p = 0; p < 10; ++p) {
+                ids[p] = (int32_t)(p * 7 + rng() % 7);   // distinct experts
+                slot[p] = p < 6 ? p : -1;                // 4 missed experts a call
+            }
+            place_pairs(ids.data(), slot.data(), 10, share, true, place.data(), &carry);
+            for (int p = 0; p < 10; ++p) zc += place[p] == kPairZeroCopy;
+            place_pairs(ids.data(), slot.data(), 10, share, true, place.data());
+            for (int p = 0; p < 10; ++p) zc_plain += place[p] == kPairZeroCopy;
+            misses += 4;
+            CHECK(carry >= -1 && carry <= 1);
+        }
+        CHECK(std::abs((double)zc - share * (double)misses) <= 1.0);
+        if (share == 0.3) CHECK(zc_plain == misses / 4);   // round(1.2) = 1 every call
+    }
+    float carry = 0.4f;   // without zero-copy the carry is left alone and nothing is read zero-copy
+    std::vector<int32_t> ids = {1, 2}, slot = {-1, -1}, place(2);
+    CHECK(place_pairs(ids.data(), slot.data(), 2, 0.5, false, place.data(), &carry) == 2 && carry == 0.4f);
+}
+
 }  // namespace
 
 int main() {
     test_cases();
     test_matches_staged_split();
+    test_carry_keeps_the_share();
     return test::exit_code();
 }

@@ -6,10 +6,12 @@ default quantized activations (the join only exists there). For every model of a
   zc0         no slot, every decode miss read zero-copy from pinned host memory (STRATA_GPU_MISS_SHARE=1)
               (both: tokens identical to gpu, logits within --tol; whether they are bit-identical is recorded: the
               prompt's chunk runs the host path's staged kernels)
-  (every run but host30 with STRATA_HYBRID_DEVICE=1)
+  (the device join is the engine's default; every run but host30 takes it)
   host30      ~30% cached, moves every 2 passes, the CPU computing the misses, host join (STRATA_HYBRID_DEVICE=0)
-  dev30       the same with the device join: tokens identical to host30, logits within --tol of it
+  dev30       the same with the device join, no zero-copy (STRATA_GPU_MISS_SHARE=0): tokens identical to host30,
+              logits within --tol of it
   dev30zc     the same with half the misses zero-copy (STRATA_GPU_MISS_SHARE=0.5): likewise
+  dev30auto   the same with the default share (auto: it changes from pass to pass): likewise
   host30mtp / dev30mtp  host30 and dev30 with the model's MTP head (mtp.json of prepare_models.py) at --spec 3: verify
               windows of 4 tokens through both joins; dev30mtp against host30mtp as above
 Models whose experts the decode kernels do not take (F32 experts) fall back to the host join and are only recorded.
@@ -30,15 +32,15 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from parity import PROMPT, compare, manifest_of, model_args  # noqa: E402
 
-DEV = {"STRATA_HYBRID_DEVICE": "1"}   # the device join is opt-in until this script has passed on a GPU
+DEV = {"STRATA_HYBRID_DEVICE": "1"}   # the default; named so the runs say which join they take
 CACHE = re.compile(r"expert cache: (\d+) slots of (\d+) experts; hits (\d+) of (\d+) look-ups")
 
 
 def run(args, model: str, logits: str, extra: list[str], env: dict) -> dict:
     speculative = "--mtp" in extra   # no single-step logits then: tokens only
     cmd = [args.strata, "generate", "--model", model, "--backend", "cuda", "--prompt-ids", ",".join(map(str, PROMPT)),
-           "-n", str(args.tokens), "--ignore-eos", "--cpu-workers", "4"] + ([] if speculative else
-                                                                           ["--logits-out", logits]) + extra
+           "-n", str(args.tokens), "--ignore-eos"] + (["--cpu-workers", "4"] if "--expert-cache" in extra else []) + \
+        ([] if speculative else ["--logits-out", logits]) + extra
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, **env})
     out = {"ok": p.returncode == 0, "args": extra, "env": env,
            "device_join": "decode MoE joins on the device" in p.stderr}
@@ -67,17 +69,18 @@ def check_model(args, path: str, tmp: str) -> dict:
         "cache100": (["--expert-cache", f"{experts}-slots"], DEV),
         "zc0": (["--expert-cache", "0-slots"], {**DEV, "STRATA_GPU_MISS_SHARE": "1"}),
         "host30": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], {"STRATA_HYBRID_DEVICE": "0"}),
-        "dev30": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], DEV),
+        "dev30": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], {**DEV, "STRATA_GPU_MISS_SHARE": "0"}),
         "dev30zc": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], {**DEV, "STRATA_GPU_MISS_SHARE": "0.5"}),
+        "dev30auto": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], DEV),
     }
     head = args.mtp_heads.get(os.path.basename(path))
     if head:   # speculative verify windows (T = 4 at --spec 3) through both joins
         mtp = ["--mtp", os.path.join(args.models, head), "--spec", "3"]
         runs["host30mtp"] = (runs["host30"][0] + mtp, runs["host30"][1])
-        runs["dev30mtp"] = (runs["dev30"][0] + mtp, DEV)
+        runs["dev30mtp"] = (runs["dev30auto"][0] + mtp, DEV)
     res = {name: run(args, path, lg(name), extra, env) for name, (extra, env) in runs.items()}
     row = {"experts": experts, "slots30": s30, "runs": {}}
-    device = all(res[n].get("device_join") for n in ("cache100", "zc0", "dev30", "dev30zc"))
+    device = all(res[n].get("device_join") for n in ("cache100", "zc0", "dev30", "dev30zc", "dev30auto"))
     row["device_join"] = device
     ok = True
     for name, r in res.items():

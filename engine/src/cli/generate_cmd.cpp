@@ -43,7 +43,7 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
         g.routing_profile = o.str("--routing-profile");
         g.routing_profile_out = o.str("--routing-profile-out");
         g.adapt.every_passes = (int)o.integer("--expert-adapt", g.adapt.every_passes, 0, 1 << 20);
-        g.gpu_miss_share = o.real("--gpu-miss-share", g.gpu_miss_share, 0, 1);
+        if (o.str("--gpu-miss-share") != "auto") g.gpu_miss_share = o.real("--gpu-miss-share", g.gpu_miss_share, 0, 1);
         if (g.expert_cache.empty())
             for (const char* f : {"--vram-reserve-mib", "--gpu-experts-max", "--cpu-workers", "--routing-profile",
                                   "--expert-adapt", "--gpu-miss-share"})

@@ -23,9 +23,11 @@ struct GpuOptions {
     // Shorter calls: this share of their missed experts is computed on the GPU too (the first in id order), read
     // zero-copy from pinned host memory (decode calls joined on the device) or copied over PCIe first, the rest by
     // the CPU pool at the same time; 0 = all on the CPU. Where PCIe moves an expert faster than the CPU pool reads
-    // one (the H200 host: ~50 vs ~20 GB/s), a share shortens the GPU's wait at the join. --gpu-miss-share F;
-    // STRATA_GPU_MISS_SHARE overrides it (A/B runs, hybrid_moe.cu).
-    double gpu_miss_share = 0;
+    // one (the H200 host: ~50 vs ~20 GB/s), a share shortens the GPU's wait at the join. --gpu-miss-share auto|F;
+    // STRATA_GPU_MISS_SHARE overrides it (A/B runs, hybrid_moe.cu). kMissShareAuto: the device join balances it
+    // pass by pass (experts/miss_share.h); the host join then reads none zero-copy.
+    static constexpr double kMissShareAuto = -1;
+    double gpu_miss_share = kMissShareAuto;
 };
 
 }  // namespace strata

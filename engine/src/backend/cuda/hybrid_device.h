@@ -32,12 +32,15 @@ struct DeviceJoinWords {
     uint32_t done;           // host → GPU: the last seq whose CPU results are in its ring slot
     uint32_t timed_out;      // GPU → host: a wait gave up after ~60 s
     unsigned long long wait_ns;   // GPU → host: time the join kernels spent waiting for the CPU
+    float share_next;        // host only: the zero-copy share copied into DeviceJoinState::share between passes
 };
 
 // Device memory of the path: the running seq, the current call's CPU pair count and the matrix tables.
 struct DeviceJoinState {
     uint32_t seq;
     int32_t n_cpu;
+    float share;             // place_pairs' share of the missed experts read zero-copy (set between passes)
+    float carry;             // place_pairs' rounding carry from layer to layer
     const uint8_t* tables[3][kDevicePairs];   // gate, up, down matrix of each pair (null: the CPU's pair)
 };
 
@@ -51,7 +54,6 @@ struct PlanArgs {
     size_t arena_stride[3];      // bytes of one slot's matrix
     const uint8_t* host[3];      // zero-copy device addresses of the layer's host tensors (null: no zero-copy)
     size_t host_stride[3];       // bytes of one expert's matrix
-    double zero_copy_share;      // place_pairs' share of the missed experts read zero-copy
     uint8_t* ring;               // mapped ring (device address), kRingSlots slots of slot_bytes
     size_t slot_bytes;
     DeviceJoinWords* words;      // mapped (device address)

@@ -27,9 +27,9 @@ template <class T> T* mapped_device(T* host) {
 }  // namespace
 
 void HybridMoe::prepare_device_path() {
-    // Opt-in until a GPU round has checked it (tests/gpu/device_join_parity.py, bench/decode.py pc12dev).
+    // STRATA_HYBRID_DEVICE=0: the host-driven join (A/B runs; tests/gpu/device_join_parity.py checks one against the other).
     const char* env = std::getenv("STRATA_HYBRID_DEVICE");
-    if (!cache_ || !cpu_thread_.joinable() || !(env && std::strcmp(env, "1") == 0)) return;
+    if (!cache_ || !cpu_thread_.joinable() || (env && std::strcmp(env, "0") == 0)) return;
     const int L_n = (int)layers_.size();
     const int H = (int)layers_[0].gate.ne[0];
     for (const Layer& L : layers_) {   // the decode kernels must take every layer's experts through tables
@@ -72,7 +72,7 @@ void HybridMoe::prepare_device_path() {
     // Zero-copy reads of missed experts need the pinned host tensors mapped into the device's address space.
     int zc_layers = 0;
     zero_copy_.assign(L_n, {nullptr, nullptr, nullptr});
-    for (int l = 0; l < L_n && gpu_miss_share_ > 0; ++l) {
+    for (int l = 0; l < L_n && (gpu_miss_share_ > 0 || share_auto_); ++l) {
         std::array<const uint8_t*, 3> d{};
         bool ok = true;
         const Weight* t[3] = {&layers_[l].gate, &layers_[l].up, &layers_[l].down};
@@ -88,11 +88,25 @@ void HybridMoe::prepare_device_path() {
         zero_copy_[l] = d;
         ++zc_layers;
     }
+    zero_copy_any_ = zc_layers > 0;
+    if (share_auto_ && zero_copy_any_) gpu_miss_share_ = share_ctl_.next();
+    push_share();
     device_on_.store(true, std::memory_order_release);
-    log_info("experts", fmt("decode MoE joins on the device (one graph per pass); ", gpu_miss_share_ > 0
+    log_info("experts", fmt("decode MoE joins on the device (one graph per pass); ",
+                            share_auto_ && zero_copy_any_
+                                ? fmt("a share of the missed experts read zero-copy over PCIe in ", zc_layers, " of ",
+                                      L_n, " layers, tuned while decoding from ", share_ctl_.share)
+                            : gpu_miss_share_ > 0 && zero_copy_any_
                                 ? fmt("a share of ", gpu_miss_share_, " of the missed experts read zero-copy over PCIe in ",
                                       zc_layers, " of ", L_n, " layers")
                                 : std::string("all missed experts on the CPU")));
+}
+
+// The plan kernels read the share from device memory: copied there stream-ordered (the words page is pinned; the
+// host writes share_next again only after the next boundary's synchronisation).
+void HybridMoe::push_share() {
+    words_->share_next = (float)(zero_copy_any_ ? gpu_miss_share_ : 0.0);
+    CUDA_CHECK(cudaMemcpyAsync(&state_->share, &words_->share_next, sizeof(float), cudaMemcpyHostToDevice, stream_));
 }
 
 void HybridMoe::mirror_slot(int layer, int expert) {
@@ -136,7 +150,6 @@ std::array<const uint8_t* const*, 3> HybridMoe::plan_device(const MoeWeights& w,
         a.host[m] = zero_copy_[l][m];
         a.host_stride[m] = bytes[m];
     }
-    a.zero_copy_share = gpu_miss_share_;
     a.ring = ring_dev_;
     a.slot_bytes = slot_bytes_;
     a.words = words_dev_;
@@ -176,6 +189,17 @@ void HybridMoe::between_passes() {
     // this returns at once): then every job is posted, the drain takes them all, and the slot map may change.
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     drain_device_jobs();
+    if (share_auto_ && zero_copy_any_) {   // the last pass's time tunes the share (experts/miss_share.h)
+        const int64_t now = now_ns();
+        const uint32_t consumed = words_->consumed;
+        if (consumed != ctl_consumed_ && ctl_last_ns_ > 0) {   // a pass of prompt chunks only is not counted
+            share_ctl_.update((double)(now - ctl_last_ns_));
+            gpu_miss_share_ = share_ctl_.next();
+            push_share();
+        }
+        ctl_last_ns_ = now;
+        ctl_consumed_ = consumed;
+    }
     land_moves();
     for (int l = 0; l < (int)layers_.size(); ++l) start_moves(l);
     upload_slot_map();   // the evictions and landings of this boundary, and of host-path calls since the last one

@@ -48,13 +48,15 @@ HybridMoe::HybridMoe(const GpuOptions& opt, cudaStream_t stream, DevicePool& poo
     CUDA_CHECK(cudaEventCreateWithFlags(&x_ready_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(staging_free_, stream_));
-    gpu_miss_share_ = std::clamp(opt.gpu_miss_share, 0.0, 1.0);
+    share_auto_ = opt.gpu_miss_share < 0;
+    gpu_miss_share_ = share_auto_ ? 0.0 : std::clamp(opt.gpu_miss_share, 0.0, 1.0);
     if (const char* share = std::getenv("STRATA_GPU_MISS_SHARE")) {
         char* end = nullptr;
         const double v = std::strtod(share, &end);
-        STRATA_CHECK(end != share && *end == 0 && v >= 0 && v <= 1, "STRATA_GPU_MISS_SHARE=", share,
-                     " is not a share between 0 and 1");
-        gpu_miss_share_ = v;
+        share_auto_ = std::strcmp(share, "auto") == 0;
+        STRATA_CHECK(share_auto_ || (end != share && *end == 0 && v >= 0 && v <= 1), "STRATA_GPU_MISS_SHARE=", share,
+                     " is neither auto nor a share between 0 and 1");
+        gpu_miss_share_ = share_auto_ ? 0.0 : v;
     }
     const char* join = std::getenv("STRATA_HYBRID_JOIN");
     async_join_ = !(join && std::strcmp(join, "host") == 0);
@@ -503,7 +505,7 @@ std::vector<std::pair<std::string, std::string>> HybridMoe::info() const {
             {"expert_cache_mib", std::to_string((cache_->total_slots() * expert_bytes_) >> 20)},
             {"expert_cache_adapt_every", std::to_string(opt_.adapt.every_passes)},
             {"cpu_workers", std::to_string(cpu_->workers())},
-            {"gpu_miss_share", fmt(gpu_miss_share_)},
+            {"gpu_miss_share", share_auto_ ? std::string("auto") : fmt(gpu_miss_share_)},
             {"experts_pinned", pinned_all_ ? "1" : "0"}};
 }
 
@@ -520,8 +522,10 @@ std::string HybridMoe::summary() const {
                " MiB of missed experts over PCIe for prompt chunks in ", (int)counters_.pcie_ms, " ms of copies (",
                (int)(counters_.pcie_ms > 0 ? counters_.pcie_bytes / counters_.pcie_ms / 1e5 : 0) / 10.0,
                " GB/s); experts pinned in ", (int)(pin_s_ * 1000), " ms (",
-               (int)(pin_s_ > 0 ? pinned_bytes_ / pin_s_ / 1e8 : 0) / 10.0, " GB/s); decode misses staged on the GPU: share ",
-               gpu_miss_share_, "; join ", async_join_ ? "async" : "host");
+               (int)(pin_s_ > 0 ? pinned_bytes_ / pin_s_ / 1e8 : 0) / 10.0, " GB/s); decode misses read by the GPU: share ",
+               (int)((share_auto_ ? share_ctl_.share : gpu_miss_share_) * 100 + 0.5) / 100.0,
+               share_auto_ ? " (auto)" : "", "; join ",
+               device_on_ ? "device" : async_join_ ? "async" : "host");
 }
 
 }  // namespace strata::cuda

@@ -27,6 +27,7 @@
 #include "experts/cpu_expert_pool.h"
 #include "experts/expert_cache.h"
 #include "experts/gpu_options.h"
+#include "experts/miss_share.h"
 #include "experts/routing_profile.h"
 #include "experts/staged_misses.h"
 #include "model/weights.h"
@@ -138,6 +139,7 @@ public:
     std::string summary() const;   // one line for logs: slots, hits, moves, CPU time
 
 private:
+    void push_share();   // gpu_miss_share_ → DeviceJoinState::share, stream-ordered
     struct Layer {
         Weight gate, up, down;                // host views (data: pinned piece or mapped file)
         size_t gate_bytes = 0, up_bytes = 0, down_bytes = 0;   // one expert's matrix of each
@@ -235,7 +237,8 @@ private:
 
     // Staging arena for prompt chunks' misses (allocated at first use): two halves of stage_slots_ experts.
     int stage_slots_ = 0;
-    double gpu_miss_share_ = 0;                 // GpuOptions::gpu_miss_share, or STRATA_GPU_MISS_SHARE
+    double gpu_miss_share_ = 0;                 // GpuOptions::gpu_miss_share, or STRATA_GPU_MISS_SHARE; the current one
+    bool share_auto_ = false;                   // auto: the device join's MissShareControl sets it between passes
     int stage_half_ = 0;                        // the half the next batch uses
     uint8_t *d_stage_gate_ = nullptr, *d_stage_up_ = nullptr, *d_stage_down_ = nullptr;
     cudaEvent_t stage_ready_[2] = {nullptr, nullptr};   // a half's copies are done (copy stream)
@@ -261,7 +264,7 @@ private:
     std::vector<JoinTiming> timings_, free_timings_;
 
     // The device-driven join (hybrid_device.h), set up by prepare_device_path when the dispatcher runs.
-    std::atomic<bool> device_on_{false};        // STRATA_HYBRID_DEVICE=1 turns it on (set once, after the rest)
+    std::atomic<bool> device_on_{false};        // on unless STRATA_HYBRID_DEVICE=0 (set once, after the rest)
     uint8_t* ring_ = nullptr;                   // mapped ring of kRingSlots jobs (host address; ring_dev_ on the GPU)
     uint8_t* ring_dev_ = nullptr;
     size_t slot_bytes_ = 0;
@@ -275,6 +278,10 @@ private:
     uint32_t dev_taken_ = 0;                    // the last device job the dispatcher finished (its thread only)
     std::atomic<int64_t> armed_until_ns_{0};    // the dispatcher polls without sleeping until then
     CpuShare dev_share_;                        // the dispatcher's CPU pairs of one job (experts/device_jobs.h)
+    bool zero_copy_any_ = false;                // some layer's experts are mapped for zero-copy reads
+    MissShareControl share_ctl_;                // auto share: between_passes feeds it each pass's time
+    int64_t ctl_last_ns_ = 0;                   // the last pass boundary
+    uint32_t ctl_consumed_ = 0;                 // words_->consumed then (a pass without device jobs is not counted)
 };
 
 }  // namespace strata::cuda

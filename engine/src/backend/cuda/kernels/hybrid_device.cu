@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
         // The ring slot is free once the dispatcher consumed the job kRingSlots before this one.
         wait_word(&wd->consumed, seq, kRingSlots, &wd->timed_out);
         int32_t place[kDevicePairs];
-        const int n_cpu = place_pairs(a.ids, slot, P, a.zero_copy_share, a.host[0] != nullptr, place);
+        const int n_cpu = place_pairs(a.ids, slot, P, a.state->share, a.host[0] != nullptr, place, &a.state->carry);
         job_base = a.ring + (size_t)(seq % kRingSlots) * a.slot_bytes;
         DeviceJob* job = reinterpret_cast<DeviceJob*>(job_base);
         for (int p = 0; p < P; ++p) {
