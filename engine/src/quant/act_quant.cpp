@@ -148,8 +148,9 @@ static void q2_0_act_groups(const BlockQ8_0* blocks, Q2_0ActGroup* g, int64_t ng
         for (int l = 0; l < 8; ++l) {
             int s = 0;
             for (int b = 0; b < 4; ++b) s += g[i].perm[4 * l + b] + g[i].perm[32 + 4 * l + b];
-            g[i].negsum[l] = -s;
-            g[i].dscale[l] = half_to_float(ab[(l % 4) < 2 ? 0 : 1].d);
+            // lanes 4..7 see codes times 4 (gemv_x86.h's q2_0_k): scaled back here, exactly
+            g[i].negsum[l] = l < 4 ? -s : -4 * s;
+            g[i].dscale[l] = half_to_float(ab[(l % 4) < 2 ? 0 : 1].d) * (l < 4 ? 1.0f : 0.25f);
         }
     }
 }

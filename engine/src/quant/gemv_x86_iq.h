@@ -227,6 +227,7 @@ void fill_x86_multi(DotTable& t) {
     set(GgmlType::Q8_0, q8_0_k_dot, q8_0_k_multi);
     set(GgmlType::IQ4_NL, iq4_nl_k_dot, iq4_nl_k_multi);
     set(GgmlType::Q2_0, q2_0_k_dot, q2_0_k_multi);
+    t.rows2[(int)GgmlType::Q2_0] = q2_0_rows2;
     set(GgmlType::IQ2_XS, iq2_xs_k_dot, iq2_xs_k_multi);
     set(GgmlType::IQ3_XXS, iq3_xxs_k_dot, iq3_xxs_k_multi);
 }

@@ -98,7 +98,8 @@ inline int iq4xs_scale(const BlockIQ4_XS& b, int ib) {
 // Q2_0 activations: after the n/32 Q8_0 blocks, one group per 64 activations (blocks 2g, 2g+1), laid out for
 // the SIMD kernels: perm[16*s + k] = a[4k + s] (the order in which shifts of a broadcast Q2_0 block yield codes),
 // negsum[L] = -(sum of perm bytes 4L..4L+3 and 32+4L..32+4L+3) (folds the code-1 offset into the integer dot),
-// dscale[L] = the fp16 scale of the Q8_0 block those bytes come from (block 2g when L % 4 < 2, else 2g+1).
+// dscale[L] = the fp16 scale of the Q8_0 block those bytes come from (block 2g when L % 4 < 2, else 2g+1); for
+// L >= 4 (where the kernel's codes are 4 times the code) negsum is 4 times that sum and dscale a quarter of the scale.
 struct Q2_0ActGroup { int8_t perm[64]; int32_t negsum[8]; float dscale[8]; };
 static_assert(sizeof(Q2_0ActGroup) == 128);
 inline const Q2_0ActGroup* q2_0_act_groups(const void* act, int64_t n) {
@@ -113,7 +114,9 @@ using MultiFn = void (*)(int64_t n, const void* w, const uint8_t* act, size_t ac
 constexpr int kMaxMultiAct = 8;
 
 constexpr int kMaxType = 43;  // ggml type ids are below this
-struct DotTable { DotFn dot[kMaxType] = {}; MultiFn multi[kMaxType] = {}; };
+// out[0], out[1] = dot(weight rows w and w + row_bytes, one activation row), each equal to the DotFn bit for bit.
+using Rows2Fn = void (*)(int64_t n, const void* w, size_t row_bytes, const void* act, float* out);
+struct DotTable { DotFn dot[kMaxType] = {}; MultiFn multi[kMaxType] = {}; Rows2Fn rows2[kMaxType] = {}; };
 
 // Every ISA file fills a table; entries it leaves empty fall back to the scalar kernel.
 void fill_dots_scalar(DotTable& t);
