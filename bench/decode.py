@@ -12,6 +12,8 @@ the synthetic full-size model (engine/tools/make_synthetic.py) at several contex
         of each decode pass's missed experts copied over PCIe while the CPU computes the rest, smallest context.
   pc12dev   (optional; pc12dev:0.6 = STRATA_GPU_MISS_SHARE=0.6) pc12 at a fixed zero-copy share, smallest context
         only: the A/B of the auto share.
+  pc12nostage  (optional) pc12 with STRATA_HYBRID_STAGE=0: the decode kernels read the zero-copy experts from host
+        memory themselves instead of a copy kernel staging them in VRAM first, smallest context only.
 Beside each figure the bound of PERFORMANCE.md §4 from the measured bandwidths (formula and inputs in the JSON).
 
     python3 bench/decode.py --strata BUILD/engine/strata --model SYN.gguf --out DIR [--contexts 1024,4096,32768]
@@ -41,7 +43,8 @@ W_CPU_6 = 66.3e9        # host DRAM read with 6 threads: between 51.6 (4 threads
 T_HANDSHAKE = 7.4e-6    # one D2H or H2D handshake (6.6-8.2 µs measured); a layer's join costs two
 TARGETS = {"gpu": 400.0, "pc12": 100.0}
 PC12_FLAGS = ["--expert-cache", "4100-slots", "--cpu-workers", "6"]
-BUDGET_WEIGHT = {"gpu": 1.0, "pc12": 1.4, "pc12host": 0.6, "pc12hostjoin": 0.6, "pc12pcie": 0.8, "pc12dev": 0.6}   # shares of the time budget (pc12 pins and prefills
+BUDGET_WEIGHT = {"gpu": 1.0, "pc12": 1.4, "pc12host": 0.6, "pc12hostjoin": 0.6, "pc12pcie": 0.8, "pc12dev": 0.6,
+                 "pc12nostage": 0.6}   # shares of the time budget (pc12 pins and prefills
                                                              # over PCIe; pc12host measures one context)
 
 
@@ -303,16 +306,17 @@ def main() -> int:
         if s == "gpu":
             flags = ["--routing-profile-out", profile] if a.backend == "cuda" else []
             res["settings"][s] = measure_setting(a, s, flags, 11, mb, deadline, a.contexts)
-        elif base in ("pc12", "pc12host", "pc12hostjoin", "pc12pcie", "pc12dev"):
+        elif base in ("pc12", "pc12host", "pc12hostjoin", "pc12pcie", "pc12dev", "pc12nostage"):
             flags = PC12_FLAGS + (["--routing-profile", profile] if os.path.exists(profile) else [])
             host = {"STRATA_HYBRID_DEVICE": "0"}
             env = {"pc12": None, "pc12hostjoin": host, "pc12host": {**host, "STRATA_HYBRID_JOIN": "host"},
                    "pc12dev": {"STRATA_GPU_MISS_SHARE": share} if share else None,
+                   "pc12nostage": {"STRATA_HYBRID_STAGE": "0"},
                    "pc12pcie": {**host, "STRATA_GPU_MISS_SHARE": share or a.miss_share}}[base]
             res["settings"][s] = measure_setting(a, s, flags + a.pc12_extra.split(), 23, mb, deadline,
                                                  a.contexts if s == "pc12" else [min(a.contexts)], env)
         else:
-            ap.error(f"unknown setting {s!r} (gpu, pc12, pc12hostjoin, pc12host, pc12pcie, pc12dev)")
+            ap.error(f"unknown setting {s!r} (gpu, pc12, pc12hostjoin, pc12host, pc12pcie, pc12dev, pc12nostage)")
         if s != "gpu":
             res["settings"][s]["cache_fill"] = "routing profile of the gpu setting" if os.path.exists(profile) \
                 else "by expert id (no profile)"

@@ -120,6 +120,12 @@ void test_carry_keeps_the_share() {
         CHECK(std::abs((double)zc - share * (double)misses) <= 1.0);
         if (share == 0.3) CHECK(zc_plain == misses / 4);   // round(1.2) = 1 every call
     }
+    {   // a cap on the zero-copy experts: the first max_zero_copy in id order, the rest to the CPU
+        std::vector<int32_t> ids = {9, 3, 7, 5, 3}, slot(5, -1), place(5);
+        CHECK(place_pairs(ids.data(), slot.data(), 5, 1.0, true, place.data(), nullptr, 2) == 2);   // experts 3 and 5 zero-copy; 7 and 9 on the CPU
+        const int want[5] = {kPairCpu, kPairZeroCopy, kPairCpu, kPairZeroCopy, kPairZeroCopy};
+        for (int p = 0; p < 5; ++p) CHECK(place[p] == want[p]);
+    }
     float carry = 0.4f;   // without zero-copy the carry is left alone and nothing is read zero-copy
     std::vector<int32_t> ids = {1, 2}, slot = {-1, -1}, place(2);
     CHECK(place_pairs(ids.data(), slot.data(), 2, 0.5, false, place.data(), &carry) == 2 && carry == 0.4f);

@@ -8,8 +8,11 @@ default quantized activations (the join only exists there). For every model of a
               prompt's chunk runs the host path's staged kernels)
   (the device join is the engine's default; every run but host30 takes it)
   host30      ~30% cached, moves every 2 passes, the CPU computing the misses, host join (STRATA_HYBRID_DEVICE=0)
-  dev30       the same with the device join, no zero-copy (STRATA_GPU_MISS_SHARE=0): tokens identical to host30,
-              logits within --tol of it
+  dev30       the same with the device join, no zero-copy (STRATA_GPU_MISS_SHARE=0): tokens identical to host30;
+              logits within the envelope of the placements: max(--tol, 1.5 × the gpu-vs-host30 difference). The
+              device join lands cache moves only between passes, so a few pairs are cached in one run and on the
+              CPU in the other, and the GPU and the CPU round Q8 activations differently (tiny8: ~5e-2 between
+              them, recorded by tests/gpu/run.sh's q8act rows; the f32 parity there is the 1e-3 check)
   dev30zc     the same with half the misses zero-copy (STRATA_GPU_MISS_SHARE=0.5): likewise
   dev30auto   the same with the default share (auto: it changes from pass to pass): likewise
   host30mtp / dev30mtp  host30 and dev30 with the model's MTP head (mtp.json of prepare_models.py) at --spec 3: verify
@@ -82,6 +85,12 @@ def check_model(args, path: str, tmp: str) -> dict:
     row = {"experts": experts, "slots30": s30, "runs": {}}
     device = all(res[n].get("device_join") for n in ("cache100", "zc0", "dev30", "dev30zc", "dev30auto"))
     row["device_join"] = device
+    # The q8-activation rounding between pairs on the GPU and on the CPU: the bound for runs that place pairs
+    # differently from their reference.
+    envelope = None
+    if res["host30"].get("ok") and "logits" in res["host30"]:
+        envelope = compare(ref, res["host30"], ref["logits"], res["host30"]["logits"], args.tol)["max_rel_logit_diff"]
+        row["gpu_vs_host30_max_rel"] = envelope
     ok = True
     for name, r in res.items():
         if not r["ok"]:
@@ -96,12 +105,15 @@ def check_model(args, path: str, tmp: str) -> dict:
             entry.update(tokens_identical=same, against="host30mtp")
             entry["ok"] = same if device else True
         elif base is not None and base.get("ok"):
-            c = compare(base, r, base["logits"], r["logits"], args.tol)
+            tol = args.tol
+            if name in ("dev30", "dev30zc", "dev30auto") and envelope is not None and np.isfinite(envelope):
+                tol = max(args.tol, 1.5 * envelope)
+            c = compare(base, r, base["logits"], r["logits"], tol)
             bit = bool(c["tokens_identical"] and r["logits"].shape == base["logits"].shape and
                        np.array_equal(r["logits"], base["logits"]))
             entry.update(tokens_identical=c["tokens_identical"], first_token_diff=c["first_token_diff"],
                          max_rel_logit_diff=c["max_rel_logit_diff"], bit_identical=bit, against=
-                         "gpu" if base is ref else "host30mtp" if name == "dev30mtp" else "host30")
+                         "gpu" if base is ref else "host30mtp" if name == "dev30mtp" else "host30", tol=tol)
             entry["ok"] = c["ok"] if device else True
         else:
             entry["ok"] = True

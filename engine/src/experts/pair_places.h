@@ -21,8 +21,9 @@ constexpr int kPlacePairsMax = 64;   // pairs of one call at most (a verify wind
 // the CPU; every pair of one expert goes to the same place. Returns the number of CPU pairs.
 // carry (optional): the rounding error carried from call to call, so that over many calls the zero-copy experts
 // are share · D on average even where D is small (share 0.3 of 4 misses a layer: 1 or 2, not always 1).
+// max_zero_copy: at most this many experts zero-copy (the GPU's staging slots of one call); the rest go to the CPU.
 STRATA_HOST_DEVICE inline int place_pairs(const int32_t* ids, const int32_t* slot, int P, double share, bool zero_copy,
-                                          int32_t* place, float* carry = nullptr) {
+                                          int32_t* place, float* carry = nullptr, int max_zero_copy = kPlacePairsMax) {
     int32_t miss[kPlacePairsMax];   // distinct missed experts, ascending
     int distinct = 0;
     for (int p = 0; p < P; ++p) {
@@ -39,8 +40,10 @@ STRATA_HOST_DEVICE inline int place_pairs(const int32_t* ids, const int32_t* slo
     int zc = zero_copy ? (int)(want + 0.5) : 0;
     if (zc > distinct) zc = distinct;
     if (zc < 0) zc = 0;
+    const int wanted = zc;
+    if (zc > max_zero_copy) zc = max_zero_copy;
     if (carry && zero_copy) {
-        const double c = want - zc;
+        const double c = want - wanted;   // the cap is not carried: it is a limit, not rounding
         *carry = (float)(c > 1 ? 1 : c < -1 ? -1 : c);
     }
     int n_cpu = 0;

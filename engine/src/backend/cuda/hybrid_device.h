@@ -5,6 +5,9 @@
 //                   passes), picks for every (token, expert) pair: a cached slot, a zero-copy read of the expert from
 //                   pinned host memory, or the CPU; writes the GPU's matrix tables and posts the job (routing, the
 //                   choice, x when the CPU has pairs) into a ring of mapped slots, its seq last.
+//   stage (grid)    with staging slots: copies the call's zero-copy experts from pinned host memory into them with
+//                   16-byte loads (~50 GB/s over PCIe Gen5 on the H200 host, against ~36 when the decode kernels
+//                   read host memory themselves: tests/gpu/zero_copy_speed.cu); the tables then point there.
 //   experts         moe_decode over the tables (kernels/moe_decode.cuh): the cached and zero-copy pairs, weighted sum.
 //   shared expert   the caller's, on the GPU meanwhile.
 //   join (1 block)  when the CPU has pairs: waits for the CPU's done word to reach the job's seq, then adds the CPU's
@@ -25,6 +28,8 @@ namespace strata::cuda {
 
 static_assert(kDevicePairs <= kMoeDecodeMaxTablePairs, "moe_decode over tables takes every pair of a call");
 
+constexpr int kStageExperts = 16;   // staging slots: zero-copy experts of one call at most (decode: ≤ 10)
+
 // Words the host and the GPU share (one mapped page).
 struct DeviceJoinWords {
     uint32_t published;      // GPU → host: the last seq posted
@@ -42,6 +47,9 @@ struct DeviceJoinState {
     float share;             // place_pairs' share of the missed experts read zero-copy (set between passes)
     float carry;             // place_pairs' rounding carry from layer to layer
     const uint8_t* tables[3][kDevicePairs];   // gate, up, down matrix of each pair (null: the CPU's pair)
+    int32_t n_stage;                          // zero-copy experts the stage kernel copies for the current call
+    const uint8_t* stage_src[3][kStageExperts];   // host (device address) → staging slot, per matrix
+    uint8_t* stage_dst[3][kStageExperts];
 };
 
 struct PlanArgs {
@@ -54,6 +62,7 @@ struct PlanArgs {
     size_t arena_stride[3];      // bytes of one slot's matrix
     const uint8_t* host[3];      // zero-copy device addresses of the layer's host tensors (null: no zero-copy)
     size_t host_stride[3];       // bytes of one expert's matrix
+    uint8_t* stage[3];           // staging slots of gate, up, down (kStageExperts each, host_stride apart), or null
     uint8_t* ring;               // mapped ring (device address), kRingSlots slots of slot_bytes
     size_t slot_bytes;
     DeviceJoinWords* words;      // mapped (device address)
@@ -61,6 +70,9 @@ struct PlanArgs {
 };
 
 void hybrid_plan(cudaStream_t s, const PlanArgs& a);
+// The copies of the current call's zero-copy experts into their staging slots (nothing without any), stream-ordered
+// between the plan and the decode kernels. bytes: of one expert's gate, up, down matrix.
+void hybrid_stage(cudaStream_t s, const DeviceJoinState* state, size_t gate_bytes, size_t up_bytes, size_t down_bytes);
 // y[T, H] += the CPU's sums of the current call (after waiting for them), nothing when the call had no CPU pairs.
 void hybrid_join(cudaStream_t s, DeviceJoinState* state, uint8_t* ring, size_t slot_bytes, DeviceJoinWords* words,
                  int T, int H, float* y);

@@ -1,5 +1,6 @@
 // HybridMoe's device-driven join (hybrid_device.h): its mapped memory, the plan and join launches, the pass-boundary
 // bookkeeping and the dispatcher's side of a device job. The dispatcher loop itself is in hybrid_join.cu.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -89,16 +90,45 @@ void HybridMoe::prepare_device_path() {
         ++zc_layers;
     }
     zero_copy_any_ = zc_layers > 0;
+    // Staging slots for the zero-copy experts of a call (hybrid_device.h); STRATA_HYBRID_STAGE=0: the decode kernels
+    // read host memory themselves (A/B runs). Without the VRAM for them, likewise.
+    const char* stage_env = std::getenv("STRATA_HYBRID_STAGE");
+    if (zero_copy_any_ && !(stage_env && std::strcmp(stage_env, "0") == 0)) {
+        size_t most[3] = {0, 0, 0};
+        for (const Layer& L : layers_) {
+            most[0] = std::max(most[0], L.gate_bytes);
+            most[1] = std::max(most[1], L.up_bytes);
+            most[2] = std::max(most[2], L.down_bytes);
+        }
+        bool ok = most[0] % 16 == 0 && most[1] % 16 == 0 && most[2] % 16 == 0;
+        for (int m = 0; m < 3 && ok; ++m) {
+            void* d = nullptr;
+            ok = cudaMalloc(&d, most[m] * kStageExperts) == cudaSuccess;
+            zc_stage_[m] = static_cast<uint8_t*>(d);
+        }
+        for (const Layer& L : layers_)
+            ok = ok && L.gate_bytes % 16 == 0 && L.up_bytes % 16 == 0 && L.down_bytes % 16 == 0;
+        if (!ok) {
+            cudaGetLastError();
+            for (uint8_t*& d : zc_stage_) {
+                if (d) cudaFree(d);
+                d = nullptr;
+            }
+            log_info("experts", "zero-copy experts are read in place (no staging slots: no VRAM, or odd sizes)");
+        }
+    }
     if (share_auto_ && zero_copy_any_) gpu_miss_share_ = share_ctl_.next();
     push_share();
     device_on_.store(true, std::memory_order_release);
     log_info("experts", fmt("decode MoE joins on the device (one graph per pass); ",
                             share_auto_ && zero_copy_any_
                                 ? fmt("a share of the missed experts read zero-copy over PCIe in ", zc_layers, " of ",
-                                      L_n, " layers, tuned while decoding from ", share_ctl_.share)
+                                      L_n, " layers", zc_stage_[0] ? " (copied into staging slots first)" : "",
+                                      ", tuned while decoding from ", share_ctl_.share)
                             : gpu_miss_share_ > 0 && zero_copy_any_
                                 ? fmt("a share of ", gpu_miss_share_, " of the missed experts read zero-copy over PCIe in ",
-                                      zc_layers, " of ", L_n, " layers")
+                                      zc_layers, " of ", L_n, " layers",
+                                      zc_stage_[0] ? " (copied into staging slots first)" : "")
                                 : std::string("all missed experts on the CPU")));
 }
 
@@ -150,11 +180,14 @@ std::array<const uint8_t* const*, 3> HybridMoe::plan_device(const MoeWeights& w,
         a.host[m] = zero_copy_[l][m];
         a.host_stride[m] = bytes[m];
     }
+    const bool staged = zc_stage_[0] && zero_copy_[l][0];
+    for (int m = 0; m < 3; ++m) a.stage[m] = staged ? zc_stage_[m] : nullptr;
     a.ring = ring_dev_;
     a.slot_bytes = slot_bytes_;
     a.words = words_dev_;
     a.state = state_;
     hybrid_plan(stream_, a);
+    if (staged) hybrid_stage(stream_, state_, L.gate_bytes, L.up_bytes, L.down_bytes);
     return {state_->tables[0], state_->tables[1], state_->tables[2]};
 }
 

@@ -124,6 +124,7 @@ HybridMoe::~HybridMoe() {
     cudaFree(d_stage_gate_);
     cudaFree(d_stage_up_);
     cudaFree(d_stage_down_);
+    for (uint8_t* d : zc_stage_) cudaFree(d);
     for (int h = 0; h < 2; ++h) {
         if (stage_ready_[h]) cudaEventDestroy(stage_ready_[h]);
         if (stage_free_[h]) cudaEventDestroy(stage_free_[h]);

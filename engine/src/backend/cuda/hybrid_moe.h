@@ -279,6 +279,7 @@ private:
     std::atomic<int64_t> armed_until_ns_{0};    // the dispatcher polls without sleeping until then
     CpuShare dev_share_;                        // the dispatcher's CPU pairs of one job (experts/device_jobs.h)
     bool zero_copy_any_ = false;                // some layer's experts are mapped for zero-copy reads
+    uint8_t* zc_stage_[3] = {nullptr, nullptr, nullptr};   // zero-copy staging slots: gate, up, down (kStageExperts each)
     MissShareControl share_ctl_;                // auto share: between_passes feeds it each pass's time
     int64_t ctl_last_ns_ = 0;                   // the last pass boundary
     uint32_t ctl_consumed_ = 0;                 // words_->consumed then (a pass without device jobs is not counted)

@@ -4,6 +4,7 @@
 // an earlier pass.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/hybrid_device.h"
+#include "common/error.h"
 
 namespace strata::cuda {
 
@@ -45,15 +46,33 @@ __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
         // The ring slot is free once the dispatcher consumed the job kRingSlots before this one.
         wait_word(&wd->consumed, seq, kRingSlots, &wd->timed_out);
         int32_t place[kDevicePairs];
-        const int n_cpu = place_pairs(a.ids, slot, P, a.state->share, a.host[0] != nullptr, place, &a.state->carry);
+        const bool staged = a.stage[0] != nullptr;
+        const int n_cpu = place_pairs(a.ids, slot, P, a.state->share, a.host[0] != nullptr, place, &a.state->carry,
+                                      staged ? kStageExperts : kDevicePairs);
+        int32_t staged_expert[kStageExperts];
+        int n_stage = 0;
         job_base = a.ring + (size_t)(seq % kRingSlots) * a.slot_bytes;
         DeviceJob* job = reinterpret_cast<DeviceJob*>(job_base);
         for (int p = 0; p < P; ++p) {
             const int e = a.ids[p];
+            int z = -1;   // the staging slot of a zero-copy expert (one per distinct expert)
+            if (staged && place[p] == kPairZeroCopy) {
+                for (int i = 0; i < n_stage && z < 0; ++i)
+                    if (staged_expert[i] == e) z = i;
+                if (z < 0) {
+                    z = n_stage++;
+                    staged_expert[z] = e;
+                    for (int m = 0; m < 3; ++m) {
+                        a.state->stage_src[m][z] = a.host[m] + (size_t)e * a.host_stride[m];
+                        a.state->stage_dst[m][z] = a.stage[m] + (size_t)z * a.host_stride[m];
+                    }
+                }
+            }
             for (int m = 0; m < 3; ++m)
-                a.state->tables[m][p] = place[p] == kPairCached     ? a.arena[m] + (size_t)slot[p] * a.arena_stride[m]
-                                        : place[p] == kPairZeroCopy ? a.host[m] + (size_t)e * a.host_stride[m]
-                                                                    : nullptr;
+                a.state->tables[m][p] = place[p] == kPairCached ? a.arena[m] + (size_t)slot[p] * a.arena_stride[m]
+                                        : place[p] != kPairZeroCopy ? nullptr
+                                        : z >= 0                    ? a.stage[m] + (size_t)z * a.host_stride[m]
+                                                                    : a.host[m] + (size_t)e * a.host_stride[m];
             job->ids[p] = e;
             job->weights[p] = a.weights[p];
             job->place[p] = place[p];
@@ -64,6 +83,7 @@ __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
         job->n_cpu = n_cpu;
         a.state->seq = seq;
         a.state->n_cpu = n_cpu;
+        a.state->n_stage = n_stage;
         s_seq = seq;
         s_cpu = n_cpu;
     }
@@ -117,7 +137,38 @@ hybrid_join_kernel(const DeviceJoinState* state, uint8_t* ring, size_t slot_byte
     }
 }
 
+// Every thread of the grid copies 16-byte words of every (expert, matrix) copy in turn: with the whole grid's loads
+// in flight at once, a kernel reads pinned host memory at the PCIe ceiling (tests/gpu/zero_copy_speed.cu: read10).
+__global__ void hybrid_stage_kernel(const DeviceJoinState* state, size_t gate_bytes, size_t up_bytes,
+                                    size_t down_bytes) {
+    const int n = state->n_stage;
+    const size_t bytes[3] = {gate_bytes, up_bytes, down_bytes};
+    const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    for (int z = 0; z < n; ++z)
+        for (int m = 0; m < 3; ++m) {
+            const uint8_t* src = state->stage_src[m][z];
+            uint8_t* dst = state->stage_dst[m][z];
+            const size_t n16 = bytes[m] / 16;   // both 16-byte aligned (hybrid_stage checks the sizes)
+            for (size_t i = tid; i < n16; i += stride)
+                reinterpret_cast<uint4*>(dst)[i] = __ldcs(reinterpret_cast<const uint4*>(src) + i);
+        }
+}
+
 }  // namespace
+
+void hybrid_stage(cudaStream_t s, const DeviceJoinState* state, size_t gate_bytes, size_t up_bytes, size_t down_bytes) {
+    STRATA_CHECK(gate_bytes % 16 == 0 && up_bytes % 16 == 0 && down_bytes % 16 == 0,
+                 "hybrid stage: expert matrices of ", gate_bytes, " / ", up_bytes, " / ", down_bytes,
+                 " bytes are not whole 16-byte words");
+    static const int sms = [] {
+        int n = 0, dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+        return n;
+    }();
+    hybrid_stage_kernel<<<2 * sms, 512, 0, s>>>(state, gate_bytes, up_bytes, down_bytes);
+    CUDA_CHECK_LAUNCH();
+}
 
 void hybrid_plan(cudaStream_t s, const PlanArgs& a) {
     hybrid_plan_kernel<<<1, kThreads, 0, s>>>(a);
