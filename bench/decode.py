@@ -41,6 +41,7 @@ sys.path.insert(0, os.path.join(REPO, "engine", "tools"))
 W_HBM = 4453e9          # GPU kernel read of HBM, bytes/s
 W_CPU_6 = 66.3e9        # host DRAM read with 6 threads: between 51.6 (4 threads) and 81.0 (8), interpolated
 T_HANDSHAKE = 7.4e-6    # one D2H or H2D handshake (6.6-8.2 µs measured); a layer's join costs two
+W_PCIE_ZC = 50.1e9      # a kernel's 16-byte loads of pinned host memory (tests/gpu/zero_copy_speed.cu read10, 2026-12-02)
 TARGETS = {"gpu": 400.0, "pc12": 100.0}
 PC12_FLAGS = ["--expert-cache", "4100-slots", "--cpu-workers", "6"]
 BUDGET_WEIGHT = {"gpu": 1.0, "pc12": 1.4, "pc12host": 0.6, "pc12hostjoin": 0.6, "pc12pcie": 0.8, "pc12dev": 0.6,
@@ -161,10 +162,15 @@ def bound(setting: str, mb: dict, hit_rate: float | None) -> dict:
     miss = (1 - h) * Be / W_CPU_6
     sync = mb["moe_layers"] * 2 * T_HANDSHAKE
     serial, overlap = gpu + miss + sync, max(gpu, miss) + sync
+    # The engine also reads a share of the misses over PCIe (the device join's zero-copy share): both read at once.
+    miss_both = (1 - h) * Be / (W_CPU_6 + W_PCIE_ZC)
     return {"formula": "B_d/W_gpu + h*B_e/W_gpu (+ | max) (1-h)*B_e/W_cpu + layers*2*t_handshake",
             "B_d": Bd, "B_e": Be, "h": round(h, 4), "W_gpu": W_HBM, "W_cpu": W_CPU_6, "t_handshake": T_HANDSHAKE,
             "gpu_ms": round(gpu * 1e3, 3), "miss_ms": round(miss * 1e3, 3), "sync_ms": round(sync * 1e3, 3),
-            "serial_tok_s": round(1 / serial, 1), "overlapped_tok_s": round(1 / overlap, 1)}
+            "serial_tok_s": round(1 / serial, 1), "overlapped_tok_s": round(1 / overlap, 1),
+            "with_pcie": {"formula": "max(gpu, (1-h)*B_e/(W_cpu + W_pcie)) + sync", "W_pcie": W_PCIE_ZC,
+                          "miss_ms": round(miss_both * 1e3, 3),
+                          "overlapped_tok_s": round(1 / (max(gpu, miss_both) + sync), 1)}}
 
 
 def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, deadline: float,
