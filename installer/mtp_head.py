@@ -3,24 +3,17 @@
 # (engine/tools/mtp_extract.py), next to the model files. Also runnable by hand:
 #   python -m installer.mtp_head --repo ORG/NAME [--revision REV] --out FILE.gguf [--outtype q8_0|bf16]
 import argparse
-import json
-import shutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
+from installer.checkpoint_source import CheckpointSource, already_made, finish_fetch, start_fetch
 from installer.download import DownloadError
-from installer.hub_api import HubError, hub_endpoint, hub_session, resolve_commit, resolve_url
+from installer.hub_api import HubError, resolve_url
 from installer.mtp_fetch import MtpFetchError, fetch_tensors, get_small, mtp_extract
 
 # Bytes of the converted file per parameter, for the disk check.
 BYTES_PER_PARAM = {"q8_0": 34 / 32, "bf16": 2, "f16": 2, "f32": 4}
-
-
-@dataclass(frozen=True)
-class MtpSource:
-    repo: str
-    revision: str | None      # None: not pinned, "main" is resolved at install time
+MtpSource = CheckpointSource
 
 
 def mtp_source(catalog: dict, family: str) -> MtpSource | None:
@@ -32,20 +25,6 @@ def mtp_source(catalog: dict, family: str) -> MtpSource | None:
 
 def mtp_file_name(family: str, outtype: str) -> str:
     return f"{family}-MTP-{outtype.upper()}.gguf"
-
-
-def _source_path(out: Path) -> Path:
-    return out.with_name(out.name + ".source.json")
-
-
-def _already_made(out: Path, source: MtpSource) -> bool:
-    """True when out was converted earlier from this repo (and from the pinned revision, if one is pinned)."""
-    try:
-        made = json.loads(_source_path(out).read_text())
-    except (OSError, ValueError):
-        return False
-    return out.is_file() and made.get("repo") == source.repo and (
-        source.revision is None or made.get("commit") == source.revision or made.get("revision") == source.revision)
 
 
 def _fetch_small_file(session, repo: str, commit: str, name: str, dest: Path, required: bool) -> None:
@@ -77,20 +56,10 @@ def _check_fits_main_model(hp, main_gguf: Path | None) -> None:
 def make_mtp_head(source: MtpSource, out: Path, outtype: str = mtp_extract.DEFAULT_OUTTYPE,
                   main_gguf: Path | None = None, say=print) -> Path:
     """out, fetched and converted unless an earlier run already made it from the same source."""
-    if _already_made(out, source):
+    if already_made(out, source):   # the file name holds the output type
         say(f"MTP head: {out} (converted earlier from {source.repo}).")
         return out
-    session = hub_session()
-    say(f"\nLooking up the original checkpoint {source.repo} on {hub_endpoint()} for the MTP head ...")
-    commit = resolve_commit(session, source.repo, source.revision or "main")
-    if not source.revision:
-        say(f"Note: the catalogue pins no revision for {source.repo}; using its current commit {commit[:12]}.")
-    work_dir = out.parent / f"{out.stem}.parts-{commit[:12]}"
-    for stale in out.parent.glob(f"{out.stem}.parts-*"):
-        if stale != work_dir:     # pieces of another commit (an unpinned repo moved on) cannot be used
-            say(f"Removing {stale.name}: pieces fetched from another commit of {source.repo}.")
-            shutil.rmtree(stale, ignore_errors=True)
-    work_dir.mkdir(parents=True, exist_ok=True)
+    session, commit, work_dir = start_fetch(source, out, "MTP head", say)
     _fetch_small_file(session, source.repo, commit, "config.json", work_dir / "config.json", required=True)
     _fetch_small_file(session, source.repo, commit, "generation_config.json", work_dir / "generation_config.json",
                       required=False)
@@ -102,11 +71,7 @@ def make_mtp_head(source: MtpSource, out: Path, outtype: str = mtp_extract.DEFAU
         mtp_extract.write_mtp_gguf(tensors, str(work_dir), str(out), outtype, name=source.repo.split("/")[-1])
     except mtp_extract.ConvertError as e:
         raise MtpFetchError(f"{source.repo}@{commit[:12]}: {e}") from e
-    _source_path(out).write_text(json.dumps({"repo": source.repo, "revision": source.revision, "commit": commit,
-                                             "outtype": outtype}) + "\n")
-    shutil.rmtree(work_dir, ignore_errors=True)
-    say(f"MTP head ready: {out} ({out.stat().st_size / 1e9:.2f} GB).")
-    return out
+    return finish_fetch(source, out, commit, outtype, work_dir, "MTP head", say)
 
 
 def mtp_head_for(catalog: dict, family: str, model_dir: Path, main_gguf: Path | None, outtype: str,

@@ -5,16 +5,15 @@
 #   python -m installer.vision_head --repo ORG/NAME [--revision REV] --out FILE.gguf [--outtype f16|bf16|f32]
 import argparse
 import contextlib
-import json
 import math
 import os
-import shutil
 import sys
 from pathlib import Path
 
-from installer.hub_api import hub_endpoint, hub_session, resolve_commit, resolve_url
+from installer.checkpoint_source import CheckpointSource, already_made, finish_fetch, start_fetch
+from installer.hub_api import resolve_url
 from installer.mtp_fetch import MtpFetchError, TensorFilter, fetch_tensors, get_small, mtp_extract
-from installer.mtp_head import MtpSource, run_fetch_command
+from installer.mtp_head import run_fetch_command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "vision"))
 import convert_vision  # noqa: E402  (vision/: the config readers, the tensor plan and the GGUF writer)
@@ -24,7 +23,7 @@ DEFAULT_OUTTYPE = "f16"
 OUTTYPES = ("f16", "bf16", "f32")
 BYTES_PER_PARAM = {"bf16": 2, "f16": 2, "f32": 4}
 FLOAT_DTYPES = ("F32", "F16", "BF16")
-VisionSource = MtpSource
+VisionSource = CheckpointSource
 
 
 def vision_source(catalog: dict, family: str) -> VisionSource | None:
@@ -105,35 +104,12 @@ def _checkpoint_is(source):
         convert_vision.Checkpoint = original
 
 
-def _source_path(out: Path) -> Path:
-    return out.with_name(out.name + ".source.json")
-
-
-def _already_made(out: Path, source: VisionSource, outtype: str) -> bool:
-    try:
-        made = json.loads(_source_path(out).read_text())
-    except (OSError, ValueError):
-        return False
-    return out.is_file() and made.get("repo") == source.repo and made.get("outtype") == outtype and (
-        source.revision is None or made.get("commit") == source.revision or made.get("revision") == source.revision)
-
-
 def make_vision_model(source: VisionSource, out: Path, outtype: str = DEFAULT_OUTTYPE, say=print) -> Path:
     """out, fetched and converted unless an earlier run already made it from the same source."""
-    if _already_made(out, source, outtype):
+    if already_made(out, source, outtype):
         say(f"Vision model: {out} (converted earlier from {source.repo}).")
         return out
-    session = hub_session()
-    say(f"\nLooking up the original checkpoint {source.repo} on {hub_endpoint()} for the vision model ...")
-    commit = resolve_commit(session, source.repo, source.revision or "main")
-    if not source.revision:
-        say(f"Note: the catalogue pins no revision for {source.repo}; using its current commit {commit[:12]}.")
-    work_dir = out.parent / f"{out.stem}.parts-{commit[:12]}"
-    for stale in out.parent.glob(f"{out.stem}.parts-*"):
-        if stale != work_dir:
-            say(f"Removing {stale.name}: pieces fetched from another commit of {source.repo}.")
-            shutil.rmtree(stale, ignore_errors=True)
-    work_dir.mkdir(parents=True, exist_ok=True)
+    session, commit, work_dir = start_fetch(source, out, "vision model", say)
     for name, required in (("config.json", True), ("preprocessor_config.json", False)):
         body = get_small(session, resolve_url(source.repo, commit, name), f"{name} of {source.repo}@{commit[:12]}",
                          missing_ok=not required)
@@ -154,11 +130,7 @@ def make_vision_model(source: VisionSource, out: Path, outtype: str = DEFAULT_OU
         partial.unlink(missing_ok=True)
         raise
     os.replace(partial, out)
-    _source_path(out).write_text(json.dumps({"repo": source.repo, "revision": source.revision, "commit": commit,
-                                             "outtype": outtype}) + "\n")
-    shutil.rmtree(work_dir, ignore_errors=True)
-    say(f"Vision model ready: {out} ({out.stat().st_size / 1e9:.2f} GB).")
-    return out
+    return finish_fetch(source, out, commit, outtype, work_dir, "Vision model", say)
 
 
 def vision_model_for(catalog: dict, family: str, name: str, model_dir: Path, outtype: str = DEFAULT_OUTTYPE,
