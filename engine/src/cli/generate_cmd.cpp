@@ -55,7 +55,7 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
 
 int generate_command(int argc, char** argv) {
     std::vector<std::string> flags = {"--model", "--backend", "--threads", "--ctx", "--prompt-ids", "--prompt-file", "-n",
-                                      "--logits-out", "--chunk", "--mtp", "--spec", "--draft-min-p", "--mtp-logits-out",
+                                      "--logits-out", "--chunk", "--mtp", "--spec", "--draft-min-p", "--mtp-logits-out", "--spec-lookup",
                                       "--images"};
     flags.insert(flags.end(), kGpuFlags.begin(), kGpuFlags.end());
     Options o(argc, argv, 2, flags, {"--ignore-eos", "--f32-activations", "--no-pin"});
@@ -81,7 +81,11 @@ int generate_command(int argc, char** argv) {
     if (o.has("--mtp")) gen.enable_speculation(o.str("--mtp"), (int)o.integer("--spec", 3, 1, 8));
     else if (o.has("--spec") || o.has("--mtp-logits-out") || o.has("--draft-min-p"))
         fail("--spec, --draft-min-p and --mtp-logits-out need --mtp MTP.gguf");
+    if (o.has("--mtp") && o.has("--spec-lookup")) fail("--spec-lookup is for a model without --mtp");
+    gen.enable_lookup((int)o.integer("--spec-lookup", 0, 0, 8));
     gen.set_draft_min_p((float)o.real("--draft-min-p", kDefaultDraftMinP, 0.0, 1.0));
+    if (o.has("--logits-out") && o.has("--spec-lookup"))
+        fail("--logits-out cannot be combined with --spec-lookup (drafted tokens have no single-step logits)");
     if (o.has("--logits-out") && o.has("--mtp")) fail("--logits-out cannot be combined with --mtp (drafted tokens have no single-step logits)");
     for (int32_t id : prompt)
         if (id >= gen.vocab_size()) fail("--prompt-ids: token id ", id, " is outside the vocabulary of ", gen.vocab_size());

@@ -14,7 +14,7 @@ namespace strata {
 
 int serve_command(int argc, char** argv) {
     std::vector<std::string> flags = {"--model", "--backend", "--threads", "--ctx", "--chunk", "--mtp", "--spec",
-                                      "--draft-min-p", "--checkpoint-every"};
+                                      "--draft-min-p", "--checkpoint-every", "--spec-lookup"};
     flags.insert(flags.end(), kGpuFlags.begin(), kGpuFlags.end());
     Options o(argc, argv, 1, flags, {"--serve", "--f32-activations", "--no-pin", "--vision"});
     std::unique_ptr<Backend> be;
@@ -27,6 +27,8 @@ int serve_command(int argc, char** argv) {
                                                       (int)o.integer("--chunk", 256, 1, 1 << 20));
         gen_ptr->set_checkpoint_every((int)o.integer("--checkpoint-every", 16384, 0, 1 << 24));
         if (o.has("--mtp")) gen_ptr->enable_speculation(o.str("--mtp"), (int)o.integer("--spec", 3, 1, 8));
+        if (o.has("--mtp") && o.has("--spec-lookup")) fail("--spec-lookup is for a model without --mtp");
+        gen_ptr->enable_lookup((int)o.integer("--spec-lookup", 0, 0, 8));
         gen_ptr->set_draft_min_p((float)o.real("--draft-min-p", kDefaultDraftMinP, 0.0, 1.0));
         if (o.has("--vision") && gen_ptr->image_token_id() < 0)
             fail("--vision: ", o.required("--model"), " names no <|image_pad|> token (neither in its vocabulary nor as "

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "generate/prompt_lookup.h"
 
 namespace strata {
 
@@ -48,6 +49,12 @@ void Qwen4ExpGenerator::enable_speculation(const std::string& mtp_path, int dept
     mtp_ = std::make_unique<MtpHead>(mtp_path, model_, session_.n_ctx());
     depth_ = depth;
     reset_session();
+}
+
+void Qwen4ExpGenerator::enable_lookup(int depth) {
+    STRATA_CHECK(depth >= 0 && depth <= 8, "lookup speculation depth must be 0..8, got ", depth);
+    STRATA_CHECK(!mtp_ || depth == 0, "lookup drafts are for a model without an MTP head");
+    lookup_depth_ = depth;
 }
 
 void Qwen4ExpGenerator::reset_session() {
@@ -261,14 +268,32 @@ TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max
     GreedyStep step;
     const int P = session_.n_past();
     const int room = session_.n_ctx() - P - 1;
-    const int want = std::min({depth_, max_extra, room});
+    const int want = std::min({mtp_ ? depth_ : lookup_depth_, max_extra, room});
+    std::vector<int32_t> window = {next};
+    if (!mtp_ && want > 0 && lookup_pause_ > 0) {
+        --lookup_pause_;
+    } else if (!mtp_ && want > 0) {   // drafts from the session's own text: what followed its last 3-4 tokens before
+        std::vector<int32_t> ctx(session_.tokens);
+        ctx.push_back(next);
+        const std::vector<int32_t> d = lookup_drafts(ctx, want, hp.stop_ids, kLookupMinNgram);
+        window.insert(window.end(), d.begin(), d.end());
+    }
+    if (!mtp_ && window.size() > 1) {
+        step = verify_window(window);
+        // A rejected draft costs a second pass: where the text stops repeating itself, pause drafting for a while.
+        lookup_accept_ = 0.8f * lookup_accept_ + 0.2f * (float)step.accepted / (float)step.offered;
+        if (lookup_accept_ < kLookupPauseBelow) {
+            lookup_pause_ = kLookupPausePasses;
+            lookup_accept_ = 0.75f;
+        }
+        return step;
+    }
     if (!mtp_ || want <= 0) {
         step.fed = {next};
         step.logits = append(std::span<const int32_t>(&next, 1), nullptr, nullptr);
         return step;
     }
     // Draft: the head pairs X_{P−1} with `next`, then chains its own wide output with each draft.
-    std::vector<int32_t> window = {next};
     const float* dl = run_mtp(&next);
     const std::vector<int32_t>& stops = hp.stop_ids;
     for (int j = 0; j < want; ++j) {
@@ -285,6 +310,12 @@ TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max
                       pos3.empty() ? nullptr : pos3.data());
         dl = draft_logits_.data();
     }
+    return verify_window(window);
+}
+
+TextGenerator::GreedyStep Qwen4ExpGenerator::verify_window(const std::vector<int32_t>& window) {
+    const int V = model_.hparams().n_vocab, nH = model_.hparams().hc_dim();
+    GreedyStep step;
     const int m = (int)window.size() - 1;
     step.offered = m;
 
@@ -300,7 +331,7 @@ TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max
     step.fed.assign(window.begin(), window.begin() + a + 1);
     if (a < m) {
         session_.restore(snap);
-        mtp_rows_.resize(rows_before + (size_t)(a + 1) * nH);   // the rows of accepted positions stay valid
+        if (mtp_) mtp_rows_.resize(rows_before + (size_t)(a + 1) * nH);   // the accepted positions' rows stay valid
         model_.forward(session_, window.data(), a + 1, Qwen4Exp::Outputs{nullptr, false, nullptr});
     }
     std::copy(verify_logits_.begin() + (size_t)a * V, verify_logits_.begin() + (size_t)(a + 1) * V, logits_.begin());

@@ -19,6 +19,9 @@ public:
     Qwen4ExpGenerator(Qwen4Exp& model, int n_ctx, int chunk = 256);
     // Loads the MTP head (its own GGUF) for greedy speculation of up to `depth` drafted tokens per pass.
     void enable_speculation(const std::string& mtp_path, int depth);
+    // Without an MTP head: greedy speculation of up to `depth` tokens drafted from the session's own text
+    // (generate/prompt_lookup.h; --spec-lookup N). 0 = off.
+    void enable_lookup(int depth);
 
     int context_length() const override { return session_.n_ctx(); }
     int vocab_size() const override { return model_.hparams().n_vocab; }
@@ -36,7 +39,7 @@ public:
     // Drafting stops at a draft whose probability under the head is below p (0 = always draft the full depth;
     // --draft-min-p). The text is greedy's either way; fewer rejected drafts save rollbacks.
     void set_draft_min_p(float p) { draft_min_p_ = p; }
-    int spec_depth() const override { return mtp_ ? depth_ : 0; }
+    int spec_depth() const override { return mtp_ ? depth_ : lookup_depth_; }
     GreedyStep append_greedy(int32_t next, int max_extra) override;
     // Draft logits of the MTP head for every prompt pair (X_s, token s+1) the session holds, s = 0 … n_past−2,
     // processed from the start of the session (tests compare them with the PyTorch head).
@@ -81,6 +84,9 @@ private:
     // Runs the MTP head over the queued rows whose next token is known (all but the last unless `next` is given);
     // with `next`, returns the draft logits of the last row and keeps its wide output in draft_wide_.
     const float* run_mtp(const int32_t* next);
+    // Feeds window (`next` and its drafts) in one pass and keeps what greedy decoding would have fed: the accepted
+    // drafts; on a rejection the state is rolled back and the accepted tokens fed again.
+    GreedyStep verify_window(const std::vector<int32_t>& window);
 
     Qwen4Exp& model_;
     Session session_;
@@ -91,6 +97,15 @@ private:
 
     std::unique_ptr<MtpHead> mtp_;
     int depth_ = 0;
+    int lookup_depth_ = 0;
+    // Prompt lookup: drafts need a match of at least kLookupMinNgram tokens; when the running share of accepted
+    // drafts falls below kLookupPauseBelow, kLookupPausePasses passes draft nothing (bench/prompt_lookup: rejected
+    // windows made the demo slower than plain decoding where its text stopped repeating).
+    static constexpr int kLookupMinNgram = 3;
+    static constexpr float kLookupPauseBelow = 0.5f;
+    static constexpr int kLookupPausePasses = 16;
+    float lookup_accept_ = 1.0f;
+    int lookup_pause_ = 0;
     std::vector<float> mtp_rows_;     // queued trunk wide residuals [n, n·H] of positions mtp_pos0_ …
     int mtp_pos0_ = 0;
     std::vector<float> draft_logits_, draft_wide_, verify_logits_, verify_wide_;
