@@ -264,29 +264,15 @@ int Qwen4ExpGenerator::prepare_prompt(const std::vector<int32_t>& prompt, std::v
 
 TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max_extra) {
     const Hparams& hp = model_.hparams();
-    const int V = hp.n_vocab, nH = hp.hc_dim();
+    const int V = hp.n_vocab;
     GreedyStep step;
     const int P = session_.n_past();
     const int room = session_.n_ctx() - P - 1;
     const int want = std::min({mtp_ ? depth_ : lookup_depth_, max_extra, room});
     std::vector<int32_t> window = {next};
-    if (!mtp_ && want > 0 && lookup_pause_ > 0) {
-        --lookup_pause_;
-    } else if (!mtp_ && want > 0) {   // drafts from the session's own text: what followed its last 3-4 tokens before
-        std::vector<int32_t> ctx(session_.tokens);
-        ctx.push_back(next);
-        const std::vector<int32_t> d = lookup_drafts(ctx, want, hp.stop_ids, kLookupMinNgram);
-        window.insert(window.end(), d.begin(), d.end());
-    }
-    if (!mtp_ && window.size() > 1) {
-        step = verify_window(window);
-        // A rejected draft costs a second pass: where the text stops repeating itself, pause drafting for a while.
-        lookup_accept_ = 0.8f * lookup_accept_ + 0.2f * (float)step.accepted / (float)step.offered;
-        if (lookup_accept_ < kLookupPauseBelow) {
-            lookup_pause_ = kLookupPausePasses;
-            lookup_accept_ = 0.75f;
-        }
-        return step;
+    if (!mtp_ && want > 0) {
+        lookup_drafts_into(window, want);
+        if (window.size() > 1) return verify_lookup(window);
     }
     if (!mtp_ || want <= 0) {
         step.fed = {next};
@@ -311,6 +297,30 @@ TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max
         dl = draft_logits_.data();
     }
     return verify_window(window);
+}
+
+void Qwen4ExpGenerator::lookup_drafts_into(std::vector<int32_t>& window, int want) {
+    if (lookup_pause_ > 0) {
+        --lookup_pause_;
+        return;
+    }
+    // What followed the last 3-4 tokens (the session's and `next`) earlier in the session. `next` goes onto the
+    // token list only for the search, so no copy of a long session is made per pass.
+    session_.tokens.push_back(window[0]);
+    const std::vector<int32_t> d = lookup_drafts(session_.tokens, want, model_.hparams().stop_ids, kLookupMinNgram);
+    session_.tokens.pop_back();
+    window.insert(window.end(), d.begin(), d.end());
+}
+
+TextGenerator::GreedyStep Qwen4ExpGenerator::verify_lookup(const std::vector<int32_t>& window) {
+    GreedyStep step = verify_window(window);
+    // A rejected draft costs a second pass: where the text stops repeating itself, pause drafting for a while.
+    lookup_accept_ = 0.8f * lookup_accept_ + 0.2f * (float)step.accepted / (float)step.offered;
+    if (lookup_accept_ < kLookupPauseBelow) {
+        lookup_pause_ = kLookupPausePasses;
+        lookup_accept_ = 0.75f;
+    }
+    return step;
 }
 
 TextGenerator::GreedyStep Qwen4ExpGenerator::verify_window(const std::vector<int32_t>& window) {

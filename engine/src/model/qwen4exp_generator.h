@@ -87,6 +87,10 @@ private:
     // Feeds window (`next` and its drafts) in one pass and keeps what greedy decoding would have fed: the accepted
     // drafts; on a rejection the state is rolled back and the accepted tokens fed again.
     GreedyStep verify_window(const std::vector<int32_t>& window);
+    // Prompt lookup (no MTP head): appends up to `want` drafts for window[0] unless drafting pauses; verify_lookup
+    // verifies them and keeps the running share of accepted drafts that decides the pauses.
+    void lookup_drafts_into(std::vector<int32_t>& window, int want);
+    GreedyStep verify_lookup(const std::vector<int32_t>& window);
 
     Qwen4Exp& model_;
     Session session_;

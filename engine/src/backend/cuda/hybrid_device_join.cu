@@ -94,20 +94,20 @@ void HybridMoe::prepare_device_path() {
     // read host memory themselves (A/B runs). Without the VRAM for them, likewise.
     const char* stage_env = std::getenv("STRATA_HYBRID_STAGE");
     if (zero_copy_any_ && !(stage_env && std::strcmp(stage_env, "0") == 0)) {
-        size_t most[3] = {0, 0, 0};
+        size_t most[3] = {0, 0, 0};   // the largest matrix of each kind; every one whole 16-byte words (the copy)
+        bool ok = true;
         for (const Layer& L : layers_) {
-            most[0] = std::max(most[0], L.gate_bytes);
-            most[1] = std::max(most[1], L.up_bytes);
-            most[2] = std::max(most[2], L.down_bytes);
+            const size_t bytes[3] = {L.gate_bytes, L.up_bytes, L.down_bytes};
+            for (int m = 0; m < 3; ++m) {
+                most[m] = std::max(most[m], bytes[m]);
+                ok = ok && bytes[m] % 16 == 0;
+            }
         }
-        bool ok = most[0] % 16 == 0 && most[1] % 16 == 0 && most[2] % 16 == 0;
         for (int m = 0; m < 3 && ok; ++m) {
             void* d = nullptr;
             ok = cudaMalloc(&d, most[m] * kStageExperts) == cudaSuccess;
             zc_stage_[m] = static_cast<uint8_t*>(d);
         }
-        for (const Layer& L : layers_)
-            ok = ok && L.gate_bytes % 16 == 0 && L.up_bytes % 16 == 0 && L.down_bytes % 16 == 0;
         if (!ok) {
             cudaGetLastError();
             for (uint8_t*& d : zc_stage_) {
