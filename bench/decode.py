@@ -14,6 +14,8 @@ the synthetic full-size model (engine/tools/make_synthetic.py) at several contex
         only: the A/B of the auto share.
   pc12nostage  (optional) pc12 with STRATA_HYBRID_STAGE=0: the decode kernels read the zero-copy experts from host
         memory themselves instead of a copy kernel staging them in VRAM first, smallest context only.
+Any setting may carry environment variables after a '+': gpu+STRATA_CUDA_PDL=0, pc12+STRATA_CUDA_PREFETCH=0+X=1 (an
+A/B of an engine switch, smallest context only; a gpu variant records no routing profile).
 Beside each figure the bound of PERFORMANCE.md §4 from the measured bandwidths (formula and inputs in the JSON).
 
     python3 bench/decode.py --strata BUILD/engine/strata --model SYN.gguf --out DIR [--contexts 1024,4096,32768]
@@ -179,7 +181,9 @@ def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, dead
     cmd = [a.strata, "--serve", "--backend", a.backend, "--model", a.model, "--ctx", str(ctx_max), "--chunk",
            str(a.chunk)] + flags
     out = {"command": " ".join(cmd), "env": env or {}, "contexts": {}}
-    eng = Engine(cmd, os.path.join(a.out, f"{setting}.log"), env)
+    kind = setting.partition("+")[0].partition(":")[0]   # gpu, pc12, ... without the variant's suffixes
+    log_name = "".join(c if c.isalnum() or c in "._-" else "_" for c in setting)
+    eng = Engine(cmd, os.path.join(a.out, f"{log_name}.log"), env)
     try:
         out["start_s"] = round(eng.ready(max(30, deadline - time.time())), 1)
         out["info"] = eng.info
@@ -234,9 +238,9 @@ def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, dead
                 b = row["bound"]["overlapped_tok_s"]
                 row["share_of_overlapped_bound"] = round(row["decode_tok_s"] / b, 3)
             else:
-                row["bound"] = bound(setting, mb, None)
+                row["bound"] = bound(kind, mb, None)
                 row["share_of_bound"] = round(row["decode_tok_s"] / row["bound"]["tok_s"], 3)
-            row["target_tok_s"] = TARGETS["gpu" if setting == "gpu" else "pc12"]
+            row["target_tok_s"] = TARGETS["gpu" if kind == "gpu" else "pc12"]
             print(f"{setting} ctx {row['context']}: decode {row['decode_tok_s']} tok/s, prompt {row['prompt_tok_s']} "
                   f"tok/s" + (f", hit {row['hit_rate']}, split {row['time_split']}" if "hit_rate" in row else ""),
                   flush=True)
@@ -306,12 +310,15 @@ def main() -> int:
     settings = a.settings.split(",")
     for i, s in enumerate(settings):
         left = a.budget_s - (time.time() - t0)
-        base, _, share = s.partition(":")     # pc12pcie:0.9 = pc12pcie with that miss share
-        weight = lambda x: BUDGET_WEIGHT.get(x.partition(":")[0], 1)
+        name, *assignments = s.split("+")     # gpu+STRATA_CUDA_PDL=0: the gpu setting with that variable
+        extra_env = dict(x.split("=", 1) for x in assignments)
+        base, _, share = name.partition(":")  # pc12pcie:0.9 = pc12pcie with that miss share
+        weight = lambda x: BUDGET_WEIGHT.get(x.partition("+")[0].partition(":")[0], 1)
         deadline = time.time() + left * weight(s) / sum(weight(x) for x in settings[i:])
-        if s == "gpu":
-            flags = ["--routing-profile-out", profile] if a.backend == "cuda" else []
-            res["settings"][s] = measure_setting(a, s, flags, 11, mb, deadline, a.contexts)
+        if name == "gpu":
+            flags = ["--routing-profile-out", profile] if a.backend == "cuda" and not extra_env else []
+            res["settings"][s] = measure_setting(a, s, flags, 11, mb, deadline,
+                                                 [min(a.contexts)] if extra_env else a.contexts, extra_env or None)
         elif base in ("pc12", "pc12host", "pc12hostjoin", "pc12pcie", "pc12dev", "pc12nostage"):
             flags = PC12_FLAGS + (["--routing-profile", profile] if os.path.exists(profile) else [])
             host = {"STRATA_HYBRID_DEVICE": "0"}
@@ -319,6 +326,7 @@ def main() -> int:
                    "pc12dev": {"STRATA_GPU_MISS_SHARE": share} if share else None,
                    "pc12nostage": {"STRATA_HYBRID_STAGE": "0"},
                    "pc12pcie": {**host, "STRATA_GPU_MISS_SHARE": share or a.miss_share}}[base]
+            env = {**(env or {}), **extra_env} or None
             res["settings"][s] = measure_setting(a, s, flags + a.pc12_extra.split(), 23, mb, deadline,
                                                  a.contexts if s == "pc12" else [min(a.contexts)], env)
         else:

@@ -236,9 +236,23 @@ void test_shared_expert() {
                 std::vector<float> ids_bits(ids.size());
                 std::memcpy(ids_bits.data(), ids.data(), ids.size() * 4);
                 Dev d_ids(ids_bits), d_wts(wts), dy2((size_t)T * H);
+                const int64_t two_before = CudaBackend::fused_gate_ups();
                 gpu->moe_experts(m, du, T, k, reinterpret_cast<const int32_t*>(d_ids.p), d_wts, dy2);
                 gpu->shared_expert(m, du, T, dy2);
+                const int64_t two_ops = CudaBackend::fused_gate_ups() - two_before;
                 report("moe_experts+shared_expert " + name, dy2.get(), want, tol);
+
+                // The merged op: at T = 1 with Q8 activations, block formats and Is equal to the routed I, the shared
+                // expert is one more pair of the routed experts' two launches (one fused gate/up count instead of
+                // two); otherwise the two ops above. The same result within the same tolerance.
+                Dev dy3((size_t)T * H);
+                const int64_t merged_before = CudaBackend::fused_gate_ups();
+                gpu->moe_experts_with_shared(m, du, T, k, reinterpret_cast<const int32_t*>(d_ids.p), d_wts, dy3);
+                const int64_t merged_ops = CudaBackend::fused_gate_ups() - merged_before;
+                report("moe_experts_with_shared " + name, dy3.get(), want, tol);
+                const bool merges = T == 1 && mode.empty() && t != GgmlType::F16 && Is == 256;
+                report("moe_experts_with_shared path " + name, {(float)merged_ops}, {merges ? 1.0f : (float)two_ops},
+                       0.0);
             }
         }
     }
@@ -480,6 +494,27 @@ void test_hyper_read() {
                         }, tol);
                 const int64_t fused = CudaBackend::fused_hyper_reads() - fused_before;
                 report(name + " path", {(float)fused}, {T <= 8 ? 1.0f : 0.0f}, 0.0);
+
+                // hyper_inject_read: X += inj_prev ⊗ y_prev, then the read. Against the CPU's two ops (X, u, inj),
+                // and on the GPU the same bits as its own hyper_inject then hyper_read (fused at T <= 2).
+                const std::string iname = "hyper_inject_read" + name.substr(std::string("hyper_read").size());
+                const std::vector<float> X0 = randn((size_t)T * nH), y_prev = randn((size_t)T * c.H),
+                                         inj_prev = randn((size_t)T * n, 0.5f);
+                auto inject_read = [&](Backend& b, auto& p) {
+                    b.hyper_inject_read(p[0], p[3], p[4], w, T, n, c.H, 1e-6f, p[1], with_inj ? p[2] : nullptr);
+                };
+                const std::vector<std::vector<float>> in = {X0, std::vector<float>((size_t)T * c.H),
+                                                            std::vector<float>(T * n), inj_prev, y_prev};
+                compare(iname, in, with_inj ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1}, inject_read, tol);
+                std::deque<Dev> fused_io, two_io;
+                std::vector<float*> fp, tp;
+                for (const auto& v : in) fp.push_back(fused_io.emplace_back(v).p);
+                for (const auto& v : in) tp.push_back(two_io.emplace_back(v).p);
+                inject_read(*gpu, fp);
+                gpu->hyper_inject(tp[0], tp[3], tp[4], T, n, c.H);
+                gpu->hyper_read(w, tp[0], T, n, c.H, 1e-6f, tp[1], with_inj ? tp[2] : nullptr);
+                for (int o : with_inj ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1})
+                    report(iname + " == two ops [" + std::to_string(o) + "]", fused_io[o].get(), two_io[o].get(), 0.0);
             }
     }
 }

@@ -10,6 +10,8 @@
 #              tiny models; TARGETS must include moe_decode_test)
 #   memjoin    compute-sanitizer memcheck of the device join alone: tiny iq2_xs, 30% cached, moves every pass, at
 #              the auto share and with every miss zero-copy (staged), and with MTP verify windows
+#   pdl        tests/gpu/pdl_check.py: tokens and logits bit-identical with and without programmatic dependent
+#              launches (tiny models, the hybrid path, the synthetic model alone and as pc12)
 #   t1         bench/cuda_kernels/t1_ops.sh   t1dec    tests/gpu/t1_ops_decode.sh
 #   matmul     tests/gpu/matmul_t1.sh         pool     tests/gpu/cpu_pool.sh (the pool + one hybrid decode)
 # usage: [TARGETS="strata cuda_ops_test ..."] tests/gpu/round.sh NAME STEP[:SECONDS] ...   (TARGETS: build only those)
@@ -40,9 +42,13 @@ else
     cmake --build build-gpu -j "$(nproc)" ${TARGETS:+--target $TARGETS} >> "$ROOT/build.log" 2>&1 || { tail -40 "$ROOT/build.log"; echo "round: build FAILED"; exit 1; }
 fi
 echo "round: built in $(( $(date +%s) - START )) s"
-wait $SYN_PID; tail -3 "$ROOT/make_synthetic.log"
+SYN_WAITED=0
 for spec in "$@"; do
   step=${spec%%:*}; limit=${spec#*:}; [ "$limit" = "$spec" ] && limit=120
+  case $step in   # steps on the tiny models run while the synthetic model is still being written
+    checks|devjoin|memjoin|cpupool|graphs|t1) ;;
+    *) [ $SYN_WAITED = 1 ] || { wait $SYN_PID; tail -3 "$ROOT/make_synthetic.log"; SYN_WAITED=1; } ;;
+  esac
   dir=$ROOT/$step; mkdir -p "$dir"
   echo "== $step (limit $limit s, at $(( $(date +%s) - START )) s)"
   case $step in
@@ -58,6 +64,7 @@ for spec in "$@"; do
     graphs)  cmd=(env OUT=$dir SKIP_OPS=1 bash tests/gpu/graphs_check.sh build-gpu) ;;
     devjoin) cmd=(bash -c "build-gpu/engine/moe_decode_test | grep -E 'tables|FAIL|failed'; python3 tests/gpu/device_join_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/device_join.json") ;;
     memjoin) cmd=(bash tests/gpu/device_join_memcheck.sh build-gpu .gpu-models) ;;
+    pdl)     cmd=(python3 tests/gpu/pdl_check.py --strata build-gpu/engine/strata --models .gpu-models --big "$MODEL" --out $dir/pdl_check.json) ;;
     decode)  cmd=(env OUT=$dir SYN_MODEL=$MODEL BUDGET_S=$(( limit - 30 )) bash bench/decode/run_h200.sh build-gpu ${DECODE_ARGS:-}) ;;
     *) echo "round: unknown step $step"; continue ;;
   esac

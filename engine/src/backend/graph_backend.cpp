@@ -15,7 +15,7 @@ enum Op : int {
     kToDevice = 1, kFill, kCopy, kEmbed, kMatmul, kRmsNorm, kL2Norm, kUnary, kMul, kAdd, kScale, kAddRow, kMulRow,
     kSliceCols, kConcatCols, kDeinterleave, kMeanRows, kRepeatStreams, kPleGate, kHyperMix, kHyperInject,
     kHyperRead, kCausalConv, kGdnRecurrent, kGdnBlock, kRope, kScatterRows, kPoolKeyBlocks, kAttentionCells,
-    kRouteTopk, kMoeExperts, kSharedExpert, kRopeMulti,
+    kRouteTopk, kMoeExperts, kSharedExpert, kRopeMulti, kMoeWithShared, kHyperInjectRead,
 };
 // Executable graphs kept (least recently used dropped first). The expert-cache path splits a pass into ~49 runs per
 // window size, and speculation adds windows of 2 … 4 tokens and the MTP head's passes: a few hundred in use.
@@ -297,6 +297,13 @@ void GraphBackend::hyper_read(const HyperWeights& w, const float* X, int T, int 
            n, H, eps, (const void*)u, (const void*)inj);
 }
 
+void GraphBackend::hyper_inject_read(float* X, const float* inj_prev, const float* y_prev, const HyperWeights& w, int T,
+                                     int n, int H, float eps, float* u, float* inj) {
+    record(kHyperInjectRead, [=, this, &w] { inner_->hyper_inject_read(X, inj_prev, y_prev, w, T, n, H, eps, u, inj); },
+           (const void*)X, (const void*)inj_prev, (const void*)y_prev, (const void*)&w, T, n, H, eps, (const void*)u,
+           (const void*)inj);
+}
+
 void GraphBackend::causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) {
     record(kCausalConv, [=, this, &w] { inner_->causal_conv(x, T, C, w, K, dil, hist, y); }, (const void*)x, T, C, w, K, dil,
            (const void*)hist, (const void*)y);
@@ -386,6 +393,18 @@ void GraphBackend::shared_expert(const MoeWeights& w, const float* u, int T, flo
     }
     record(kSharedExpert, [=, this, &w] { inner_->shared_expert(w, u, T, y); }, (const void*)&w, (const void*)u, T,
            (const void*)y);
+}
+
+// One op, so that the inner backend may merge the two (a direct run when the routing is read on the host).
+void GraphBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
+                                           const float* weights, float* y) {
+    moe_direct_ = cap_ && cap_->moe_on_host(T, k);
+    if (moe_direct_) {
+        direct([&] { inner_->moe_experts_with_shared(w, x, T, k, ids, weights, y); });
+        return;
+    }
+    record(kMoeWithShared, [=, this, &w] { inner_->moe_experts_with_shared(w, x, T, k, ids, weights, y); },
+           (const void*)&w, (const void*)x, T, k, (const void*)ids, (const void*)weights, (const void*)y);
 }
 
 }  // namespace strata

@@ -1,6 +1,7 @@
 // MoE (MODEL.md §10): softmax router over all experts, top-k, renormalised; SwiGLU experts; shared expert with a
 // sigmoid gate. Routing runs on the backend's device (route_topk), so the pass needs no host round trip.
-// Backend::shared_expert's default body lives here: the composition of primitive ops (the CPU reference).
+// Backend::shared_expert's and moe_experts_with_shared's default bodies live here: the compositions of primitive ops
+// (the CPU reference).
 #include "model/blocks.h"
 
 namespace strata {
@@ -19,14 +20,19 @@ void Backend::shared_expert(const MoeWeights& w, const float* u, int T, float* y
     be.hyper_inject(y, sg, sh, T, 1, H);   // y += σ(gate)·shared, one "stream"
 }
 
+void Backend::moe_experts_with_shared(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
+                                      const float* weights, float* y) {
+    moe_experts(w, x, T, k, ids, weights, y);
+    shared_expert(w, x, T, y);
+}
+
 void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float* u, int T, float* y) {
     const int E = hp.n_expert, k = hp.n_expert_used;
     Scratch logits(be, (size_t)T * E), ids(be, (size_t)T * k), weights(be, (size_t)T * k);
     be.matmul(w.router, u, T, logits);
     int32_t* ids_dev = reinterpret_cast<int32_t*>(ids.get());     // int32 values in float-sized slots
     be.route_topk(logits, T, E, k, ids_dev, weights);
-    be.moe_experts(w, u, T, k, ids_dev, weights, y);
-    be.shared_expert(w, u, T, y);
+    be.moe_experts_with_shared(w, u, T, k, ids_dev, weights, y);
 }
 
 }  // namespace strata

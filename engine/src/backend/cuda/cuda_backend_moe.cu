@@ -191,6 +191,62 @@ void CudaBackend::shared_expert_into(const MoeWeights& w, const float* u, int T,
     impl_->done("shared_expert");
 }
 
+void CudaBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, int T, int k, const int32_t* d_ids,
+                                          const float* d_w, float* y) {
+    static const bool merge_on = [] {
+        const char* v = std::getenv("STRATA_CUDA_MERGE_SHEXP");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+    const int H = (int)w.gate_exps.ne[0], I = (int)w.gate_exps.ne[1];
+    Impl& im = *impl_;
+    cuda::HybridMoe* hybrid = im.hybrid.get();
+    const bool joined = hybrid && hybrid->caching() && hybrid->handles(w) && device_join(T, k);
+    bool merge = merge_on && T == 1 && k > 0 && im.fused_moe && !im.f32_act && w.gate_shexp.present() &&
+                 w.shexp_gate_inp.type == GgmlType::F32 && w.shexp_gate_inp.ne[0] == H &&
+                 w.shexp_gate_inp.n_rows() == 1 && (!hybrid || !hybrid->caching() || joined);
+    auto expert_args = [&](const Weight& e, int rows, int n, int act_div) {
+        cuda::MatmulArgs m;
+        m.type = e.type;
+        m.w = joined ? nullptr : im.dev(e);
+        m.row_bytes = e.row_bytes;
+        m.rows = rows;
+        m.n = n;
+        m.mat_stride = joined ? 0 : (size_t)rows * e.row_bytes;
+        m.ids = joined ? nullptr : d_ids;
+        m.act_div = act_div;
+        return m;
+    };
+    cuda::MatmulArgs ga = expert_args(w.gate_exps, I, H, k), ua = expert_args(w.up_exps, I, H, k),
+                     da = expert_args(w.down_exps, H, I, 1);
+    const cuda::MatmulArgs sg = merge ? im.dense_args(w.gate_shexp) : cuda::MatmulArgs{},
+                           su = merge ? im.dense_args(w.up_shexp) : cuda::MatmulArgs{},
+                           sd = merge ? im.dense_args(w.down_shexp) : cuda::MatmulArgs{};
+    static const uint8_t* const kNoTable[1] = {nullptr};
+    if (joined) ga.mats = ua.mats = da.mats = kNoTable;   // tables stand in for w + ids: the plan's, set below
+    merge = merge && cuda::moe_shexp_decode_supported(ga, ua, da, sg, su, sd, T, k);
+    if (!merge) {
+        Backend::moe_experts_with_shared(w, x, T, k, d_ids, d_w, y);
+        return;
+    }
+    Impl::OpScope prof_op(im, "moe_experts+shared");
+    if (hybrid && !hybrid->caching()) hybrid->count_routing(w, d_ids, T * k, im.stream);   // a routing profile only
+    if (joined) {   // each pair's matrix (slot, zero-copy host memory, or the CPU's) picked on the GPU
+        const auto tables = hybrid->plan_device(w, x, T, k, d_ids, d_w);
+        ga.mats = tables[0];
+        ua.mats = tables[1];
+        da.mats = tables[2];
+    }
+    const size_t bytes = cuda::moe_decode_scratch_bytes(T * (k + 1), I);
+    Impl::Buf scratch(im, bytes);
+    const float* gvec = reinterpret_cast<const float*>(im.dev(w.shexp_gate_inp));
+    cuda::moe_shexp_decode(im.stream, ga, ua, da, sg, su, sd, gvec, im.quantized(x, T, H, cuda::act_block(ga.type)), x,
+                           d_w, T, k, scratch.p, bytes, y);
+    ++fused_gate_up_count;
+    if (joined) hybrid->join_device(y, T);   // the CPU's pairs, added on the device
+    im.wrote(y, (size_t)T * H * sizeof(float));
+    im.done("moe_experts+shared");
+}
+
 int64_t CudaBackend::fused_gate_ups() { return fused_gate_up_count.load(); }
 
 }  // namespace strata

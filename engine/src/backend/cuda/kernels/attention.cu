@@ -88,6 +88,7 @@ template <int E, bool Split>
 __global__ void __launch_bounds__(kWarps * 32)
 attention_kernel(const float* q, const float* K, const float* V, int nh, int nkv, int hd, const int32_t* off,
                  const int32_t* cells, int n0, int chunks, float* o, Partials part) {
+    pdl_entry();
     __shared__ float s_m[kWarps], s_l[kWarps], s_acc[kWarps][kMaxHd];
     const int th = Split ? blockIdx.y : blockIdx.x, t = th / nh, h = th % nh, kvh = h / (nh / nkv);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -151,6 +152,7 @@ template <int E>
 __global__ void __launch_bounds__(kMaxGroup * 32)
 attention_grouped_kernel(const float* q, const float* K, const float* V, int nh, int nkv, int hd, const int32_t* off,
                          const int32_t* cells, int n0, int chunks, Partials part, float* o) {
+    pdl_entry();
     const int tk = blockIdx.y, t = tk / nkv, kvh = tk % nkv, group = nh / nkv;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, th = t * nh + kvh * group + warp;
     const size_t slot = (size_t)th * chunks + blockIdx.x;
@@ -190,6 +192,7 @@ attention_grouped_kernel(const float* q, const float* K, const float* V, int nh,
 
 // One block per (query, head): o = Σ_chunks acc·e^(m−M) / Σ_chunks l·e^(m−M), M the largest chunk max.
 __global__ void attention_merge_kernel(int hd, int chunks, Partials part, float* o) {
+    pdl_entry();
     const size_t th = blockIdx.x;
     const float2* ml = part.ml + th * chunks;
     float M = -FLT_MAX;
@@ -256,25 +259,26 @@ void launch(cudaStream_t s, const float* q, const float* K, const float* V, int 
             const int32_t* off, const int32_t* cells, int n0, int chunks, bool grouped, float* o) {
     const int pairs = T * nh;
     if (chunks <= 1 && grouped) {
-        attention_grouped_kernel<E><<<dim3(1, T * nkv), nh / nkv * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0, 1,
-                                                                             {}, o);
+        launch_kernel(attention_grouped_kernel<E>, dim3(1, T * nkv), nh / nkv * 32, 0, s, q, K, V, nh, nkv, hd, off,
+                      cells, n0, 1, Partials{}, o);
         CUDA_CHECK_LAUNCH();
         return;
     }
     if (chunks <= 1) {
-        attention_kernel<E, false><<<pairs, kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0, 1, o, {});
+        launch_kernel(attention_kernel<E, false>, pairs, kWarps * 32, 0, s, q, K, V, nh, nkv, hd, off, cells, n0, 1, o,
+                      Partials{});
         CUDA_CHECK_LAUNCH();
         return;
     }
     const Partials part = partials_for(s);
     if (grouped)
-        attention_grouped_kernel<E><<<dim3(chunks, T * nkv), nh / nkv * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells,
-                                                                                  n0, chunks, part, o);
+        launch_kernel(attention_grouped_kernel<E>, dim3(chunks, T * nkv), nh / nkv * 32, 0, s, q, K, V, nh, nkv, hd,
+                      off, cells, n0, chunks, part, o);
     else
-        attention_kernel<E, true><<<dim3(chunks, pairs), kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0,
-                                                                              chunks, o, part);
+        launch_kernel(attention_kernel<E, true>, dim3(chunks, pairs), kWarps * 32, 0, s, q, K, V, nh, nkv, hd, off,
+                      cells, n0, chunks, o, part);
     CUDA_CHECK_LAUNCH();
-    attention_merge_kernel<<<pairs, hd <= 128 ? 128 : 256, 0, s>>>(hd, chunks, part, o);
+    launch_kernel(attention_merge_kernel, pairs, hd <= 128 ? 128 : 256, 0, s, hd, chunks, part, o);
     CUDA_CHECK_LAUNCH();
 }
 

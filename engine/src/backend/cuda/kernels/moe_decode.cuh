@@ -21,39 +21,57 @@ static_assert(kDecodeWarps * kGateUpRows == kHBlock, "one gate/up block makes on
 constexpr int kDownRows = 1;          // output rows per warp of the down kernel (more warps in flight than 2)
 constexpr size_t kFusedXMax = 40 * 1024;   // shared memory for x quantized in the gate/up kernel (act.q null)
 
-// Block (g, p): rows 32g … 32g + 31 of pair p's gate and up (matrix ids[p], or the one matrix when ids is null;
-// activation row p / act_div). Each warp takes 4 rows, 8 lanes a row, lane s of a row chunks s, s + 8, … (an
-// activation chunk loaded once serves the warp's 4 rows). h = silu(g)·u as swiglu, then quantized by warp 0 with
-// quantize_act's arithmetic into hq [P, rows] / hd [P, rows / 32]. With gvec, block column gridDim.x − 1 instead
-// computes gate_out[p] = σ(x[p / act_div] · gvec) (f32, the shared expert's gate). FQ: aq / ad are ignored and
-// the block quantizes its activation row of x into shared memory itself (quantize_act's arithmetic, the same bits).
+// Block (g, p): rows 32g … 32g + 31 of pair p's gate and up. Pairs p < P are routed: matrix ids[p] (or mats_g[p] /
+// mats_u[p], or the one matrix when both are null), activation row p / act_div. Pairs p ≥ P are the shared expert's
+// (sh, when sh.gate is set): token p − P's row through sh.gate / sh.up. Each warp takes 4 rows, 8 lanes a row, lane
+// s of a row chunks s, s + 8, … (an activation chunk loaded once serves the warp's 4 rows). h = silu(g)·u as swiglu,
+// then quantized by warp 0 with quantize_act's arithmetic into hq [pairs, rows] / hd [pairs, rows / 32]. With sh.gvec,
+// block column gridDim.x − 1 instead computes gate_out[p − P] = σ(x[p − P] · gvec) for the shared pairs (f32, the
+// shared expert's gate). FQ: aq / ad are ignored and the block quantizes its activation row of x into shared memory
+// itself (quantize_act's arithmetic, the same bits).
 template <class F, bool FQ>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
 moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, size_t row_bytes, int rows,
-                       int n, size_t mat_stride, const int32_t* __restrict__ ids, int act_div,
+                       int n, size_t mat_stride, const int32_t* __restrict__ ids, int act_div, int P, SharedPairs sh,
                        const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x,
-                       const float* __restrict__ gvec, float* __restrict__ gate_out, int8_t* __restrict__ hq,
-                       float* __restrict__ hd, const uint8_t* const* __restrict__ mats_g,
-                       const uint8_t* const* __restrict__ mats_u) {
+                       float* __restrict__ gate_out, int8_t* __restrict__ hq, float* __restrict__ hd,
+                       const uint8_t* const* __restrict__ mats_g, const uint8_t* const* __restrict__ mats_u,
+                       int pf_rows) {
+    // before pdl_entry: rows of a fixed matrix (the shared expert's, or the one routed matrix without ids or tables)
+    // into L2 by the first pair's blocks, and the grid table (no kernel writes them)
     using Q = QInt<F>;
     constexpr int kLanes = 32 / kGateUpRows;
+    const int p = blockIdx.y;
+    const bool shared = p >= P;                                    // uniform per block
+    const bool gate_col = sh.gvec && blockIdx.x == gridDim.x - 1;
+    if (pf_rows > 0 && !gate_col && (shared ? p == P : (p == 0 && !ids && !mats_g))) {
+        const size_t r = (size_t)blockIdx.x * kHBlock + (threadIdx.x >> 5) * kGateUpRows + (threadIdx.x & 31) / kLanes;
+        prefetch_l2_range((shared ? sh.gate : Wg) + r * row_bytes, row_bytes, threadIdx.x % kLanes, kLanes);
+        prefetch_l2_range((shared ? sh.up : Wu) + r * row_bytes, row_bytes, threadIdx.x % kLanes, kLanes);
+    }
     __shared__ uint4 smem[GridSmem<F>::kWords];
     __shared__ float hs[kHBlock];
-    const int p = blockIdx.y, arow = p / act_div;
-    if (gvec && blockIdx.x == gridDim.x - 1) {
+    const void* grid = stage_grid<F>(smem);
+    pdl_entry();
+    const int arow = shared ? p - P : p / act_div;
+    if (gate_col) {
+        if (!shared) return;
         float d = 0.0f;
-        for (int i = threadIdx.x; i < n; i += blockDim.x) d += x[(size_t)arow * n + i] * gvec[i];
+        for (int i = threadIdx.x; i < n; i += blockDim.x) d += x[(size_t)arow * n + i] * sh.gvec[i];
         d = block_sum(d);
-        if (threadIdx.x == 0) gate_out[p] = 1.0f / (1.0f + expf(-d));   // as unary(sigmoid)
+        if (threadIdx.x == 0) gate_out[p - P] = 1.0f / (1.0f + expf(-d));   // as unary(sigmoid)
         return;
     }
-    if (mats_g) {   // matrix tables: a null pair is the CPU's (the down kernel skips it); uniform per block
+    if (shared) {
+        Wg = sh.gate;
+        Wu = sh.up;
+        ids = nullptr;
+    } else if (mats_g) {   // matrix tables: a null pair is the CPU's (the down kernel skips it); uniform per block
         Wg = mats_g[p];
         Wu = mats_u[p];
         if (!Wg) return;
         ids = nullptr;
     }
-    const void* grid = stage_grid<F>(smem);
     if constexpr (FQ) quantize_rows_to_smem<F::ABLK>(x, n, arow, arow, aq, ad);
     constexpr int kSub = F::QK / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, s = lane % kLanes;
@@ -90,31 +108,41 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
 }
 
 // Block (b, t): output rows of token t, kDownRows per warp (32 / kDownRows lanes a row). Row r: y[t, r] = Σ_j w_j ·
-// (down_{e_j}[r] · h[t·k + j]) over the token's k pairs, w_j = wts[t·k + j], e_j = ids[t·k + j] (or the one matrix
-// when ids is null); accumulate: y[t, r] += the sum instead of =. The lanes of a row take the (pair, chunk) units
-// s, s + lanes, … of all k pairs, so a row of n = 640 (20 chunks) keeps every lane busy.
+// (down_{e_j}[r] · h[t·k + j]) over the token's k routed pairs, w_j = wts[t·k + j], e_j = ids[t·k + j] (or the one
+// matrix when ids is null), plus with Ws the shared pair P + t: gates[t] · (Ws[r] · h[P + t]); accumulate: y[t, r] +=
+// the sum instead of =. The lanes of a row take the (pair, chunk) units s, s + lanes, … of all the token's pairs, so
+// a row of n = 640 (20 chunks) keeps every lane busy.
 template <class F>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
 moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int rows, int n, size_t mat_stride,
                         const int32_t* __restrict__ ids, const int8_t* __restrict__ hq, const float* __restrict__ hd,
-                        const float* __restrict__ wts, int k, bool accumulate, float* __restrict__ y,
-                        const uint8_t* const* __restrict__ mats) {
+                        const float* __restrict__ wts, int k, int P, const uint8_t* __restrict__ Ws,
+                        const float* __restrict__ gates, bool accumulate, float* __restrict__ y,
+                        const uint8_t* const* __restrict__ mats, int pf_rows) {
+    // before pdl_entry: this row of a fixed matrix (the shared expert's, or the one routed matrix) into L2, and the
+    // grid table (no kernel writes them)
     using Q = QInt<F>;
     constexpr int kLanes = 32 / kDownRows;
-    __shared__ uint4 smem[GridSmem<F>::kWords];
-    const void* grid = stage_grid<F>(smem);
     constexpr int kSub = F::QK / 32;
     const int lane = threadIdx.x & 31, s = lane % kLanes;
     const int row = (blockIdx.x * kDecodeWarps + (threadIdx.x >> 5)) * kDownRows + lane / kLanes;
+    if (pf_rows > 0 && row < rows && blockIdx.y == 0) {
+        if (Ws) prefetch_l2_range(Ws + (size_t)row * row_bytes, row_bytes, s, kLanes);
+        else if (!ids && !mats) prefetch_l2_range(W + (size_t)row * row_bytes, row_bytes, s, kLanes);
+    }
+    __shared__ uint4 smem[GridSmem<F>::kWords];
+    const void* grid = stage_grid<F>(smem);
+    pdl_entry();
     const int t = blockIdx.y;
-    const int units = n / 32, total = k * units;
+    const int units = n / 32, total = (k + (Ws ? 1 : 0)) * units;
     float acc = 0.0f;
     if (row < rows) {
 #pragma unroll 4
         for (int v = s; v < total; v += kLanes) {
             const int j = v / units, c = v - j * units;
-            const int p = t * k + j;
-            const uint8_t* base = mats ? mats[p] : W + (ids ? (size_t)__ldg(ids + p) * mat_stride : 0);
+            const bool sj = j == k;   // the shared pair
+            const int p = sj ? P + t : t * k + j;
+            const uint8_t* base = sj ? Ws : mats ? mats[p] : W + (ids ? (size_t)__ldg(ids + p) * mat_stride : 0);
             if (!base) continue;   // the CPU's pair
             const uint8_t* wr = base + (size_t)row * row_bytes;
             IChunk cw;
@@ -123,7 +151,7 @@ moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int row
             const int4 lo = __ldg(q4), hi = __ldg(q4 + 1);
             const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
             const float da = __ldg(hd + (size_t)p * (n / kHBlock) + c);
-            acc += __ldg(wts + p) * chunk_term<Q::kSplit, Q::kMin>(cw, a, da);
+            acc += __ldg(sj ? gates + t : wts + p) * chunk_term<Q::kSplit, Q::kMin>(cw, a, da);
         }
     }
     acc = group_sum<kLanes>(acc);
@@ -168,21 +196,23 @@ DecodeScratch split_scratch(void* scratch, size_t bytes, int P, int I) {
     return d;
 }
 
-// Both launches, each format picked by its own switch; the down kernel's weights come from `wts`, or with gvec from
-// the gate/up kernel's extra column (the shared expert's gate). act.q null: the gate/up kernel quantizes x itself.
+// Both launches, each format picked by its own switch. Routed pairs: T·k (k = 0: none) with gate / up / down and
+// weights wts; with sh.gate the T shared pairs follow (weights σ(x · sh.gvec) from the gate/up kernel's extra
+// column). gate / up / down also give the formats and shapes of the shared matrices. act.q null: the gate/up kernel
+// quantizes x itself.
 void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
-                const float* x, const float* gvec, const float* wts, int T, int k, void* scratch, size_t bytes,
-                float* y) {
-    const int P = T * k, I = (int)gate.rows;
-    const DecodeScratch d = split_scratch(scratch, bytes, P, I);
+                const float* x, const float* wts, int T, int k, const SharedPairs& sh, bool accumulate,
+                void* scratch, size_t bytes, float* y) {
+    const int P = T * k, pairs = P + (sh.gate ? T : 0), I = (int)gate.rows;
+    const DecodeScratch d = split_scratch(scratch, bytes, pairs, I);
     with_block_format(gate.type, [&](auto f) {
         using F = decltype(f);
         if constexpr (QInt<F>::kHas) {
-            const dim3 grid((unsigned)(I / q8::kHBlock) + (gvec ? 1u : 0u), (unsigned)P);
+            const dim3 grid((unsigned)(I / q8::kHBlock) + (sh.gvec ? 1u : 0u), (unsigned)pairs);
             auto launch = [&](auto kernel, size_t smem) {
-                kernel<<<grid, q8::kDecodeWarps * 32, smem, s>>>(gate.w, up.w, gate.row_bytes, I, gate.n,
-                                                                 gate.mat_stride, gate.ids, gate.act_div, act.q, act.d,
-                                                                 x, gvec, d.gates, d.hq, d.hd, gate.mats, up.mats);
+                launch_kernel(kernel, grid, q8::kDecodeWarps * 32, smem, s, gate.w, up.w, gate.row_bytes, I, gate.n,
+                              gate.mat_stride, gate.ids, gate.act_div, P, sh, act.q, act.d, x, d.gates, d.hq, d.hd,
+                              gate.mats, up.mats, prefetch_rows());
             };
             if (act.q) {
                 launch(q8::moe_gate_up_q8h_kernel<F, false>, 0);
@@ -192,7 +222,6 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
                              " values needs ", smem, " bytes of shared memory to quantize in the kernel");
                 launch(q8::moe_gate_up_q8h_kernel<F, true>, smem);
             }
-            CUDA_CHECK_LAUNCH();
         }
     });
     with_block_format(down.type, [&](auto f) {
@@ -200,10 +229,9 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
         if constexpr (QInt<F>::kHas && F::ABLK == q8::kHBlock) {
             const unsigned per_block = q8::kDecodeWarps * q8::kDownRows;
             const dim3 grid((unsigned)((down.rows + per_block - 1) / per_block), (unsigned)T);
-            q8::moe_down_combine_kernel<F><<<grid, q8::kDecodeWarps * 32, 0, s>>>(
-                down.w, down.row_bytes, (int)down.rows, down.n, down.mat_stride, down.ids, d.hq, d.hd,
-                gvec ? d.gates : wts, k, gvec != nullptr, y, down.mats);
-            CUDA_CHECK_LAUNCH();
+            launch_kernel(q8::moe_down_combine_kernel<F>, grid, q8::kDecodeWarps * 32, 0, s, down.w, down.row_bytes,
+                          (int)down.rows, down.n, down.mat_stride, down.ids, d.hq, d.hd, wts, k, P, sh.down, d.gates,
+                          accumulate, y, down.mats, prefetch_rows());
         }
     });
 }
@@ -235,7 +263,7 @@ void moe_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
                 const float* x, const float* wts, int T, int k, void* scratch, size_t scratch_bytes, float* y) {
     STRATA_CHECK(moe_decode_supported(gate, up, down, T * k), "cuda moe_decode: ", T, " tokens × ", k, " of ",
                  ggml_type_name(gate.type), " / ", ggml_type_name(down.type), " experts is not a decode-path call");
-    run_decode(s, gate, up, down, act, x, nullptr, wts, T, k, scratch, scratch_bytes, y);
+    run_decode(s, gate, up, down, act, x, wts, T, k, SharedPairs{}, false, scratch, scratch_bytes, y);
 }
 
 void shexp_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
@@ -243,7 +271,28 @@ void shexp_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, 
     STRATA_CHECK(moe_decode_supported(gate, up, down, T) && !gate.ids && gate.act_div == 1,
                  "cuda shexp_decode: ", T, " tokens of ", ggml_type_name(gate.type), " / ", ggml_type_name(down.type),
                  " is not a decode-path call");
-    run_decode(s, gate, up, down, act, x, gvec, nullptr, T, 1, scratch, scratch_bytes, y);
+    run_decode(s, gate, up, down, act, x, nullptr, T, 0, SharedPairs{gate.w, up.w, down.w, gvec}, true, scratch,
+               scratch_bytes, y);
+}
+
+bool moe_shexp_decode_supported(const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down,
+                                const MatmulArgs& sgate, const MatmulArgs& sup, const MatmulArgs& sdown, int T, int k) {
+    auto alike = [](const MatmulArgs& a, const MatmulArgs& b) {
+        return a.type == b.type && a.rows == b.rows && a.n == b.n && a.row_bytes == b.row_bytes;
+    };
+    return alike(gate, sgate) && alike(up, sup) && alike(down, sdown) && !sgate.ids && !sdown.ids &&
+           moe_decode_supported(gate, up, down, T * (k + 1)) && moe_decode_supported(sgate, sup, sdown, T);
+}
+
+void moe_shexp_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down,
+                      const MatmulArgs& sgate, const MatmulArgs& sup, const MatmulArgs& sdown, const float* gvec,
+                      ActQ8 act, const float* x, const float* wts, int T, int k, void* scratch, size_t scratch_bytes,
+                      float* y) {
+    STRATA_CHECK(moe_shexp_decode_supported(gate, up, down, sgate, sup, sdown, T, k) && gvec,
+                 "cuda moe_shexp_decode: ", T, " tokens × ", k, " of ", ggml_type_name(gate.type), " / ",
+                 ggml_type_name(down.type), " experts with their shared expert is not a decode-path call");
+    run_decode(s, gate, up, down, act, x, wts, T, k, SharedPairs{sgate.w, sup.w, sdown.w, gvec}, false, scratch,
+               scratch_bytes, y);
 }
 
 }  // namespace strata::cuda

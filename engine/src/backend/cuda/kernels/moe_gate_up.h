@@ -20,6 +20,15 @@ constexpr int kMoeDecodeMaxPairs = 16;
 // this many: a verify window of up to 6 tokens × top-10.
 constexpr int kMoeDecodeMaxTablePairs = 64;
 
+// The shared expert as extra pairs of a decode launch (moe_decode.cuh): pair P + t is token t's, through one matrix
+// each; its weight is σ(x[t] · gvec) (gvec [n] f32 on the device). gate null: no shared pairs.
+struct SharedPairs {
+    const uint8_t* gate = nullptr;
+    const uint8_t* up = nullptr;
+    const uint8_t* down = nullptr;
+    const float* gvec = nullptr;
+};
+
 // Whether moe_decode / shexp_decode take these matrices for P pairs: integer gate/up formats, a down format
 // multiplied with Q8_0 activations (ABLK 32: Q2_0, IQ4_NL, Q4_0, Q8_0, ...), I = gate.rows = down.n a multiple of
 // 32, gate/up alike, gate.ids == up.ids == down.ids, 0 < P ≤ kMoeDecodeMaxPairs (kMoeDecodeMaxTablePairs with
@@ -39,5 +48,17 @@ void moe_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
 // (no ids, act_div 1), gvec [n] f32 on the device; act: x quantized for gate's type, or act.q null as moe_decode.
 void shexp_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
                   const float* x, const float* gvec, int T, void* scratch, size_t scratch_bytes, float* y);
+
+// Routed and shared experts together in moe_decode's two launches: y[t] = Σ_j wts[t·k + j] · down_p(h_p) +
+// σ(x[t] · gvec) · sdown(silu(sgate · x[t]) ⊙ (sup · x[t])): the shared expert is one more pair of each token, its term
+// added inside the down kernel's sum (an order of additions other than moe_decode then shexp_decode: not the same
+// bits, within the same rounding). The shared matrices must have the routed ones' formats and shapes; scratch as
+// moe_decode_scratch_bytes(T · (k + 1), I).
+bool moe_shexp_decode_supported(const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down,
+                                const MatmulArgs& sgate, const MatmulArgs& sup, const MatmulArgs& sdown, int T, int k);
+void moe_shexp_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down,
+                      const MatmulArgs& sgate, const MatmulArgs& sup, const MatmulArgs& sdown, const float* gvec,
+                      ActQ8 act, const float* x, const float* wts, int T, int k, void* scratch, size_t scratch_bytes,
+                      float* y);
 
 }  // namespace strata::cuda
