@@ -15,7 +15,8 @@ the synthetic full-size model (engine/tools/make_synthetic.py) at several contex
   pc12nostage  (optional) pc12 with STRATA_HYBRID_STAGE=0: the decode kernels read the zero-copy experts from host
         memory themselves instead of a copy kernel staging them in VRAM first, smallest context only.
 Any setting may carry environment variables after a '+': gpu+STRATA_CUDA_PDL=0, pc12+STRATA_CUDA_PREFETCH=0+X=1 (an
-A/B of an engine switch, smallest context only; a gpu variant records no routing profile).
+A/B of an engine switch, smallest context only; a gpu variant records no routing profile). A '#N' at the end names a
+repeat of a setting (gpu+X=0#2), so that A/B runs can alternate: ABAB rather than AABB.
 Beside each figure the bound of PERFORMANCE.md §4 from the measured bandwidths (formula and inputs in the JSON).
 
     python3 bench/decode.py --strata BUILD/engine/strata --model SYN.gguf --out DIR [--contexts 1024,4096,32768]
@@ -181,7 +182,7 @@ def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, dead
     cmd = [a.strata, "--serve", "--backend", a.backend, "--model", a.model, "--ctx", str(ctx_max), "--chunk",
            str(a.chunk)] + flags
     out = {"command": " ".join(cmd), "env": env or {}, "contexts": {}}
-    kind = setting.partition("+")[0].partition(":")[0]   # gpu, pc12, ... without the variant's suffixes
+    kind = setting.partition("#")[0].partition("+")[0].partition(":")[0]   # gpu, pc12, ... without suffixes
     log_name = "".join(c if c.isalnum() or c in "._-" else "_" for c in setting)
     eng = Engine(cmd, os.path.join(a.out, f"{log_name}.log"), env)
     try:
@@ -310,15 +311,17 @@ def main() -> int:
     settings = a.settings.split(",")
     for i, s in enumerate(settings):
         left = a.budget_s - (time.time() - t0)
-        name, *assignments = s.split("+")     # gpu+STRATA_CUDA_PDL=0: the gpu setting with that variable
+        spec, _, rep = s.partition("#")       # gpu#2: a repeat of the gpu setting
+        name, *assignments = spec.split("+")  # gpu+STRATA_CUDA_PDL=0: the gpu setting with that variable
         extra_env = dict(x.split("=", 1) for x in assignments)
         base, _, share = name.partition(":")  # pc12pcie:0.9 = pc12pcie with that miss share
-        weight = lambda x: BUDGET_WEIGHT.get(x.partition("+")[0].partition(":")[0], 1)
+        weight = lambda x: BUDGET_WEIGHT.get(x.partition("#")[0].partition("+")[0].partition(":")[0], 1)
         deadline = time.time() + left * weight(s) / sum(weight(x) for x in settings[i:])
         if name == "gpu":
-            flags = ["--routing-profile-out", profile] if a.backend == "cuda" and not extra_env else []
+            flags = ["--routing-profile-out", profile] if a.backend == "cuda" and not extra_env and not rep else []
             res["settings"][s] = measure_setting(a, s, flags, 11, mb, deadline,
-                                                 [min(a.contexts)] if extra_env else a.contexts, extra_env or None)
+                                                 [min(a.contexts)] if extra_env or rep else a.contexts,
+                                                 extra_env or None)
         elif base in ("pc12", "pc12host", "pc12hostjoin", "pc12pcie", "pc12dev", "pc12nostage"):
             flags = PC12_FLAGS + (["--routing-profile", profile] if os.path.exists(profile) else [])
             host = {"STRATA_HYBRID_DEVICE": "0"}

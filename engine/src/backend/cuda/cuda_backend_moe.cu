@@ -204,6 +204,10 @@ void CudaBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, i
     bool merge = merge_on && T == 1 && k > 0 && im.fused_moe && !im.f32_act && w.gate_shexp.present() &&
                  w.shexp_gate_inp.type == GgmlType::F32 && w.shexp_gate_inp.ne[0] == H &&
                  w.shexp_gate_inp.n_rows() == 1 && (!hybrid || !hybrid->caching() || joined);
+    if (!merge) {   // (the routed experts may not be on the device: an expert cache that joins on the host)
+        Backend::moe_experts_with_shared(w, x, T, k, d_ids, d_w, y);
+        return;
+    }
     auto expert_args = [&](const Weight& e, int rows, int n, int act_div) {
         cuda::MatmulArgs m;
         m.type = e.type;
@@ -218,13 +222,11 @@ void CudaBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, i
     };
     cuda::MatmulArgs ga = expert_args(w.gate_exps, I, H, k), ua = expert_args(w.up_exps, I, H, k),
                      da = expert_args(w.down_exps, H, I, 1);
-    const cuda::MatmulArgs sg = merge ? im.dense_args(w.gate_shexp) : cuda::MatmulArgs{},
-                           su = merge ? im.dense_args(w.up_shexp) : cuda::MatmulArgs{},
-                           sd = merge ? im.dense_args(w.down_shexp) : cuda::MatmulArgs{};
+    const cuda::MatmulArgs sg = im.dense_args(w.gate_shexp), su = im.dense_args(w.up_shexp),
+                           sd = im.dense_args(w.down_shexp);
     static const uint8_t* const kNoTable[1] = {nullptr};
     if (joined) ga.mats = ua.mats = da.mats = kNoTable;   // tables stand in for w + ids: the plan's, set below
-    merge = merge && cuda::moe_shexp_decode_supported(ga, ua, da, sg, su, sd, T, k);
-    if (!merge) {
+    if (!cuda::moe_shexp_decode_supported(ga, ua, da, sg, su, sd, T, k)) {
         Backend::moe_experts_with_shared(w, x, T, k, d_ids, d_w, y);
         return;
     }
