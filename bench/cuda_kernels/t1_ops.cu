@@ -15,7 +15,6 @@
 #include <cuda_runtime.h>
 
 #include "../../tests/gpu/random_blocks.h"
-#include "backend/cuda/kernels/launch.cuh"
 #include "backend/cuda/kernels/kernels.h"
 #include "backend/cuda/kernels/t1_variants.h"
 #include "gguf/ggml_types.h"
@@ -181,7 +180,7 @@ void bench_hyper_read(GgmlType down_t, GgmlType up_t, bool with_inj, bool pdl) {
         float* inj_arg = with_inj ? inj : nullptr;
         const std::string detail = std::string(ggml_type_name(down_t)) + "/" + ggml_type_name(up_t) +
                                    (with_inj ? " inj" : "") + (pdl ? " pdl" : "");
-        cuda::pdl_set(pdl ? 1 : 0);
+        cuda::hyper_read_set_pdl(pdl ? 1 : 0);
         // Q8 activations: a sum in another order can move an int8 one step (cuda_ops_test allows 1e-2 against the CPU)
         bench("hyper_read", detail, T, is_plain ? 1e-4 : 1e-2,
               [&] { cuda::hyper_read_v1(stream, a, X, T, scratch, u, inj_arg); },
@@ -293,10 +292,10 @@ int main(int argc, char** argv) {
         bench_hyper_read(GgmlType::IQ2_XS, GgmlType::IQ4_NL, with_inj, false);   // the published IQ2_XS mix (GGUF.md)
         bench_hyper_read(GgmlType::BF16, GgmlType::BF16, with_inj, false);       // the BF16 layout
     }
-    // kernel 2 as a programmatic dependent launch (STRATA_CUDA_PDL, every kernel)
+    // kernel 2 as a programmatic dependent launch (STRATA_CUDA_HYPER_PDL=1)
     bench_hyper_read(GgmlType::Q2_0, GgmlType::Q2_0, true, true);
     bench_hyper_read(GgmlType::IQ2_XS, GgmlType::IQ4_NL, true, true);
-    cuda::pdl_set(-1);
+    cuda::hyper_read_set_pdl(-1);
     bench_route_topk();
     bench_norms();
     bench_hyper_inject();

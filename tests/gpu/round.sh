@@ -10,8 +10,6 @@
 #              tiny models; TARGETS must include moe_decode_test)
 #   memjoin    compute-sanitizer memcheck of the device join alone: tiny iq2_xs, 30% cached, moves every pass, at
 #              the auto share and with every miss zero-copy (staged), and with MTP verify windows
-#   pdl        tests/gpu/pdl_check.py: tokens and logits bit-identical with and without programmatic dependent
-#              launches (tiny models, the hybrid path, the synthetic model alone and as pc12)
 #   kernels    tests/gpu/kernel_times.py: Nsight Compute's time of every kernel of one decode pass (synthetic model)
 #   t1         bench/cuda_kernels/t1_ops.sh   t1dec    tests/gpu/t1_ops_decode.sh
 #   matmul     tests/gpu/matmul_t1.sh         pool     tests/gpu/cpu_pool.sh (the pool + one hybrid decode)
@@ -66,8 +64,6 @@ for spec in "$@"; do
     devjoin) cmd=(bash -c "build-gpu/engine/moe_decode_test | grep -E 'tables|FAIL|failed'; python3 tests/gpu/device_join_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/device_join.json") ;;
     memjoin) cmd=(bash tests/gpu/device_join_memcheck.sh build-gpu .gpu-models) ;;
     kernels) cmd=(python3 tests/gpu/kernel_times.py --strata build-gpu/engine/strata --model "$MODEL" --out $dir/kernel_times.json) ;;
-    pdl)     cmd=(python3 tests/gpu/pdl_check.py --strata build-gpu/engine/strata --models .gpu-models --big "$MODEL"
-                  --tokens 16 --out $dir/pdl_check.json) ;;
     decode)  cmd=(env OUT=$dir SYN_MODEL=$MODEL BUDGET_S=$(( limit - 30 )) bash bench/decode/run_h200.sh build-gpu ${DECODE_ARGS:-}) ;;
     *) echo "round: unknown step $step"; continue ;;
   esac

@@ -94,11 +94,6 @@ public:
     // when inj is not null. The default (model/block_hyper.cpp) issues exactly those primitive ops; a GPU backend may
     // fuse them.
     virtual void hyper_read(const HyperWeights& w, const float* X, int T, int n, int H, float eps, float* u, float* inj);
-    // hyper_inject(X, inj_prev, y_prev) then hyper_read(w, X, …): the previous sub-block's write into the streams and
-    // the next one's read. The default issues exactly those two ops; a GPU backend may run them as one (X ends up
-    // updated either way). inj_prev must not be inj (a backend may still read inj_prev while it writes inj).
-    virtual void hyper_inject_read(float* X, const float* inj_prev, const float* y_prev, const HyperWeights& w, int T,
-                                   int n, int H, float eps, float* u, float* inj);
 
     // Causal depthwise conv over time with a carried history. x [T, C]; hist [(K−1)·dil, C] holds the previous
     // inputs (oldest first) and is updated; w {K, C}: y[t, c] = Σ_j w[c, j] · x[t − (K−1−j)·dil, c].

@@ -1,6 +1,5 @@
 // Hyper-connection read (MODEL.md §5): grouped RMSNorm of the n streams, low-rank mix weights, mean over streams.
-// Backend::hyper_read's and hyper_inject_read's default bodies live here: the compositions of primitive ops (the CPU
-// reference).
+// Backend::hyper_read's default body lives here: the composition of primitive ops (the CPU reference).
 #include "common/error.h"
 #include "model/blocks.h"
 
@@ -21,13 +20,6 @@ void Backend::hyper_read(const HyperWeights& w, const float* X, int T, int n, in
         be.unary(Unary::sigmoid, inj, (size_t)T * n, 1.0f / n, inj);
         be.scale(inj, (size_t)T * n, 2.0f);                      // inj in (0, 2)
     }
-}
-
-void Backend::hyper_inject_read(float* X, const float* inj_prev, const float* y_prev, const HyperWeights& w, int T,
-                                int n, int H, float eps, float* u, float* inj) {
-    STRATA_CHECK(inj_prev != inj, "hyper_inject_read: inj_prev and inj are the same buffer");
-    hyper_inject(X, inj_prev, y_prev, T, n, H);
-    hyper_read(w, X, T, n, H, eps, u, inj);
 }
 
 void hyper_read(Backend& be, const Hparams& hp, const HyperWeights& w, const float* X, int T, float* u, float* inj) {

@@ -48,7 +48,7 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
     // inside the graph's scope (GraphBackend hands the same addresses to every pass of a shape).
     GraphScope graph(be_, T <= kGraphMaxTokens);
     Scratch e(be_, (size_t)T * H), X(be_, (size_t)T * nH), u(be_, (size_t)T * H), y(be_, (size_t)T * H),
-        inj_a(be_, (size_t)T * n), inj_b(be_, (size_t)T * n), logits(be_, std::max<size_t>(1, (size_t)logit_rows * hp_.n_vocab)), d_ids(be_, T),
+        inj(be_, (size_t)T * n), logits(be_, std::max<size_t>(1, (size_t)logit_rows * hp_.n_vocab)), d_ids(be_, T),
         d_pos(be_, T), d_pos3(be_, mm ? (size_t)3 * T : 1);
     const int32_t* pos_dev = upload_ints(be_, d_pos, pos);
     be_.embed(w_.token_embd, upload_ints(be_, d_ids, std::vector<int32_t>(ids, ids + T)), T, e);
@@ -70,51 +70,24 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
         mrope.sec_w = hp_.rope_sections[2];
     }
 
-    // Each sub-block's write into the streams (X += inj ⊗ y) waits for the next read, which takes it along
-    // (hyper_inject_read); the two inj buffers alternate, as that read writes the next inj while the write reads its.
-    float* inj = inj_a;
-    bool pending = false;   // X += inj ⊗ y is still to be done
-    auto read = [&](const HyperWeights& w) {
-        float* next = inj == inj_a.get() ? inj_b.get() : inj_a.get();
-        STRATA_CHECK(w.down.n_rows() == hp_.hc_low_rank, "hyper_read: down weight has ", w.down.n_rows(),
-                     " rows for hc_low_rank ", hp_.hc_low_rank);
-        if (pending) be_.hyper_inject_read(X, inj, y, w, T, n, H, hp_.rms_eps, u, next);
-        else be_.hyper_read(w, X, T, n, H, hp_.rms_eps, u, next);
-        inj = next;
-        pending = false;
-    };
-    auto flush = [&] {
-        if (pending) be_.hyper_inject(X, inj, y, T, n, H);
-        pending = false;
-    };
     for (int il = 0; il < hp_.n_layer; ++il) {
         const LayerWeights& L = w_.layers[il];
         LayerState& st = s.layers[il];
-        if (L.has_ple) {
-            flush();
-            ple_block(be_, hp_, L.ple, *file_, st, s.tokens, ids, T, X);
-        }
+        if (L.has_ple) ple_block(be_, hp_, L.ple, *file_, st, s.tokens, ids, T, X);
 
-        read(L.hc_attn);
+        hyper_read(be_, hp_, L.hc_attn, X, T, u, inj);
         if (L.recurrent) gdn_block(be_, hp_, L.gdn, st, u, T, y);
         else qsa_block(be_, hp_, L.qsa, st, hp_.compress_ratios[il], u, T, P, pos_dev, y, mm ? &mrope : nullptr);
-        pending = true;
+        be_.hyper_inject(X, inj, y, T, n, H);
 
-        read(L.hc_ffn);
+        hyper_read(be_, hp_, L.hc_ffn, X, T, u, inj);
         moe_block(be_, hp_, L.moe, u, T, y);
-        pending = true;
+        be_.hyper_inject(X, inj, y, T, n, H);
     }
-    if (logit_rows == T && pending) {   // the head's mixer reads every row: it takes the last write along
-        be_.hyper_inject_read(X, inj, y, w_.output_hc, T, n, H, hp_.rms_eps, u, nullptr);
-        pending = false;
+    if (logit_rows) {
+        const float* X_first = X + (size_t)(T - logit_rows) * nH;
+        hyper_read(be_, hp_, w_.output_hc, X_first, logit_rows, u, nullptr);
         be_.matmul(w_.output, u, logit_rows, logits);
-    } else {
-        flush();
-        if (logit_rows) {
-            const float* X_first = X + (size_t)(T - logit_rows) * nH;
-            hyper_read(be_, hp_, w_.output_hc, X_first, logit_rows, u, nullptr);
-            be_.matmul(w_.output, u, logit_rows, logits);
-        }
     }
     graph.end();
     s.tokens.insert(s.tokens.end(), ids, ids + T);

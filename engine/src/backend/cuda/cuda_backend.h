@@ -16,10 +16,6 @@
 
 namespace strata {
 
-namespace cuda {
-struct HyperReadArgs;   // kernels/kernels.h
-}
-
 class CudaBackend : public Backend, public GraphCapture {
 public:
     // f32_activations: block-format weights multiply f32 activations (the CPU's --f32-activations reference mode)
@@ -81,10 +77,6 @@ public:
     void hyper_inject(float* X, const float* inj, const float* y, int T, int n, int H) override;
     // Three kernels (kernels/hyper_read.cu) where the shapes and formats allow; the primitive ops otherwise.
     void hyper_read(const HyperWeights& w, const float* X, int T, int n, int H, float eps, float* u, float* inj) override;
-    // hyper_inject and hyper_read in hyper_read's two kernels (cuda::hyper_inject_read) where they apply; the two ops
-    // otherwise. STRATA_CUDA_INJECT_READ=0 turns it off.
-    void hyper_inject_read(float* X, const float* inj_prev, const float* y_prev, const HyperWeights& w, int T, int n,
-                           int H, float eps, float* u, float* inj) override;
     static int64_t fused_hyper_reads();   // hyper_read calls (all CUDA backends) that took the three-kernel path
     void causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) override;
     void gdn_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int T,
@@ -124,8 +116,6 @@ public:
     static int64_t fused_gate_ups();   // gate+up+swiglu launches as one kernel (moe_gate_up), all CUDA backends
 
 private:
-    // hyper_read's kernel arguments for w; false when the shapes are not the model's (the primitive ops then).
-    bool hyper_args(const HyperWeights& w, int n, int H, float eps, bool with_inj, cuda::HyperReadArgs& a) const;
     // shared_expert's work; shared_expert itself adds a device-joined MoE call's CPU share after it.
     void shared_expert_into(const MoeWeights& w, const float* u, int T, float* y);
     bool device_join(int T, int k) const;   // a hybrid MoE call of T × k joins on the device (no host round trip)

@@ -10,7 +10,6 @@
 #include <new>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/kernels/launch.cuh"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -245,7 +244,6 @@ void HybridMoe::note_routing(const MoeWeights& w, const int32_t* ids, int n) {
 
 namespace {
 __global__ void count_routes_kernel(const int32_t* ids, int n, int n_experts, uint32_t* counts) {
-    pdl_entry();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n && ids[i] >= 0 && ids[i] < n_experts) atomicAdd(&counts[ids[i]], 1u);
 }
@@ -254,8 +252,7 @@ __global__ void count_routes_kernel(const int32_t* ids, int n, int n_experts, ui
 void HybridMoe::count_routing(const MoeWeights& w, const int32_t* d_ids, int n, cudaStream_t s) {
     const int l = layer_of(w);
     if (l < 0 || !d_route_counts_ || n <= 0) return;
-    launch_kernel(count_routes_kernel, (n + 255) / 256, 256, 0, s, d_ids, n, n_experts_,
-                  d_route_counts_ + (size_t)l * n_experts_);
+    count_routes_kernel<<<(n + 255) / 256, 256, 0, s>>>(d_ids, n, n_experts_, d_route_counts_ + (size_t)l * n_experts_);
     CUDA_CHECK_LAUNCH();
 }
 

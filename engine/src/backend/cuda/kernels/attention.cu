@@ -88,7 +88,6 @@ template <int E, bool Split>
 __global__ void __launch_bounds__(kWarps * 32)
 attention_kernel(const float* q, const float* K, const float* V, int nh, int nkv, int hd, const int32_t* off,
                  const int32_t* cells, int n0, int chunks, float* o, Partials part) {
-    pdl_entry();
     __shared__ float s_m[kWarps], s_l[kWarps], s_acc[kWarps][kMaxHd];
     const int th = Split ? blockIdx.y : blockIdx.x, t = th / nh, h = th % nh, kvh = h / (nh / nkv);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -152,7 +151,6 @@ template <int E>
 __global__ void __launch_bounds__(kMaxGroup * 32)
 attention_grouped_kernel(const float* q, const float* K, const float* V, int nh, int nkv, int hd, const int32_t* off,
                          const int32_t* cells, int n0, int chunks, Partials part, float* o) {
-    pdl_entry();
     const int tk = blockIdx.y, t = tk / nkv, kvh = tk % nkv, group = nh / nkv;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, th = t * nh + kvh * group + warp;
     const size_t slot = (size_t)th * chunks + blockIdx.x;
@@ -192,7 +190,6 @@ attention_grouped_kernel(const float* q, const float* K, const float* V, int nh,
 
 // One block per (query, head): o = Σ_chunks acc·e^(m−M) / Σ_chunks l·e^(m−M), M the largest chunk max.
 __global__ void attention_merge_kernel(int hd, int chunks, Partials part, float* o) {
-    pdl_entry();
     const size_t th = blockIdx.x;
     const float2* ml = part.ml + th * chunks;
     float M = -FLT_MAX;
@@ -259,26 +256,25 @@ void launch(cudaStream_t s, const float* q, const float* K, const float* V, int 
             const int32_t* off, const int32_t* cells, int n0, int chunks, bool grouped, float* o) {
     const int pairs = T * nh;
     if (chunks <= 1 && grouped) {
-        launch_kernel(attention_grouped_kernel<E>, dim3(1, T * nkv), nh / nkv * 32, 0, s, q, K, V, nh, nkv, hd, off,
-                      cells, n0, 1, Partials{}, o);
+        attention_grouped_kernel<E><<<dim3(1, T * nkv), nh / nkv * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0, 1,
+                                                                             {}, o);
         CUDA_CHECK_LAUNCH();
         return;
     }
     if (chunks <= 1) {
-        launch_kernel(attention_kernel<E, false>, pairs, kWarps * 32, 0, s, q, K, V, nh, nkv, hd, off, cells, n0, 1, o,
-                      Partials{});
+        attention_kernel<E, false><<<pairs, kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0, 1, o, {});
         CUDA_CHECK_LAUNCH();
         return;
     }
     const Partials part = partials_for(s);
     if (grouped)
-        launch_kernel(attention_grouped_kernel<E>, dim3(chunks, T * nkv), nh / nkv * 32, 0, s, q, K, V, nh, nkv, hd,
-                      off, cells, n0, chunks, part, o);
+        attention_grouped_kernel<E><<<dim3(chunks, T * nkv), nh / nkv * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells,
+                                                                                  n0, chunks, part, o);
     else
-        launch_kernel(attention_kernel<E, true>, dim3(chunks, pairs), kWarps * 32, 0, s, q, K, V, nh, nkv, hd, off,
-                      cells, n0, chunks, o, part);
+        attention_kernel<E, true><<<dim3(chunks, pairs), kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0,
+                                                                              chunks, o, part);
     CUDA_CHECK_LAUNCH();
-    launch_kernel(attention_merge_kernel, pairs, hd <= 128 ? 128 : 256, 0, s, hd, chunks, part, o);
+    attention_merge_kernel<<<pairs, hd <= 128 ? 128 : 256, 0, s>>>(hd, chunks, part, o);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -13,7 +13,6 @@ __device__ __forceinline__ const float* line_row(const float* hist, const float*
 }
 
 __global__ void conv_kernel(const float* x, int T, int C, const float* w, int K, int dil, const float* hist, float* y) {
-    pdl_entry();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * C) return;
     const int t = (int)(i / C), c = (int)(i % C);
@@ -24,7 +23,6 @@ __global__ void conv_kernel(const float* x, int T, int C, const float* w, int K,
 }
 
 __global__ void next_hist_kernel(const float* x, int T, int C, int Hh, const float* hist, float* tmp) {
-    pdl_entry();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)Hh * C) return;
     const int r = (int)(i / C), c = (int)(i % C);
@@ -37,10 +35,10 @@ void causal_conv(cudaStream_t s, const float* x, int T, int C, const float* w, i
                  float* y) {
     if (!T || !C) return;
     const int Hh = (K - 1) * dil;
-    launch_kernel(conv_kernel, grid_for((size_t)T * C, 256), 256, 0, s, x, T, C, w, K, dil, hist, y);
+    conv_kernel<<<grid_for((size_t)T * C, 256), 256, 0, s>>>(x, T, C, w, K, dil, hist, y);
     CUDA_CHECK_LAUNCH();
     if (!Hh) return;
-    launch_kernel(next_hist_kernel, grid_for((size_t)Hh * C, 256), 256, 0, s, x, T, C, Hh, hist, tmp);
+    next_hist_kernel<<<grid_for((size_t)Hh * C, 256), 256, 0, s>>>(x, T, C, Hh, hist, tmp);
     CUDA_CHECK_LAUNCH();
     CUDA_CHECK(cudaMemcpyAsync(hist, tmp, (size_t)Hh * C * sizeof(float), cudaMemcpyDeviceToDevice, s));
 }

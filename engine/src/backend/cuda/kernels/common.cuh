@@ -7,7 +7,6 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/kernels/launch.cuh"
 
 namespace strata::cuda {
 

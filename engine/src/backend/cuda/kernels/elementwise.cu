@@ -19,7 +19,6 @@ inline unsigned blocks(size_t n) {
 }
 
 __global__ void fill_kernel(float* x, float v, size_t n) {
-    pdl_entry();
     STRATA_GRID_LOOP(i, n) x[i] = v;
 }
 
@@ -33,27 +32,22 @@ __device__ __forceinline__ float apply_unary(int f, float v) {
 }
 
 __global__ void unary_kernel(int f, const float* x, size_t n, float scale, float* y) {
-    pdl_entry();
     STRATA_GRID_LOOP(i, n) y[i] = apply_unary(f, x[i] * scale);
 }
 
 __global__ void mul_kernel(const float* a, const float* b, size_t n, float* y) {
-    pdl_entry();
     STRATA_GRID_LOOP(i, n) y[i] = a[i] * b[i];
 }
 
 __global__ void add_kernel(float* y, const float* x, size_t n) {
-    pdl_entry();
     STRATA_GRID_LOOP(i, n) y[i] += x[i];
 }
 
 __global__ void scale_kernel(float* x, size_t n, float v) {
-    pdl_entry();
     STRATA_GRID_LOOP(i, n) x[i] *= v;
 }
 
 __global__ void row_op_kernel(bool multiply, float* x, size_t n, int width, const float* v) {
-    pdl_entry();
     STRATA_GRID_LOOP(i, n) {
         const float r = v[i % width];
         x[i] = multiply ? x[i] * r : x[i] + r;
@@ -61,7 +55,6 @@ __global__ void row_op_kernel(bool multiply, float* x, size_t n, int width, cons
 }
 
 __global__ void slice_cols_kernel(const float* x, int T, int width, int c0, int nc, float* y) {
-    pdl_entry();
     STRATA_GRID_LOOP(i, (size_t)T * nc) {
         const size_t t = i / nc, c = i % nc;
         y[i] = x[t * width + c0 + c];
@@ -69,7 +62,6 @@ __global__ void slice_cols_kernel(const float* x, int T, int width, int c0, int 
 }
 
 __global__ void concat_cols_kernel(const float* a, const float* b, size_t rows, int wa, int wb, float* y) {
-    pdl_entry();
     const int w = wa + wb;
     STRATA_GRID_LOOP(i, rows * w) {
         const size_t r = i / w;
@@ -79,7 +71,6 @@ __global__ void concat_cols_kernel(const float* a, const float* b, size_t rows, 
 }
 
 __global__ void deinterleave_kernel(const float* x, size_t rows, int la, int lb, float* a, float* b) {
-    pdl_entry();
     const int w = la + lb;
     STRATA_GRID_LOOP(i, rows * w) {
         const size_t r = i / w;
@@ -90,7 +81,6 @@ __global__ void deinterleave_kernel(const float* x, size_t rows, int la, int lb,
 }
 
 __global__ void mean_rows_kernel(const float* x, int rows, int width, float* y) {
-    pdl_entry();
     STRATA_GRID_LOOP(j, (size_t)width) {
         float acc = 0.0f;
         for (int r = 0; r < rows; ++r) acc += x[(size_t)r * width + j];
@@ -99,7 +89,6 @@ __global__ void mean_rows_kernel(const float* x, int rows, int width, float* y) 
 }
 
 __global__ void repeat_streams_kernel(const float* e, int T, int n, int H, float* X) {
-    pdl_entry();
     STRATA_GRID_LOOP(i, (size_t)T * n * H) {
         const size_t t = i / ((size_t)n * H);
         const int j = (int)(i % H);
@@ -108,7 +97,6 @@ __global__ void repeat_streams_kernel(const float* e, int T, int n, int H, float
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, size_t n, float* h) {
-    pdl_entry();
     STRATA_GRID_LOOP(i, n) {
         const float g = gate[i];
         h[i] = g / (1.0f + expf(-g)) * up[i];
@@ -116,7 +104,6 @@ __global__ void swiglu_kernel(const float* gate, const float* up, size_t n, floa
 }
 
 __global__ void moe_combine_kernel(const float* down, const float* w, int T, int k, int H, float* y) {
-    pdl_entry();
     STRATA_GRID_LOOP(i, (size_t)T * H) {
         const size_t t = i / H;
         const int c = (int)(i % H);
@@ -130,84 +117,84 @@ __global__ void moe_combine_kernel(const float* down, const float* w, int T, int
 
 void fill(cudaStream_t s, float* x, float v, size_t n) {
     if (!n) return;
-    launch_kernel(fill_kernel, blocks(n), kThreads, 0, s, x, v, n);
+    fill_kernel<<<blocks(n), kThreads, 0, s>>>(x, v, n);
     CUDA_CHECK_LAUNCH();
 }
 
 void unary(cudaStream_t s, Unary f, const float* x, size_t n, float scale, float* y) {
     if (!n) return;
-    launch_kernel(unary_kernel, blocks(n), kThreads, 0, s, (int)f, x, n, scale, y);
+    unary_kernel<<<blocks(n), kThreads, 0, s>>>((int)f, x, n, scale, y);
     CUDA_CHECK_LAUNCH();
 }
 
 void mul(cudaStream_t s, const float* a, const float* b, size_t n, float* y) {
     if (!n) return;
-    launch_kernel(mul_kernel, blocks(n), kThreads, 0, s, a, b, n, y);
+    mul_kernel<<<blocks(n), kThreads, 0, s>>>(a, b, n, y);
     CUDA_CHECK_LAUNCH();
 }
 
 void add(cudaStream_t s, float* y, const float* x, size_t n) {
     if (!n) return;
-    launch_kernel(add_kernel, blocks(n), kThreads, 0, s, y, x, n);
+    add_kernel<<<blocks(n), kThreads, 0, s>>>(y, x, n);
     CUDA_CHECK_LAUNCH();
 }
 
 void scale(cudaStream_t s, float* x, size_t n, float v) {
     if (!n) return;
-    launch_kernel(scale_kernel, blocks(n), kThreads, 0, s, x, n, v);
+    scale_kernel<<<blocks(n), kThreads, 0, s>>>(x, n, v);
     CUDA_CHECK_LAUNCH();
 }
 
 void row_op(cudaStream_t s, bool multiply, float* x, int T, int width, const float* v) {
     const size_t n = (size_t)T * width;
     if (!n) return;
-    launch_kernel(row_op_kernel, blocks(n), kThreads, 0, s, multiply, x, n, width, v);
+    row_op_kernel<<<blocks(n), kThreads, 0, s>>>(multiply, x, n, width, v);
     CUDA_CHECK_LAUNCH();
 }
 
 void slice_cols(cudaStream_t s, const float* x, int T, int width, int c0, int nc, float* y) {
     const size_t n = (size_t)T * nc;
     if (!n) return;
-    launch_kernel(slice_cols_kernel, blocks(n), kThreads, 0, s, x, T, width, c0, nc, y);
+    slice_cols_kernel<<<blocks(n), kThreads, 0, s>>>(x, T, width, c0, nc, y);
     CUDA_CHECK_LAUNCH();
 }
 
 void concat_cols(cudaStream_t s, const float* a, const float* b, int rows, int wa, int wb, float* y) {
     if (!rows || !(wa + wb)) return;
-    launch_kernel(concat_cols_kernel, blocks((size_t)rows * (wa + wb)), kThreads, 0, s, a, b, rows, wa, wb, y);
+    concat_cols_kernel<<<blocks((size_t)rows * (wa + wb)), kThreads, 0, s>>>(a, b, rows, wa, wb, y);
     CUDA_CHECK_LAUNCH();
 }
 
 void deinterleave(cudaStream_t s, const float* x, int T, int n_heads, int la, int lb, float* a, float* b) {
     const size_t rows = (size_t)T * n_heads;
     if (!rows) return;
-    launch_kernel(deinterleave_kernel, blocks(rows * (la + lb)), kThreads, 0, s, x, rows, la, lb, a, b);
+    deinterleave_kernel<<<blocks(rows * (la + lb)), kThreads, 0, s>>>(x, rows, la, lb, a, b);
     CUDA_CHECK_LAUNCH();
 }
 
 void mean_rows(cudaStream_t s, const float* x, int rows, int width, float* y) {
     if (!width) return;
-    launch_kernel(mean_rows_kernel, blocks(width), kThreads, 0, s, x, rows, width, y);
+    mean_rows_kernel<<<blocks(width), kThreads, 0, s>>>(x, rows, width, y);
     CUDA_CHECK_LAUNCH();
 }
 
 void repeat_streams(cudaStream_t s, const float* e, int T, int n, int H, float* X) {
     const size_t total = (size_t)T * n * H;
     if (!total) return;
-    launch_kernel(repeat_streams_kernel, blocks(total), kThreads, 0, s, e, T, n, H, X);
+    repeat_streams_kernel<<<blocks(total), kThreads, 0, s>>>(e, T, n, H, X);
     CUDA_CHECK_LAUNCH();
 }
 
 void swiglu(cudaStream_t s, const float* gate, const float* up, size_t n, float* h) {
     if (!n) return;
-    launch_kernel(swiglu_kernel, blocks(n), kThreads, 0, s, gate, up, n, h);
+    swiglu_kernel<<<blocks(n), kThreads, 0, s>>>(gate, up, n, h);
     CUDA_CHECK_LAUNCH();
 }
 
 void moe_combine(cudaStream_t s, const float* down, const float* w, int T, int k, int H, float* y) {
     const size_t n = (size_t)T * H;
     if (!n) return;
-    launch_kernel(moe_combine_kernel, blocks(n), kThreads, 0, s, down, w, T, k, H, y);
+    moe_combine_kernel<<<blocks(n), kThreads, 0, s>>>(down, w, T, k, H, y);
     CUDA_CHECK_LAUNCH();
 }
 

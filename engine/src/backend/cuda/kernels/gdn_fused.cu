@@ -19,7 +19,6 @@ __device__ __forceinline__ float sigmoid_f(float v) { return 1.0f / (1.0f + expf
 // channel's K − 1 history values stay in registers while the block walks the T tokens.
 __global__ void conv_norm_kernel(const float* __restrict__ qkv, int ld, int T, int nk, int d, int cd,
                                  const float* __restrict__ w, int K, float* __restrict__ hist, float* __restrict__ conv) {
-    pdl_entry();
     const int group = blockIdx.x, j = threadIdx.x;
     const bool active = j < d;
     const int c = group * d + j;
@@ -98,7 +97,6 @@ __device__ __forceinline__ void quantize_o(float v, const GdnGatedArgs& a, int t
 // q, k, v read from conv. QBLK > 0: o is also written quantized (a.q, a.qd).
 template <int DK, int HPB, int QBLK>
 __global__ void recurrent_gated_kernel(GdnGatedArgs a, int T, float* __restrict__ S, float* __restrict__ o) {
-    pdl_entry();
     __shared__ float qs[HPB][DK], ks[HPB][DK];
     const int W = blockDim.x / HPB, r = threadIdx.x / W, j = threadIdx.x % W;
     const int h = blockIdx.x * HPB + r, d = a.d, kh = h % a.nk;
@@ -167,7 +165,7 @@ void gdn_conv_norm(cudaStream_t s, const float* qkv, int ld, int T, int nk, int 
     const int cd = (2 * nk + nv) * d;
     STRATA_CHECK(ld >= cd, "cuda gdn_conv_norm: row stride ", ld, " is below the ", cd, " conv channels");
     if (!T || !cd) return;
-    launch_kernel(conv_norm_kernel, 2 * nk + nv, threads_for_head(d), 0, s, qkv, ld, T, nk, d, cd, w, K, hist, conv);
+    conv_norm_kernel<<<2 * nk + nv, threads_for_head(d), 0, s>>>(qkv, ld, T, nk, d, cd, w, K, hist, conv);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -187,18 +185,18 @@ void gdn_recurrent_gated(cudaStream_t s, const GdnGatedArgs& a, int T, float* S,
     if (a.qblk) {
         STRATA_CHECK(a.q && a.qd && gdn_quantize_block(a.d, a.nv, a.qblk) == a.qblk, "cuda gdn_recurrent_gated: ",
                      "cannot quantize o in blocks of ", a.qblk, " for head dim ", a.d, " and ", a.nv, " heads");
-        if (a.qblk == 256) launch_kernel(recurrent_gated_kernel<128, 2, 256>, a.nv / 2, 256, 0, s, a, T, S, o);
-        else if (a.d <= 32) launch_kernel(recurrent_gated_kernel<32, 1, 32>, a.nv, threads, 0, s, a, T, S, o);
-        else if (a.d <= 64) launch_kernel(recurrent_gated_kernel<64, 1, 32>, a.nv, threads, 0, s, a, T, S, o);
-        else launch_kernel(recurrent_gated_kernel<128, 1, 32>, a.nv, threads, 0, s, a, T, S, o);
+        if (a.qblk == 256) recurrent_gated_kernel<128, 2, 256><<<a.nv / 2, 256, 0, s>>>(a, T, S, o);
+        else if (a.d <= 32) recurrent_gated_kernel<32, 1, 32><<<a.nv, threads, 0, s>>>(a, T, S, o);
+        else if (a.d <= 64) recurrent_gated_kernel<64, 1, 32><<<a.nv, threads, 0, s>>>(a, T, S, o);
+        else recurrent_gated_kernel<128, 1, 32><<<a.nv, threads, 0, s>>>(a, T, S, o);
     } else if (a.d <= 16) {
-        launch_kernel(recurrent_gated_kernel<16, 1, 0>, a.nv, threads, 0, s, a, T, S, o);
+        recurrent_gated_kernel<16, 1, 0><<<a.nv, threads, 0, s>>>(a, T, S, o);
     } else if (a.d <= 32) {
-        launch_kernel(recurrent_gated_kernel<32, 1, 0>, a.nv, threads, 0, s, a, T, S, o);
+        recurrent_gated_kernel<32, 1, 0><<<a.nv, threads, 0, s>>>(a, T, S, o);
     } else if (a.d <= 64) {
-        launch_kernel(recurrent_gated_kernel<64, 1, 0>, a.nv, threads, 0, s, a, T, S, o);
+        recurrent_gated_kernel<64, 1, 0><<<a.nv, threads, 0, s>>>(a, T, S, o);
     } else {
-        launch_kernel(recurrent_gated_kernel<128, 1, 0>, a.nv, threads, 0, s, a, T, S, o);
+        recurrent_gated_kernel<128, 1, 0><<<a.nv, threads, 0, s>>>(a, T, S, o);
     }
     CUDA_CHECK_LAUNCH();
 }

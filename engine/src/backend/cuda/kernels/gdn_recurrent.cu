@@ -10,7 +10,6 @@ namespace {
 template <int DK>
 __global__ void gdn_kernel(const float* q, const float* k, const float* v, const float* g, const float* beta, int T,
                            int nk, int nv, int dk, int dv, float* S, float* o) {
-    pdl_entry();
     __shared__ float qs[DK], ks[DK];
     const int h = blockIdx.x, j = threadIdx.x, kh = h % nk;
     float* Sh = S + (size_t)h * dk * dv;
@@ -54,10 +53,10 @@ void gdn_recurrent(cudaStream_t s, const float* q, const float* k, const float* 
                    int T, int nk, int nv, int dk, int dv, float* S, float* o) {
     STRATA_CHECK(dv >= 1 && dv <= 1024, "cuda gdn_recurrent: value head dim ", dv, " is out of range 1..1024");
     if (!T || !nv) return;
-    if (dk <= 16) launch_kernel(gdn_kernel<16>, nv, dv, 0, s, q, k, v, g, beta, T, nk, nv, dk, dv, S, o);
-    else if (dk <= 32) launch_kernel(gdn_kernel<32>, nv, dv, 0, s, q, k, v, g, beta, T, nk, nv, dk, dv, S, o);
-    else if (dk <= 64) launch_kernel(gdn_kernel<64>, nv, dv, 0, s, q, k, v, g, beta, T, nk, nv, dk, dv, S, o);
-    else if (dk <= 128) launch_kernel(gdn_kernel<128>, nv, dv, 0, s, q, k, v, g, beta, T, nk, nv, dk, dv, S, o);
+    if (dk <= 16) gdn_kernel<16><<<nv, dv, 0, s>>>(q, k, v, g, beta, T, nk, nv, dk, dv, S, o);
+    else if (dk <= 32) gdn_kernel<32><<<nv, dv, 0, s>>>(q, k, v, g, beta, T, nk, nv, dk, dv, S, o);
+    else if (dk <= 64) gdn_kernel<64><<<nv, dv, 0, s>>>(q, k, v, g, beta, T, nk, nv, dk, dv, S, o);
+    else if (dk <= 128) gdn_kernel<128><<<nv, dv, 0, s>>>(q, k, v, g, beta, T, nk, nv, dk, dv, S, o);
     else fail("cuda gdn_recurrent: key head dim ", dk, " is above 128");
     CUDA_CHECK_LAUNCH();
 }

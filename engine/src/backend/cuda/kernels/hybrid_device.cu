@@ -3,7 +3,6 @@
 // writes (done and consumed words, the CPU's sums) is read with ld.global.cv, so no stale cached line survives from
 // an earlier pass.
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/kernels/launch.cuh"
 #include "backend/cuda/hybrid_device.h"
 #include "common/error.h"
 
@@ -34,7 +33,6 @@ __device__ unsigned long long wait_word(const uint32_t* word, uint32_t seq, int 
 }
 
 __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
-    pdl_entry();
     __shared__ uint32_t s_seq;
     __shared__ int s_cpu;
     __shared__ int32_t slot[kDevicePairs];
@@ -111,7 +109,6 @@ constexpr int kJoinThreads = 1024;
 __global__ void __launch_bounds__(kJoinThreads)
 hybrid_join_kernel(const DeviceJoinState* state, uint8_t* ring, size_t slot_bytes, DeviceJoinWords* wd, int T, int H,
                    float* y) {
-    pdl_entry();
     if (state->n_cpu == 0) return;
     const uint32_t seq = state->seq;
     if (threadIdx.x == 0) {
@@ -144,7 +141,6 @@ hybrid_join_kernel(const DeviceJoinState* state, uint8_t* ring, size_t slot_byte
 // in flight at once, a kernel reads pinned host memory at the PCIe ceiling (tests/gpu/zero_copy_speed.cu: read10).
 __global__ void hybrid_stage_kernel(const DeviceJoinState* state, size_t gate_bytes, size_t up_bytes,
                                     size_t down_bytes) {
-    pdl_entry();
     const int n = state->n_stage;
     const size_t bytes[3] = {gate_bytes, up_bytes, down_bytes};
     const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
@@ -170,18 +166,18 @@ void hybrid_stage(cudaStream_t s, const DeviceJoinState* state, size_t gate_byte
         CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
         return n;
     }();
-    launch_kernel(hybrid_stage_kernel, 2 * sms, 512, 0, s, state, gate_bytes, up_bytes, down_bytes);
+    hybrid_stage_kernel<<<2 * sms, 512, 0, s>>>(state, gate_bytes, up_bytes, down_bytes);
     CUDA_CHECK_LAUNCH();
 }
 
 void hybrid_plan(cudaStream_t s, const PlanArgs& a) {
-    launch_kernel(hybrid_plan_kernel, 1, kThreads, 0, s, a);
+    hybrid_plan_kernel<<<1, kThreads, 0, s>>>(a);
     CUDA_CHECK_LAUNCH();
 }
 
 void hybrid_join(cudaStream_t s, DeviceJoinState* state, uint8_t* ring, size_t slot_bytes, DeviceJoinWords* words,
                  int T, int H, float* y) {
-    launch_kernel(hybrid_join_kernel, 1, kJoinThreads, 0, s, state, ring, slot_bytes, words, T, H, y);
+    hybrid_join_kernel<<<1, kJoinThreads, 0, s>>>(state, ring, slot_bytes, words, T, H, y);
     CUDA_CHECK_LAUNCH();
 }
 

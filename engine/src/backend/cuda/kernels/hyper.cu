@@ -9,7 +9,6 @@ namespace strata::cuda {
 namespace {
 
 __global__ void hyper_mix_kernel(const float* xn, const float* m, int T, int n, int H, float* u) {
-    pdl_entry();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * H) return;
     const size_t t = i / H;
@@ -23,7 +22,6 @@ __global__ void hyper_mix_kernel(const float* xn, const float* m, int T, int n, 
 }
 
 __global__ void hyper_inject_kernel(float* X, const float* inj, const float* y, int T, int n, int H) {
-    pdl_entry();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * n * H) return;
     const size_t ts = i / H;            // t·n + s
@@ -34,7 +32,6 @@ __global__ void hyper_inject_kernel(float* X, const float* inj, const float* y, 
 
 // The same four columns at a time (H % 4 == 0): i indexes float4s of X.
 __global__ void hyper_inject4_kernel(float4* X, const float* inj, const float4* y, int T, int n, int H4) {
-    pdl_entry();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * n * H4) return;
     const size_t ts = i / H4, t = ts / n;
@@ -51,7 +48,6 @@ __global__ void hyper_inject4_kernel(float4* X, const float* inj, const float4* 
 
 // One block per (t, s).
 __global__ void ple_gate_kernel(const float* K, const float* Q, const float* v, int n, int H, float* gv) {
-    pdl_entry();
     const size_t ts = blockIdx.x, t = ts / n;
     const float* ks = K + ts * H;
     const float* qs = Q + ts * H;
@@ -69,14 +65,14 @@ __global__ void ple_gate_kernel(const float* K, const float* Q, const float* v, 
 void hyper_mix(cudaStream_t s, const float* xn, const float* m, int T, int n, int H, float* u) {
     const size_t total = (size_t)T * H;
     if (!total) return;
-    launch_kernel(hyper_mix_kernel, grid_for(total, 256), 256, 0, s, xn, m, T, n, H, u);
+    hyper_mix_kernel<<<grid_for(total, 256), 256, 0, s>>>(xn, m, T, n, H, u);
     CUDA_CHECK_LAUNCH();
 }
 
 void hyper_inject_v1(cudaStream_t s, float* X, const float* inj, const float* y, int T, int n, int H) {
     const size_t total = (size_t)T * n * H;
     if (!total) return;
-    launch_kernel(hyper_inject_kernel, grid_for(total, 256), 256, 0, s, X, inj, y, T, n, H);
+    hyper_inject_kernel<<<grid_for(total, 256), 256, 0, s>>>(X, inj, y, T, n, H);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -85,18 +81,17 @@ void hyper_inject(cudaStream_t s, float* X, const float* inj, const float* y, in
     if (!total) return;
     if (H % 4 == 0 && (uintptr_t)X % 16 == 0 && (uintptr_t)y % 16 == 0) {
         const size_t total4 = total / 4;
-        launch_kernel(hyper_inject4_kernel, grid_for(total4, 128), 128, 0, s, (float4*)X, inj, (const float4*)y, T, n,
-                      H / 4);
+        hyper_inject4_kernel<<<grid_for(total4, 128), 128, 0, s>>>((float4*)X, inj, (const float4*)y, T, n, H / 4);
         CUDA_CHECK_LAUNCH();
         return;
     }
-    launch_kernel(hyper_inject_kernel, grid_for(total, 256), 256, 0, s, X, inj, y, T, n, H);
+    hyper_inject_kernel<<<grid_for(total, 256), 256, 0, s>>>(X, inj, y, T, n, H);
     CUDA_CHECK_LAUNCH();
 }
 
 void ple_gate(cudaStream_t s, const float* K, const float* Q, const float* v, int T, int n, int H, float* gv) {
     if (!T || !n) return;
-    launch_kernel(ple_gate_kernel, (unsigned)(T * n), 128, 0, s, K, Q, v, n, H, gv);
+    ple_gate_kernel<<<(unsigned)(T * n), 128, 0, s>>>(K, Q, v, n, H, gv);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -28,6 +28,21 @@ constexpr int kGroup = 16;                // lanes per up row in kernel 2 (r = 3
 constexpr int kGroups = kThreads / kGroup;
 
 std::atomic<int64_t> g_fused{0};
+std::atomic<int> g_pdl{-1};   // programmatic dependent launches: -1 = STRATA_CUDA_HYPER_PDL (default off)
+
+// Programmatic dependent launch (sm_90): each kernel may start before the previous one in the stream ends (kernel 1
+// lets kernel 2's blocks start right away) and waits for that kernel's completion and memory (pdl_wait) before reading
+// anything but weights. Both are no-ops for a kernel launched the ordinary way.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 // Kernel 1's shared memory for T tokens of a chunk of cw inputs: Q8 (blk > 0) int8 values + scales, else f32 values
 // at a row stride of 33 per 32 (lanes read different 32-input units: the padding spreads them over the banks).
@@ -43,8 +58,7 @@ template <class F, int BLK, int NT>
 __global__ void __launch_bounds__(kThreads)
 hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_len, int n, int H, float eps, int cw,
                const uint8_t* __restrict__ down, size_t down_rb, const uint8_t* __restrict__ inject, size_t inj_rb,
-               int r, int R, int T, float* __restrict__ xn, float* __restrict__ part, PendingInject pi) {
-    // before pdl_entry: the L2 prefetch of this block's weights (no kernel writes them)
+               int r, int R, int T, float* __restrict__ xn, float* __restrict__ part) {
     extern __shared__ int4 smem4[];
     __shared__ float inv[kMaxTokens][kMaxStreams];
     const int nH = n * H, c0 = blockIdx.x * cw, units = cw / 32;
@@ -59,7 +73,8 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
         const uint8_t* wr = row < r ? down + (size_t)row * down_rb : inject + (size_t)(row - r) * inj_rb;
         for (int u = lane; u < units; u += 32) prefetch_l2(wr + (size_t)((c0 / 32 + u) / kSub) * F::BYTES);
     }
-    pdl_entry();   // X and the scratch are the previous kernels'
+    pdl_launch_dependents();
+    pdl_wait();   // X (as the previous kernel's programmatic dependent: only the prefetch came before)
 
     // Sums of squares: all tokens' loads in flight together, one barrier for every (token, stream).
     __shared__ float red[kMaxTokens][kMaxStreams][kThreads / 32];
@@ -74,8 +89,7 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
 #pragma unroll
                 for (int t = 0; t < NT; ++t) {
                     if (t >= T) break;
-                    float4 v = ((const float4*)(xs + (size_t)t * nH))[j];
-                    if (pi.y) v = pi.apply4(v, pi.inj[t * n + s], ((const float4*)(pi.y + (size_t)t * H))[j]);
+                    const float4 v = ((const float4*)(xs + (size_t)t * nH))[j];
                     ss[t] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
                 }
         else
@@ -83,8 +97,7 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
 #pragma unroll
                 for (int t = 0; t < NT; ++t) {
                     if (t >= T) break;
-                    float v = xs[(size_t)t * nH + j];
-                    if (pi.y) v = fmaf(pi.inj[t * n + s], pi.y[(size_t)t * H + j], v);
+                    const float v = xs[(size_t)t * nH + j];
                     ss[t] += v * v;
                 }
 #pragma unroll
@@ -122,9 +135,7 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
             float amax = 0.0f;
 #pragma unroll
             for (int e4 = 0; e4 < 8; ++e4) {
-                float4 xv = valid ? x4[e4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                if (pi.y && valid)   // H % 32 == 0 with a pending inject: the unit lies in stream s0
-                    xv = pi.apply4(xv, pi.inj[t * n + s0], ((const float4*)(pi.y + (size_t)t * H + (cs - s0 * H)))[e4]);
+                const float4 xv = valid ? x4[e4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
@@ -165,9 +176,7 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
     } else {
         for (int i = threadIdx.x; i < T * cw; i += kThreads) {
             const int t = i / cw, cc = i % cw, c = c0 + cc;
-            float xv = X[(size_t)t * nH + c];
-            if (pi.y) xv = fmaf(pi.inj[t * n + c / H], pi.y[(size_t)t * H + c % H], xv);
-            float y = xv * inv[t][c / H - s_first];
+            float y = X[(size_t)t * nH + c] * inv[t][c / H - s_first];
             if (w) y *= w[c % w_len];
             xf[(t * units + cc / 32) * 33 + cc % 32] = y;
             if (write_xn) xn[(size_t)t * nH + c] = y;
@@ -224,8 +233,7 @@ template <class F, bool Q8, bool PLAIN, int NT>
 __global__ void __launch_bounds__(kThreads)
 hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, int H, int T,
               const uint8_t* __restrict__ up, size_t up_rb, const float* __restrict__ xn, float* __restrict__ u,
-              float* __restrict__ inj, PendingInject pi) {
-    // before pdl_entry: the L2 prefetch of this block's up rows (no kernel writes them)
+              float* __restrict__ inj) {
     extern __shared__ int4 smem4[];
     __shared__ float val[kMaxTokens][kGroups];                 // m · xn of each group's row
     float* a = (float*)smem4;                                  // [T, r]
@@ -243,18 +251,11 @@ hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, i
     } else if (g == 0) {
         prefetch_l2(wr);
     }
-    pdl_entry();   // kernel 1's part and xn
+    pdl_wait();   // kernel 1's part and xn (as its programmatic dependent: only the prefetch came before)
     const int nH = n * H;
     float xv[NT];   // this row's xn, loaded while the prologue runs
 #pragma unroll
     for (int t = 0; t < NT; ++t) xv[t] = g == 0 && t < T ? xn[(size_t)t * nH + row] : 0.0f;
-
-    // The pending inject lands in X: kernel 1 is done reading it, and this group is the only one with row (s, j).
-    if (pi.X && g == 0 && active)
-        for (int t = 0; t < T; ++t) {
-            float* xr = pi.X + (size_t)t * nH + row;
-            *xr = fmaf(pi.inj[t * n + s], pi.y[(size_t)t * H + j], *xr);
-        }
 
     mix_prologue<F, Q8>(part, chunks, R, r, n, T, blockIdx.x == 0 ? inj : nullptr, a, aq, ad);
 
@@ -292,6 +293,40 @@ bool fused_enabled() {
         return !(v && std::strcmp(v, "0") == 0);
     }();
     return on;
+}
+
+bool pdl_on() {
+    int v = g_pdl.load();
+    if (v < 0) {
+        const char* e = std::getenv("STRATA_CUDA_HYPER_PDL");
+        int major = 0, dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        v = e && std::strcmp(e, "1") == 0 && major >= 9 ? 1 : 0;
+        g_pdl.store(v);
+    }
+    return v == 1;
+}
+
+// kernel<<<grid, kThreads, smem, s>>>(args), as a programmatic dependent launch of the stream's previous kernel when
+// pdl (the kernel waits with pdl_wait before reading what that kernel wrote).
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, size_t smem, cudaStream_t s, bool pdl, Args... args) {
+    if (!pdl) {
+        kernel<<<grid, kThreads, smem, s>>>(args...);
+        return;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
 }
 
 struct Layout {
@@ -351,6 +386,8 @@ void hyper_read_upload_tables() {
     CUDA_CHECK(cudaMemcpyToSymbol(d_kvalues_iq4nl, iq::kvalues_iq4nl, sizeof(iq::kvalues_iq4nl)));
 }
 
+void hyper_read_set_pdl(int mode) { g_pdl.store(mode < 0 ? -1 : mode ? 1 : 0); }
+
 void hyper_read_v1(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj) {
     STRATA_CHECK(hyper_read_supported(a, T), "cuda hyper_read_v1: shape n=", a.n, " H=", a.H, " r=", a.r, " T=", T,
                  " or weight types ", ggml_type_name(a.down_type), "/", ggml_type_name(a.up_type), " not supported");
@@ -358,16 +395,11 @@ void hyper_read_v1(cudaStream_t s, const HyperReadArgs& a, const float* X, int T
     g_fused.fetch_add(1, std::memory_order_relaxed);
 }
 
-namespace {
-
-// (kernel 1 reads X as float4s: an unaligned X, which no caller makes today, takes the older kernels)
-// T > 2 also takes them: measured slower there on the H200 (T = 8: 65 vs 45 µs; t1_ops.json of
-// tests/gpu/results/2026-11-30-round2), faster at T = 1 (13.8 vs 20.5) and T = 2 (23.8 vs 26.4).
-bool two_kernel_path(const float* X, int T) { return !use_v1() && T <= 2 && reinterpret_cast<uintptr_t>(X) % 16 == 0; }
-
-// The two kernels, with the pending inject pi applied on the way (pi.y null: none).
-void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, const hr::PendingInject& pi, int T,
-                     void* scratch, float* u, float* inj) {
+void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj) {
+    // (kernel 1 reads X as float4s: an unaligned X, which no caller makes today, takes the older kernels)
+    // T > 2 also takes them: measured slower there on the H200 (T = 8: 65 vs 45 µs; t1_ops.json of
+    // tests/gpu/results/2026-11-30-round2), faster at T = 1 (13.8 vs 20.5) and T = 2 (23.8 vs 26.4).
+    if (use_v1() || T > 2 || reinterpret_cast<uintptr_t>(X) % 16 != 0) return hyper_read_v1(s, a, X, T, scratch, u, inj);
     STRATA_CHECK(hyper_read_supported(a, T), "cuda hyper_read: shape n=", a.n, " H=", a.H, " r=", a.r, " T=", T,
                  " or weight types ", ggml_type_name(a.down_type), "/", ggml_type_name(a.up_type), " not supported");
     const bool with_inj = inj != nullptr;
@@ -378,13 +410,14 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, con
     float* part = (float*)(base + l.part);
     const bool one = T == 1;
 
+    const bool pdl = pdl_on();
     const dim3 down_grid((unsigned)l.chunks, (unsigned)((l.R + kBlockRows - 1) / kBlockRows));
     const size_t smem1 = down_smem(T, l.cw, l.blk);
     with_hr_format(a.down_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
-            launch_kernel(kernel, down_grid, dim3(kThreads), smem1, s, X, (const float*)a.norm, a.norm_len, a.n, a.H,
-                          a.eps, l.cw, a.down, a.down_rb, a.inject, a.inject_rb, a.r, l.R, T, xn, part, pi);
+            launch_kernel(kernel, down_grid, smem1, s, pdl, X, (const float*)a.norm, a.norm_len, a.n, a.H, a.eps, l.cw,
+                          a.down, a.down_rb, a.inject, a.inject_rb, a.r, l.R, T, xn, part);
         };
         if constexpr (F::ABLK == 32 || F::ABLK == 256) {
             if (l.blk) {
@@ -405,8 +438,8 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, con
     with_hr_format(a.up_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
-            launch_kernel(kernel, dim3(mix_blocks), dim3(kThreads), smem2, s, (const float*)part, l.chunks, l.R, a.r,
-                          a.n, a.H, T, a.up, a.up_rb, (const float*)xn, u, with_inj ? inj : nullptr, pi);
+            launch_kernel(kernel, dim3(mix_blocks), smem2, s, pdl, (const float*)part, l.chunks, l.R, a.r, a.n, a.H, T,
+                          a.up, a.up_rb, (const float*)xn, u, with_inj ? inj : nullptr);
         };
         if constexpr (F::ABLK == 0) {
             if (one) launch(hr_mix_kernel<F, false, true, 1>);
@@ -423,24 +456,6 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, con
     });
     CUDA_CHECK_LAUNCH();
     g_fused.fetch_add(1, std::memory_order_relaxed);
-}
-
-}  // namespace
-
-void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj) {
-    if (!two_kernel_path(X, T)) return hyper_read_v1(s, a, X, T, scratch, u, inj);
-    run_two_kernels(s, a, X, hr::PendingInject{}, T, scratch, u, inj);
-}
-
-bool hyper_inject_read_supported(const HyperReadArgs& a, const float* X, int T) {
-    return two_kernel_path(X, T) && a.H % 32 == 0 && hyper_read_supported(a, T);
-}
-
-void hyper_inject_read(cudaStream_t s, const HyperReadArgs& a, float* X, const float* inj_prev, const float* y_prev,
-                       int T, void* scratch, float* u, float* inj) {
-    STRATA_CHECK(hyper_inject_read_supported(a, X, T) && inj_prev && y_prev && inj_prev != inj,
-                 "cuda hyper_inject_read: not a fused call (T=", T, ", H=", a.H, ", or inj_prev is inj)");
-    run_two_kernels(s, a, X, hr::PendingInject{inj_prev, y_prev, X}, T, scratch, u, inj);
 }
 
 }  // namespace strata::cuda

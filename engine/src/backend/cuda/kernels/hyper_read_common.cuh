@@ -46,18 +46,6 @@ __device__ __forceinline__ float plain_at(const uint8_t* row, int i) {
     else return bf16_to_float(ld16(row + 2 * i));
 }
 
-// The previous sub-block's write into the streams, applied by hyper_inject_read's kernels on the way: X' = X +
-// inj ⊗ y (inj [T, n], y [T, H]); kernel 1 reads X', kernel 2 stores it into X. y null: nothing pending.
-struct PendingInject {
-    const float* inj = nullptr;
-    const float* y = nullptr;
-    float* X = nullptr;
-    // Four columns of one stream: x + a·v, the arithmetic of hyper_inject's kernels.
-    __device__ __forceinline__ static float4 apply4(float4 x, float a, float4 v) {
-        return make_float4(fmaf(a, v.x, x.x), fmaf(a, v.y, x.y), fmaf(a, v.z, x.z), fmaf(a, v.w, x.w));
-    }
-};
-
 // Sum over groups of G consecutive lanes (G a power of two ≤ 32).
 template <int G>
 __device__ __forceinline__ float group_sum(float v) {
@@ -66,6 +54,8 @@ __device__ __forceinline__ float group_sum(float v) {
     return v;
 }
 
+// Loads the 128-byte line holding p into L2 ahead of its use (weights read after a prologue that waits on other data).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // Calls fn(FmtX{}) for the weight formats the fused path reads (those of the GGUF layouts: GGUF.md §4.2, the
 // synthetic and tiny models); false otherwise (the caller then composes the primitive ops).

@@ -22,7 +22,6 @@ template <int BLK>
 __global__ void __launch_bounds__(kThreads)
 hr_norm_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_len, int n, int H, float eps,
                float* __restrict__ xn, int8_t* __restrict__ xq, float* __restrict__ xd) {
-    pdl_entry();
     __shared__ float inv[kMaxStreams];
     const int t = blockIdx.y, nH = n * H;
     const float* x = X + (size_t)t * nH;
@@ -65,7 +64,6 @@ __global__ void __launch_bounds__(kThreads)
 hr_down_kernel(const uint8_t* __restrict__ down, size_t down_rb, const uint8_t* __restrict__ inject, size_t inj_rb,
                int r, int R, int nH, int T, int splits, const float* __restrict__ xn, const int8_t* __restrict__ xq,
                const float* __restrict__ xd, float* __restrict__ part) {
-    pdl_entry();
     const int item = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
     if (item >= R * splits) return;   // the whole warp
     const int row = item % R, split = item / R, lane = threadIdx.x & 31;
@@ -116,7 +114,6 @@ __global__ void __launch_bounds__(kThreads)
 hr_mix_kernel(const float* __restrict__ part, int splits, int R, int r, int n, int H, int T,
               const uint8_t* __restrict__ up, size_t up_rb, const float* __restrict__ xn, float* __restrict__ u,
               float* __restrict__ inj) {
-    pdl_entry();
     extern __shared__ int4 smem4[];
     float* a = (float*)smem4;                                  // [T, r]
     int8_t* aq = (int8_t*)(a + (size_t)T * r);                 // [T, r] (16-byte aligned: r % 32 == 0 when Q8)
@@ -185,21 +182,19 @@ inline void run(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, v
     const int blk_down = hr_act_block(a.down_type, a.f32_act);
     const dim3 norm_grid((unsigned)((nH + kNormCols - 1) / kNormCols), (unsigned)T);
     if (blk_down == 256)
-        launch_kernel(hr_norm_kernel<256>, norm_grid, kThreads, 0, s, X, a.norm, a.norm_len, a.n, a.H, a.eps, xn, xq,
-                      xd);
+        hr_norm_kernel<256><<<norm_grid, kThreads, 0, s>>>(X, a.norm, a.norm_len, a.n, a.H, a.eps, xn, xq, xd);
     else if (blk_down == 32)
-        launch_kernel(hr_norm_kernel<32>, norm_grid, kThreads, 0, s, X, a.norm, a.norm_len, a.n, a.H, a.eps, xn, xq,
-                      xd);
+        hr_norm_kernel<32><<<norm_grid, kThreads, 0, s>>>(X, a.norm, a.norm_len, a.n, a.H, a.eps, xn, xq, xd);
     else
-        launch_kernel(hr_norm_kernel<0>, norm_grid, kThreads, 0, s, X, a.norm, a.norm_len, a.n, a.H, a.eps, xn, xq, xd);
+        hr_norm_kernel<0><<<norm_grid, kThreads, 0, s>>>(X, a.norm, a.norm_len, a.n, a.H, a.eps, xn, xq, xd);
     CUDA_CHECK_LAUNCH();
 
     const unsigned down_blocks = (unsigned)((l.R * l.splits + kThreads / 32 - 1) / (kThreads / 32));
     with_hr_format(a.down_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
-            launch_kernel(kernel, down_blocks, kThreads, 0, s, a.down, a.down_rb, a.inject, a.inject_rb, a.r, l.R, nH,
-                          T, l.splits, xn, xq, xd, part);
+            kernel<<<down_blocks, kThreads, 0, s>>>(a.down, a.down_rb, a.inject, a.inject_rb, a.r, l.R, nH, T,
+                                                    l.splits, xn, xq, xd, part);
         };
         if constexpr (F::ABLK > 0) {
             if (blk_down) {
@@ -220,8 +215,8 @@ inline void run(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, v
     with_hr_format(a.up_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
-            launch_kernel(kernel, mix_blocks, kThreads, smem, s, part, l.splits, l.R, a.r, a.n, a.H, T, a.up, a.up_rb,
-                          xn, u, with_inj ? inj : nullptr);
+            kernel<<<mix_blocks, kThreads, smem, s>>>(part, l.splits, l.R, a.r, a.n, a.H, T, a.up, a.up_rb, xn, u,
+                                                      with_inj ? inj : nullptr);
         };
         if constexpr (F::ABLK == 0) {
             if (one) launch(hr_mix_kernel<F, false, true, 1>);

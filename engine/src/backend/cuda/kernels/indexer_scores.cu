@@ -15,7 +15,6 @@ constexpr int kMaxQFloats = 8192;     // ni · di of one query in shared memory 
 __global__ void __launch_bounds__(kWarps * 32)
 indexer_scores_kernel(const float* q, const float* kb, int nb0, int P, int cr, int ni, int di, float scale,
                       float* out, int stride) {
-    pdl_entry();
     extern __shared__ float s_q[];     // [ni · di]
     const int t = blockIdx.y, lane = threadIdx.x & 31;
     const int nb = cr > 0 ? (P + t + 1) / cr : nb0;
@@ -53,8 +52,8 @@ void launch(cudaStream_t s, const float* q, const float* kb, int T, int nb_max, 
                  " exceed the shared-memory query of ", kMaxQFloats, " floats");
     if (T <= 0 || nb_max <= 0) return;
     const dim3 grid(grid_for((size_t)nb_max, kWarps), (unsigned)T);
-    launch_kernel(indexer_scores_kernel, grid, kWarps * 32, (size_t)ni * di * sizeof(float), s, q, kb, nb0, P, cr, ni,
-                  di, scale, out, stride);
+    indexer_scores_kernel<<<grid, kWarps * 32, (size_t)ni * di * sizeof(float), s>>>(q, kb, nb0, P, cr, ni, di, scale,
+                                                                                    out, stride);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -110,12 +110,6 @@ struct HyperReadArgs {
 bool hyper_read_supported(const HyperReadArgs& a, int T);
 size_t hyper_read_scratch_bytes(const HyperReadArgs& a, int T);
 void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj);
-// hyper_inject(X, inj_prev, y_prev) and hyper_read in hyper_read's two kernels: kernel 1 reads X + inj_prev ⊗ y_prev,
-// kernel 2 writes it into X (the bits of hyper_inject then hyper_read). Supported: the two-kernel path (T ≤ 2, X
-// 16-byte aligned), H % 32 == 0, hyper_read_supported; inj_prev must not be inj. Same scratch as hyper_read.
-bool hyper_inject_read_supported(const HyperReadArgs& a, const float* X, int T);
-void hyper_inject_read(cudaStream_t s, const HyperReadArgs& a, float* X, const float* inj_prev, const float* y_prev,
-                       int T, void* scratch, float* u, float* inj);
 void hyper_read_upload_tables();    // once per process (this file's copies of the i-quant tables)
 int64_t hyper_read_fused_calls();   // calls that took the fused path, since start
 

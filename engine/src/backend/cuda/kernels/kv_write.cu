@@ -17,7 +17,6 @@ constexpr int kMaxPoolDi = 4096;   // pool_key_blocks keeps one row of di floats
 // One thread per float4 (VEC) or float of the T rows: dst row pos[t] = src row t.
 template <bool VEC>
 __global__ void scatter_rows_kernel(float* dst, const float* src, int T, int width, const int32_t* pos) {
-    pdl_entry();
     const int per_row = VEC ? width / 4 : width;
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * per_row) return;
@@ -48,7 +47,6 @@ __device__ __forceinline__ float rope_dim(const float* y, int k, int n_rot, floa
 template <bool VEC, int NV>
 __global__ void pool_key_blocks_kernel(const float* kraw, float* kblock, const int32_t* pos, int cr, int di,
                                        const float* norm, int norm_len, float eps, int n_rot, float theta) {
-    pdl_entry();
     extern __shared__ float row[];   // [di]: the normed row before RoPE
     const int p = pos[blockIdx.x];
     if (p < 0 || (p + 1) % cr != 0) return;
@@ -112,10 +110,8 @@ void scatter_rows(cudaStream_t s, float* dst, const float* src, int T, int width
     if (T <= 0 || width <= 0) return;
     const bool vec = width % 4 == 0 && (uintptr_t)dst % 16 == 0 && (uintptr_t)src % 16 == 0;
     const size_t n = (size_t)T * (vec ? width / 4 : width);
-    if (vec) launch_kernel(scatter_rows_kernel<true>, grid_for(n, kScatterThreads), kScatterThreads, 0, s, dst, src, T,
-                           width, pos);
-    else launch_kernel(scatter_rows_kernel<false>, grid_for(n, kScatterThreads), kScatterThreads, 0, s, dst, src, T,
-                       width, pos);
+    if (vec) scatter_rows_kernel<true><<<grid_for(n, kScatterThreads), kScatterThreads, 0, s>>>(dst, src, T, width, pos);
+    else scatter_rows_kernel<false><<<grid_for(n, kScatterThreads), kScatterThreads, 0, s>>>(dst, src, T, width, pos);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -133,16 +129,15 @@ void pool_key_blocks(cudaStream_t s, const float* kraw, float* kblock, const int
         const int threads = std::min(1024, std::max(32, ((nv + 3) / 4 + 31) / 32 * 32));
         const int per = (nv + threads - 1) / threads;
         auto launch = [&](auto kernel) {
-            launch_kernel(kernel, (unsigned)T, threads, shmem, s, kraw, kblock, pos, cr, di, norm, norm_len, eps, n_rot,
-                          theta);
+            kernel<<<(unsigned)T, threads, shmem, s>>>(kraw, kblock, pos, cr, di, norm, norm_len, eps, n_rot, theta);
         };
         if (per <= 1) launch(pool_key_blocks_kernel<true, 1>);
         else if (per <= 2) launch(pool_key_blocks_kernel<true, 2>);
         else launch(pool_key_blocks_kernel<true, 4>);
     } else {
         const int threads = di <= 64 ? 32 : di <= 256 ? 64 : 128;   // rms_norm.cu's threads_for
-        launch_kernel(pool_key_blocks_kernel<false, 1>, (unsigned)T, threads, shmem, s, kraw, kblock, pos, cr, di, norm,
-                      norm_len, eps, n_rot, theta);
+        pool_key_blocks_kernel<false, 1><<<(unsigned)T, threads, shmem, s>>>(kraw, kblock, pos, cr, di, norm, norm_len,
+                                                                             eps, n_rot, theta);
     }
     CUDA_CHECK_LAUNCH();
 }

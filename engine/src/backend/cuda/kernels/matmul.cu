@@ -30,7 +30,6 @@ constexpr int kTile = 8;   // activation rows per pass when every row uses the s
 template <int BLK>
 __global__ void quantize_act_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ q,
                                     float* __restrict__ d) {
-    pdl_entry();
     const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (b >= n_blocks) return;
     float v[BLK / 32];
@@ -44,7 +43,6 @@ __global__ void __launch_bounds__(kWarps * 32)
 matmul_block_f32act_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, size_t mat_stride,
                            const int32_t* __restrict__ ids, int act_div, const float* __restrict__ x, int P,
                            float* __restrict__ y) {
-    pdl_entry();
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
     if (row >= rows) return;
@@ -108,7 +106,6 @@ __global__ void __launch_bounds__(kWarps * 32)
 matmul_plain_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, size_t mat_stride,
                     const int32_t* __restrict__ ids, int act_div, const float* __restrict__ x, int P,
                     float* __restrict__ y) {
-    pdl_entry();
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
     if (row >= rows) return;
@@ -146,12 +143,7 @@ matmul_plain_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t row
 template <int TY, int V>
 __global__ void __launch_bounds__(kWarps * 32)
 matmul_plain_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
-                           const float* __restrict__ x, float* __restrict__ y, int pf_rows) {
-    // before pdl_entry: the block's first pf_rows weight rows into L2 (no kernel writes them)
-    for (int i = 0; i < pf_rows && blockIdx.x + (int64_t)i * gridDim.x < rows; ++i)
-        prefetch_l2_range(W + (size_t)(blockIdx.x + (int64_t)i * gridDim.x) * row_bytes, row_bytes, threadIdx.x,
-                          blockDim.x);
-    pdl_entry();
+                           const float* __restrict__ x, float* __restrict__ y) {
     __shared__ float partial[kWarps];
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
         const uint8_t* wr = W + (size_t)row * row_bytes;
@@ -186,7 +178,6 @@ template <int TY, int V, int NT>
 __global__ void __launch_bounds__(kWarps * 32)
 matmul_plain_rows_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, int act_div,
                          const float* __restrict__ x, int P, float* __restrict__ y) {
-    pdl_entry();
     const int lane = threadIdx.x & 31;
     const int64_t r0 = ((int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5)) * kRows;
     if (r0 >= rows) return;
@@ -238,7 +229,6 @@ matmul_plain_rows_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_
 template <class F>
 __global__ void dequant_rows_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int n,
                                     const int32_t* __restrict__ ids, float* __restrict__ y) {
-    pdl_entry();
     const uint8_t* wr = W + (size_t)ids[blockIdx.x] * row_bytes;
     float* yr = y + (size_t)blockIdx.x * n;
     constexpr int kSub = F::QK / 32;
@@ -253,7 +243,6 @@ __global__ void dequant_rows_kernel(const uint8_t* __restrict__ W, size_t row_by
 template <int TY>
 __global__ void dequant_rows_plain_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int n,
                                           const int32_t* __restrict__ ids, float* __restrict__ y) {
-    pdl_entry();
     const uint8_t* wr = W + (size_t)ids[blockIdx.x] * row_bytes;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         float w;
@@ -267,12 +256,12 @@ void launch_block_f32act(cudaStream_t s, const MatmulArgs& m, const float* x, in
     const unsigned gx = grid_for((size_t)m.rows, kWarps);
     if (!m.ids && P > 1) {
         dim3 grid(gx, (unsigned)((P + kTile - 1) / kTile));
-        launch_kernel(matmul_block_f32act_kernel<F, kTile>, grid, kWarps * 32, 0, s, m.w, m.row_bytes, m.rows, m.n,
-                      m.mat_stride, m.ids, m.act_div, x, P, y);
+        matmul_block_f32act_kernel<F, kTile><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride,
+                                                                          m.ids, m.act_div, x, P, y);
     } else {
         dim3 grid(gx, (unsigned)P);
-        launch_kernel(matmul_block_f32act_kernel<F, 1>, grid, kWarps * 32, 0, s, m.w, m.row_bytes, m.rows, m.n,
-                      m.mat_stride, m.ids, m.act_div, x, P, y);
+        matmul_block_f32act_kernel<F, 1><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride,
+                                                                      m.ids, m.act_div, x, P, y);
     }
 }
 
@@ -322,8 +311,8 @@ void launch_q8_dense(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 
     static ResidentCache known;
     const unsigned resident = resident_for(s, matmul_q8_kernel<F, NT, FQ>, known, smem);
     const dim3 grid = row_grid(m.rows, (unsigned)((P + NT - 1) / NT), resident);
-    launch_kernel(matmul_q8_kernel<F, NT, FQ>, grid, kWarps * 32, smem, s, m.w, m.row_bytes, m.rows, m.n, m.act_div,
-                  act.q, act.d, x, P, y, prefetch_rows());
+    matmul_q8_kernel<F, NT, FQ><<<grid, kWarps * 32, smem, s>>>(m.w, m.row_bytes, m.rows, m.n, m.act_div, act.q, act.d,
+                                                                x, P, y);
 }
 
 template <class F, int NT, bool FQ = false>
@@ -332,8 +321,8 @@ void launch_q8_rows(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 a
     const unsigned resident = resident_for(s, matmul_q8_rows_kernel<F, NT, FQ>, known, smem);
     const unsigned gy = (unsigned)((P + NT - 1) / NT);
     const dim3 grid(std::min(grid_for((size_t)m.rows, kWarps * kRows), std::max(1u, resident / gy)), gy);
-    launch_kernel(matmul_q8_rows_kernel<F, NT, FQ>, grid, kWarps * 32, smem, s, m.w, m.row_bytes, m.rows, m.n,
-                  m.act_div, act.q, act.d, x, P, y);
+    matmul_q8_rows_kernel<F, NT, FQ><<<grid, kWarps * 32, smem, s>>>(m.w, m.row_bytes, m.rows, m.n, m.act_div, act.q,
+                                                                     act.d, x, P, y);
 }
 
 template <class F, int NT, bool FQ = false>
@@ -341,8 +330,8 @@ void launch_q8_ids(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 ac
     static ResidentCache known;
     const unsigned resident = resident_for(s, matmul_q8_ids_kernel<F, NT, FQ>, known, smem);
     const dim3 grid = row_grid(m.rows, (unsigned)P, resident);
-    launch_kernel(matmul_q8_ids_kernel<F, NT, FQ>, grid, kWarps * 32, smem, s, m.w, m.row_bytes, m.rows, m.n,
-                  m.mat_stride, m.ids, m.act_div, act.q, act.d, x, P, y);
+    matmul_q8_ids_kernel<F, NT, FQ><<<grid, kWarps * 32, smem, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.ids,
+                                                                    m.act_div, act.q, act.d, x, P, y);
 }
 
 // Expert pairs are grouped by id only when there are more pairs than one token's top-k can have (decode: no
@@ -394,8 +383,8 @@ void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, i
     } else if (P == 1) {
         if (splitk(m, P, m.n / 32)) {   // fused quantization: fewer blocks, each quantizing x once for many rows
             const unsigned grid = FQ ? (unsigned)std::min<int64_t>(m.rows, kSplitKFusedBlocks) : (unsigned)m.rows;
-            launch_kernel(matmul_q8_splitk_kernel<F, FQ>, grid, kWarps * 32, smem, s, m.w, m.row_bytes, m.rows, m.n,
-                          act.q, act.d, x, y, prefetch_rows());
+            matmul_q8_splitk_kernel<F, FQ><<<grid, kWarps * 32, smem, s>>>(m.w, m.row_bytes, m.rows, m.n, act.q,
+                                                                           act.d, x, y);
             return;
         }
         if constexpr (QInt<F>::kHas) {
@@ -404,8 +393,8 @@ void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, i
                 static ResidentCache known;
                 const unsigned resident = resident_for(s, matmul_q8_staged_kernel<F>, known, staged);
                 const unsigned grid = std::min(grid_for((size_t)m.rows, kWarps * kStagedRows), resident);
-                launch_kernel(matmul_q8_staged_kernel<F>, grid, kWarps * 32, staged, s, m.w, m.row_bytes, m.rows, m.n,
-                              act.q, act.d, y);
+                matmul_q8_staged_kernel<F><<<grid, kWarps * 32, staged, s>>>(m.w, m.row_bytes, m.rows, m.n, act.q,
+                                                                            act.d, y);
                 return;
             }
         }
@@ -457,19 +446,18 @@ void launch_plain_v(cudaStream_t s, const MatmulArgs& m, const float* x, int P, 
         auto rows_launch = [&](auto nt) {
             constexpr int NT = decltype(nt)::value;
             dim3 grid(gr, (unsigned)((P + NT - 1) / NT));
-            launch_kernel(matmul_plain_rows_kernel<TY, V, NT>, grid, kWarps * 32, 0, s, m.w, m.row_bytes, m.rows, m.n,
-                          m.act_div, x, P, y);
+            matmul_plain_rows_kernel<TY, V, NT><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.act_div,
+                                                                             x, P, y);
         };
         if (P == 2) rows_launch(std::integral_constant<int, 2>{});
         else if (P <= 4) rows_launch(std::integral_constant<int, 4>{});
         else rows_launch(std::integral_constant<int, kTile>{});
     } else if (splitk(m, P, m.n / V)) {
-        launch_kernel(matmul_plain_splitk_kernel<TY, V>, (unsigned)m.rows, kWarps * 32, 0, s, m.w, m.row_bytes, m.rows,
-                      m.n, x, y, prefetch_rows());
+        matmul_plain_splitk_kernel<TY, V><<<(unsigned)m.rows, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, x, y);
     } else {
         dim3 grid(gx, (unsigned)P);
-        launch_kernel(matmul_plain_kernel<TY, V, 1>, grid, kWarps * 32, 0, s, m.w, m.row_bytes, m.rows, m.n,
-                      m.mat_stride, m.ids, m.act_div, x, P, y);
+        matmul_plain_kernel<TY, V, 1><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride,
+                                                                   m.ids, m.act_div, x, P, y);
     }
     CUDA_CHECK_LAUNCH();
 }
@@ -512,9 +500,8 @@ void quantize_act(cudaStream_t s, int block, const float* x, int rows, int n, Ac
     STRATA_CHECK(n % block == 0, "cuda quantize_act: row length ", n, " is not a multiple of the block ", block);
     const int64_t n_blocks = (int64_t)rows * n / block;
     const int warps = 8;
-    if (block == 32) launch_kernel(quantize_act_kernel<32>, grid_for(n_blocks, warps), warps * 32, 0, s, x, n_blocks,
-                                   a.q, a.d);
-    else launch_kernel(quantize_act_kernel<256>, grid_for(n_blocks, warps), warps * 32, 0, s, x, n_blocks, a.q, a.d);
+    if (block == 32) quantize_act_kernel<32><<<grid_for(n_blocks, warps), warps * 32, 0, s>>>(x, n_blocks, a.q, a.d);
+    else quantize_act_kernel<256><<<grid_for(n_blocks, warps), warps * 32, 0, s>>>(x, n_blocks, a.q, a.d);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -560,8 +547,8 @@ bool moe_gate_up(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, A
                          ggml_type_name(gate.type), " block of ", F::QK);
             auto launch = [&](auto kernel, std::atomic<unsigned>& known) {
                 const dim3 grid = row_grid(gate.rows, (unsigned)P, resident_blocks(s, kernel, known));
-                launch_kernel(kernel, grid, kWarps * 32, 0, s, gate.w, up.w, gate.row_bytes, gate.rows, gate.n,
-                              gate.mat_stride, gate.ids, gate.act_div, act.q, act.d, P, h);
+                kernel<<<grid, kWarps * 32, 0, s>>>(gate.w, up.w, gate.row_bytes, gate.rows, gate.n, gate.mat_stride,
+                                                    gate.ids, gate.act_div, act.q, act.d, P, h);
             };
             static std::atomic<unsigned> known1{0}, known4{0};
             if (P > kGroupAbove) launch(moe_gate_up_kernel<F, kGroupTile>, known4);
@@ -578,17 +565,14 @@ void dequant_rows(cudaStream_t s, GgmlType type, const uint8_t* w, size_t row_by
     if (T == 0) return;
     const int threads = 128;
     switch (type) {
-    case GgmlType::F32: launch_kernel(dequant_rows_plain_kernel<kF32>, T, threads, 0, s, w, row_bytes, n, ids,
-                                      y); break;
-    case GgmlType::F16: launch_kernel(dequant_rows_plain_kernel<kF16>, T, threads, 0, s, w, row_bytes, n, ids,
-                                      y); break;
-    case GgmlType::BF16: launch_kernel(dequant_rows_plain_kernel<kBF16>, T, threads, 0, s, w, row_bytes, n, ids,
-                                       y); break;
+    case GgmlType::F32: dequant_rows_plain_kernel<kF32><<<T, threads, 0, s>>>(w, row_bytes, n, ids, y); break;
+    case GgmlType::F16: dequant_rows_plain_kernel<kF16><<<T, threads, 0, s>>>(w, row_bytes, n, ids, y); break;
+    case GgmlType::BF16: dequant_rows_plain_kernel<kBF16><<<T, threads, 0, s>>>(w, row_bytes, n, ids, y); break;
     default:
         if (!with_block_format(type, [&](auto f) {
                 STRATA_CHECK(n % decltype(f)::QK == 0, "cuda embed: row length ", n, " is not a multiple of the ",
                              ggml_type_name(type), " block");
-                launch_kernel(dequant_rows_kernel<decltype(f)>, T, threads, 0, s, w, row_bytes, n, ids, y);
+                dequant_rows_kernel<decltype(f)><<<T, threads, 0, s>>>(w, row_bytes, n, ids, y);
             }))
             fail("cuda embed: unsupported table type ", ggml_type_name(type));
     }

@@ -115,16 +115,9 @@ template <class F, int NT, bool FQ = false>
 __global__ void __launch_bounds__(kWarps * 32)
 matmul_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, int act_div,
                  const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x, int P,
-                 float* __restrict__ y, int pf_rows) {
-    // before pdl_entry: the first pf_rows weight rows of this warp into L2 and the grid table (no kernel writes them)
-    if (blockIdx.y == 0) {
-        const int64_t first = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5), step = (int64_t)gridDim.x * kWarps;
-        for (int i = 0; i < pf_rows && first + i * step < rows; ++i)
-            prefetch_l2_range(W + (size_t)(first + i * step) * row_bytes, row_bytes, threadIdx.x & 31, 32);
-    }
+                 float* __restrict__ y) {
     __shared__ uint4 smem[GridSmem<F>::kWords];
     const void* grid = stage_grid<F>(smem);
-    pdl_entry();
     const int p0 = blockIdx.y * NT;
     const int cnt = min(NT, P - p0);
     const int a0 = FQ ? p0 / act_div : 0;
@@ -153,15 +146,10 @@ template <class F, bool FQ = false>
 __global__ void __launch_bounds__(kWarps * 32)
 matmul_q8_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
                         const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x,
-                        float* __restrict__ y, int pf_rows) {
-    // before pdl_entry: the block's first pf_rows weight rows into L2 and the grid table (no kernel writes them)
-    for (int i = 0; i < pf_rows && blockIdx.x + (int64_t)i * gridDim.x < rows; ++i)
-        prefetch_l2_range(W + (size_t)(blockIdx.x + (int64_t)i * gridDim.x) * row_bytes, row_bytes, threadIdx.x,
-                          blockDim.x);
+                        float* __restrict__ y) {
     __shared__ uint4 smem[GridSmem<F>::kWords];
     __shared__ float partial[kWarps];
     const void* grid = stage_grid<F>(smem);
-    pdl_entry();
     if constexpr (FQ) quantize_rows_to_smem<F::ABLK>(x, n, 0, 0, aq, ad);
     constexpr int kSub = F::QK / 32;
     const int units = n / 32;
@@ -223,7 +211,6 @@ template <class F>
 __global__ void __launch_bounds__(kWarps * 32)
 matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
                         const int8_t* __restrict__ aq, const float* __restrict__ ad, float* __restrict__ y) {
-    pdl_entry();
     using Q = QInt<F>;
     extern __shared__ uint4 staged[];   // the activation row (n int8, then its scales), then each warp's rows
     __shared__ uint4 smem[GridSmem<F>::kWords];
@@ -284,7 +271,6 @@ __global__ void __launch_bounds__(kWarps * 32)
 matmul_q8_rows_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, int act_div,
                       const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x, int P,
                       float* __restrict__ y) {
-    pdl_entry();
     using Q = QInt<F>;
     __shared__ uint4 smem[GridSmem<F>::kWords];
     const void* grid = stage_grid<F>(smem);
@@ -339,7 +325,6 @@ __global__ void __launch_bounds__(kWarps * 32)
 matmul_q8_ids_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, size_t mat_stride,
                      const int32_t* __restrict__ ids, int act_div, const int8_t* __restrict__ aq,
                      const float* __restrict__ ad, const float* __restrict__ x, int P, float* __restrict__ y) {
-    pdl_entry();
     __shared__ uint4 smem[GridSmem<F>::kWords];
     const int p = blockIdx.y;
     const int32_t e = __ldg(ids + p);
@@ -389,7 +374,6 @@ __global__ void __launch_bounds__(kWarps * 32)
 moe_gate_up_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, size_t row_bytes, int64_t rows,
                    int n, size_t mat_stride, const int32_t* __restrict__ ids, int act_div,
                    const int8_t* __restrict__ aq, const float* __restrict__ ad, int P, float* __restrict__ h) {
-    pdl_entry();
     using Q = QInt<F>;
     __shared__ uint4 smem[GridSmem<F>::kWords];
     const int p = blockIdx.y;

@@ -55,7 +55,6 @@ matmul_tiled_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t row
                     int act_div, const float* __restrict__ x, const int8_t* __restrict__ aq,
                     const float* __restrict__ ad, int ablk, int P, const int32_t* __restrict__ order,
                     const int4* __restrict__ items, const int32_t* __restrict__ n_items, float* __restrict__ y) {
-    pdl_entry();
     constexpr int MI = TT / 16;   // tile rows per thread: 4 or 2 (one float4 / float2 load per input)
     static_assert(MI == 2 || MI == 4, "tile of 32 or 64 activation rows");
     __shared__ __align__(16) float ws[kStep][kRowsPerTile];   // ws[k][r]: weight k of tile row r
@@ -157,7 +156,6 @@ matmul_tiled_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t row
 __global__ void sort_by_expert_kernel(const int32_t* __restrict__ ids, int P, int E, int tile,
                                       int32_t* __restrict__ order, int4* __restrict__ items,
                                       int32_t* __restrict__ n_items) {
-    pdl_entry();
     extern __shared__ int sh[];
     int* cnt = sh;           // pairs per expert
     int* off = sh + E;       // first slot of each expert (then the scatter cursor)
@@ -212,9 +210,9 @@ void launch(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int 
     const unsigned gx = grid_for((size_t)m.rows, kRowsPerTile);
     const unsigned gy = o ? (unsigned)o->max_items : (unsigned)((P + TT - 1) / TT);
     STRATA_CHECK(gy <= 65535, "cuda tiled matmul: ", gy, " activation tiles is out of range (P = ", P, ")");
-    launch_kernel(matmul_tiled_kernel<D, TT>, dim3(gx, gy), kThreads, 0, s, m.w, m.row_bytes, m.rows, m.n, m.mat_stride,
-                  m.act_div, x, act.q, act.d, ablk, P,
-                  o ? o->order : nullptr, o ? o->items : nullptr, o ? o->n_items : nullptr, y);
+    matmul_tiled_kernel<D, TT><<<dim3(gx, gy), kThreads, 0, s>>>(
+        m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.act_div, x, act.q, act.d, ablk, P, o ? o->order : nullptr,
+        o ? o->items : nullptr, o ? o->n_items : nullptr, y);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -297,8 +295,8 @@ ExpertOrder sort_by_expert(cudaStream_t s, const int32_t* ids, int P, int E, voi
     o.n_items = reinterpret_cast<int32_t*>(p);
     p += 16;
     o.order = reinterpret_cast<int32_t*>(p);
-    launch_kernel(sort_by_expert_kernel, 1, 1024, (size_t)3 * E * sizeof(int), s, ids, P, E, kExpertTile, o.order,
-                  o.items, o.n_items);
+    sort_by_expert_kernel<<<1, 1024, (size_t)3 * E * sizeof(int), s>>>(ids, P, E, kExpertTile, o.order, o.items,
+                                                                        o.n_items);
     CUDA_CHECK_LAUNCH();
     return o;
 }

@@ -35,26 +35,15 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
                        int n, size_t mat_stride, const int32_t* __restrict__ ids, int act_div, int P, SharedPairs sh,
                        const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x,
                        float* __restrict__ gate_out, int8_t* __restrict__ hq, float* __restrict__ hd,
-                       const uint8_t* const* __restrict__ mats_g, const uint8_t* const* __restrict__ mats_u,
-                       int pf_rows) {
-    // before pdl_entry: rows of a fixed matrix (the shared expert's, or the one routed matrix without ids or tables)
-    // into L2 by the first pair's blocks, and the grid table (no kernel writes them)
+                       const uint8_t* const* __restrict__ mats_g, const uint8_t* const* __restrict__ mats_u) {
     using Q = QInt<F>;
     constexpr int kLanes = 32 / kGateUpRows;
-    const int p = blockIdx.y;
-    const bool shared = p >= P;                                    // uniform per block
-    const bool gate_col = sh.gvec && blockIdx.x == gridDim.x - 1;
-    if (pf_rows > 0 && !gate_col && (shared ? p == P : (p == 0 && !ids && !mats_g))) {
-        const size_t r = (size_t)blockIdx.x * kHBlock + (threadIdx.x >> 5) * kGateUpRows + (threadIdx.x & 31) / kLanes;
-        prefetch_l2_range((shared ? sh.gate : Wg) + r * row_bytes, row_bytes, threadIdx.x % kLanes, kLanes);
-        prefetch_l2_range((shared ? sh.up : Wu) + r * row_bytes, row_bytes, threadIdx.x % kLanes, kLanes);
-    }
     __shared__ uint4 smem[GridSmem<F>::kWords];
     __shared__ float hs[kHBlock];
-    const void* grid = stage_grid<F>(smem);
-    pdl_entry();
+    const int p = blockIdx.y;
+    const bool shared = p >= P;   // uniform per block
     const int arow = shared ? p - P : p / act_div;
-    if (gate_col) {
+    if (sh.gvec && blockIdx.x == gridDim.x - 1) {
         if (!shared) return;
         float d = 0.0f;
         for (int i = threadIdx.x; i < n; i += blockDim.x) d += x[(size_t)arow * n + i] * sh.gvec[i];
@@ -72,6 +61,7 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
         if (!Wg) return;
         ids = nullptr;
     }
+    const void* grid = stage_grid<F>(smem);
     if constexpr (FQ) quantize_rows_to_smem<F::ABLK>(x, n, arow, arow, aq, ad);
     constexpr int kSub = F::QK / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, s = lane % kLanes;
@@ -118,21 +108,14 @@ moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int row
                         const int32_t* __restrict__ ids, const int8_t* __restrict__ hq, const float* __restrict__ hd,
                         const float* __restrict__ wts, int k, int P, const uint8_t* __restrict__ Ws,
                         const float* __restrict__ gates, bool accumulate, float* __restrict__ y,
-                        const uint8_t* const* __restrict__ mats, int pf_rows) {
-    // before pdl_entry: this row of a fixed matrix (the shared expert's, or the one routed matrix) into L2, and the
-    // grid table (no kernel writes them)
+                        const uint8_t* const* __restrict__ mats) {
     using Q = QInt<F>;
     constexpr int kLanes = 32 / kDownRows;
+    __shared__ uint4 smem[GridSmem<F>::kWords];
+    const void* grid = stage_grid<F>(smem);
     constexpr int kSub = F::QK / 32;
     const int lane = threadIdx.x & 31, s = lane % kLanes;
     const int row = (blockIdx.x * kDecodeWarps + (threadIdx.x >> 5)) * kDownRows + lane / kLanes;
-    if (pf_rows > 0 && row < rows && blockIdx.y == 0) {
-        if (Ws) prefetch_l2_range(Ws + (size_t)row * row_bytes, row_bytes, s, kLanes);
-        else if (!ids && !mats) prefetch_l2_range(W + (size_t)row * row_bytes, row_bytes, s, kLanes);
-    }
-    __shared__ uint4 smem[GridSmem<F>::kWords];
-    const void* grid = stage_grid<F>(smem);
-    pdl_entry();
     const int t = blockIdx.y;
     const int units = n / 32, total = (k + (Ws ? 1 : 0)) * units;
     float acc = 0.0f;
@@ -210,9 +193,9 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
         if constexpr (QInt<F>::kHas) {
             const dim3 grid((unsigned)(I / q8::kHBlock) + (sh.gvec ? 1u : 0u), (unsigned)pairs);
             auto launch = [&](auto kernel, size_t smem) {
-                launch_kernel(kernel, grid, q8::kDecodeWarps * 32, smem, s, gate.w, up.w, gate.row_bytes, I, gate.n,
-                              gate.mat_stride, gate.ids, gate.act_div, P, sh, act.q, act.d, x, d.gates, d.hq, d.hd,
-                              gate.mats, up.mats, prefetch_rows());
+                kernel<<<grid, q8::kDecodeWarps * 32, smem, s>>>(gate.w, up.w, gate.row_bytes, I, gate.n,
+                                                                 gate.mat_stride, gate.ids, gate.act_div, P, sh, act.q,
+                                                                 act.d, x, d.gates, d.hq, d.hd, gate.mats, up.mats);
             };
             if (act.q) {
                 launch(q8::moe_gate_up_q8h_kernel<F, false>, 0);
@@ -222,6 +205,7 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
                              " values needs ", smem, " bytes of shared memory to quantize in the kernel");
                 launch(q8::moe_gate_up_q8h_kernel<F, true>, smem);
             }
+            CUDA_CHECK_LAUNCH();
         }
     });
     with_block_format(down.type, [&](auto f) {
@@ -229,9 +213,10 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
         if constexpr (QInt<F>::kHas && F::ABLK == q8::kHBlock) {
             const unsigned per_block = q8::kDecodeWarps * q8::kDownRows;
             const dim3 grid((unsigned)((down.rows + per_block - 1) / per_block), (unsigned)T);
-            launch_kernel(q8::moe_down_combine_kernel<F>, grid, q8::kDecodeWarps * 32, 0, s, down.w, down.row_bytes,
-                          (int)down.rows, down.n, down.mat_stride, down.ids, d.hq, d.hd, wts, k, P, sh.down, d.gates,
-                          accumulate, y, down.mats, prefetch_rows());
+            q8::moe_down_combine_kernel<F><<<grid, q8::kDecodeWarps * 32, 0, s>>>(
+                down.w, down.row_bytes, (int)down.rows, down.n, down.mat_stride, down.ids, d.hq, d.hd, wts, k, P,
+                sh.down, d.gates, accumulate, y, down.mats);
+            CUDA_CHECK_LAUNCH();
         }
     });
 }

@@ -17,7 +17,6 @@ inline unsigned blocks_for(size_t n) {
 }
 
 __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int n, int width, float* y) {
-    pdl_entry();
     const size_t total = (size_t)n * width;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         const size_t r = i / width;
@@ -28,7 +27,6 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int n, i
 // The same sum as moe_combine_kernel (j ascending), reading pair p's output from row row_of_pair[p].
 __global__ void moe_combine_rows_kernel(const float* out, const int32_t* row_of_pair, const float* w, int T, int k,
                                         int H, float* y) {
-    pdl_entry();
     const size_t total = (size_t)T * H;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         const size_t t = i / H;
@@ -41,7 +39,6 @@ __global__ void moe_combine_rows_kernel(const float* out, const int32_t* row_of_
 
 // One thread polls the mapped word; the bound keeps a CPU job that never finishes from hanging the device.
 __global__ void wait_host_flag_kernel(const volatile uint32_t* flag, uint32_t seq, uint32_t* timed_out) {
-    pdl_entry();
     unsigned long long start, now;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
     while ((int32_t)(*flag - seq) < 0) {
@@ -56,7 +53,6 @@ __global__ void wait_host_flag_kernel(const volatile uint32_t* flag, uint32_t se
 }
 
 __global__ void publish_to_host_kernel(const float* x, size_t n, float* y, volatile uint32_t* flag, uint32_t seq) {
-    pdl_entry();
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i];
     __threadfence_system();   // this thread's writes reach the host before the flag below
     __syncthreads();
@@ -66,25 +62,25 @@ __global__ void publish_to_host_kernel(const float* x, size_t n, float* y, volat
 }  // namespace
 
 void publish_to_host(cudaStream_t s, const float* x, size_t n, float* y, uint32_t* flag, uint32_t seq) {
-    launch_kernel(publish_to_host_kernel, 1, 1024, 0, s, x, n, y, flag, seq);
+    publish_to_host_kernel<<<1, 1024, 0, s>>>(x, n, y, flag, seq);
     CUDA_CHECK_LAUNCH();
 }
 
 void wait_host_flag(cudaStream_t s, const volatile uint32_t* flag, uint32_t seq, uint32_t* timed_out) {
-    launch_kernel(wait_host_flag_kernel, 1, 1, 0, s, flag, seq, timed_out);
+    wait_host_flag_kernel<<<1, 1, 0, s>>>(flag, seq, timed_out);
     CUDA_CHECK_LAUNCH();
 }
 
 void gather_rows(cudaStream_t s, const float* x, const int32_t* rows, int n, int width, float* y) {
     if (!n || !width) return;
-    launch_kernel(gather_rows_kernel, blocks_for((size_t)n * width), kThreads, 0, s, x, rows, n, width, y);
+    gather_rows_kernel<<<blocks_for((size_t)n * width), kThreads, 0, s>>>(x, rows, n, width, y);
     CUDA_CHECK_LAUNCH();
 }
 
 void moe_combine_rows(cudaStream_t s, const float* out, const int32_t* row_of_pair, const float* w, int T, int k,
                       int H, float* y) {
     if (!T || !H) return;
-    launch_kernel(moe_combine_rows_kernel, blocks_for((size_t)T * H), kThreads, 0, s, out, row_of_pair, w, T, k, H, y);
+    moe_combine_rows_kernel<<<blocks_for((size_t)T * H), kThreads, 0, s>>>(out, row_of_pair, w, T, k, H, y);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -18,7 +18,6 @@ namespace {
 template <int MODE>
 __global__ void norm_kernel(const float* x, const float* w, int w_len, int width, int group, float eps, float scale,
                             float* y) {
-    pdl_entry();
     const size_t g0 = (size_t)blockIdx.x * group;          // first element of this group (rows are whole groups)
     const int col0 = w_len > 0 ? (int)(g0 % (size_t)width) % w_len : 0;   // weight index of the group's first column
     float ss = 0.0f;
@@ -36,7 +35,6 @@ __global__ void norm_kernel(const float* x, const float* w, int w_len, int width
 template <int MODE, int NV>
 __global__ void norm_vec_kernel(const float* x, const float* w, int w_len, int width, int group, float eps, float scale,
                                 float* y) {
-    pdl_entry();
     const size_t g0 = (size_t)blockIdx.x * group;
     const int col0 = w_len > 0 ? (int)(g0 % (size_t)width) % w_len : 0;
     const float4* x4 = (const float4*)(x + g0);
@@ -88,7 +86,7 @@ bool launch_vec(cudaStream_t s, const float* x, const float* w, int w_len, size_
     const int threads = std::min(1024, std::max(32, ((nv + 3) / 4 + 31) / 32 * 32));
     const int per = (nv + threads - 1) / threads;
     auto launch = [&](auto kernel) {
-        launch_kernel(kernel, (unsigned)groups, threads, 0, s, x, w, w_len, width, group, eps, scale, y);
+        kernel<<<(unsigned)groups, threads, 0, s>>>(x, w, w_len, width, group, eps, scale, y);
     };
     if (per <= 1) launch(norm_vec_kernel<MODE, 1>);
     else if (per <= 2) launch(norm_vec_kernel<MODE, 2>);
@@ -104,8 +102,7 @@ void rms_norm_v1(cudaStream_t s, const float* x, const float* w, int w_len, int 
     STRATA_CHECK(group > 0 && width % group == 0, "cuda rms_norm: width ", width, " is not a multiple of the group ", group);
     const size_t groups = (size_t)rows * (width / group);
     if (!groups) return;
-    launch_kernel(norm_kernel<0>, (unsigned)groups, threads_for(group), 0, s, x, w, w ? w_len : 0, width, group, eps,
-                  1.0f, y);
+    norm_kernel<0><<<(unsigned)groups, threads_for(group), 0, s>>>(x, w, w ? w_len : 0, width, group, eps, 1.0f, y);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -115,8 +112,7 @@ void rms_norm(cudaStream_t s, const float* x, const float* w, int w_len, int row
     const size_t groups = (size_t)rows * (width / group);
     if (!groups) return;
     if (launch_vec<0>(s, x, w, w ? w_len : 0, groups, width, group, eps, 1.0f, y)) return;
-    launch_kernel(norm_kernel<0>, (unsigned)groups, threads_for(group), 0, s, x, w, w ? w_len : 0, width, group, eps,
-                  1.0f, y);
+    norm_kernel<0><<<(unsigned)groups, threads_for(group), 0, s>>>(x, w, w ? w_len : 0, width, group, eps, 1.0f, y);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -125,8 +121,7 @@ void l2_norm(cudaStream_t s, const float* x, int rows, int width, int group, flo
     const size_t groups = (size_t)rows * (width / group);
     if (!groups) return;
     if (launch_vec<1>(s, x, nullptr, 0, groups, width, group, eps, scale, y)) return;
-    launch_kernel(norm_kernel<1>, (unsigned)groups, threads_for(group), 0, s, x, nullptr, 0, width, group, eps, scale,
-                  y);
+    norm_kernel<1><<<(unsigned)groups, threads_for(group), 0, s>>>(x, nullptr, 0, width, group, eps, scale, y);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -7,7 +7,6 @@ namespace strata::cuda {
 namespace {
 
 __global__ void rope_kernel(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos, int pos0) {
-    pdl_entry();
     const int half = n_rot / 2;
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * n_heads * half) return;
@@ -27,7 +26,6 @@ __global__ void rope_kernel(float* x, int T, int n_heads, int hd, int n_rot, flo
 // j < 3·sec_h, row 2 (w) when j % 3 == 2 and j < 3·sec_w, else row 0 (t) of pos3 [3, T].
 __global__ void rope_multi_kernel(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos3,
                                   int sec_h, int sec_w) {
-    pdl_entry();
     const int half = n_rot / 2;
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * n_heads * half) return;
@@ -50,15 +48,14 @@ void rope_multi(cudaStream_t s, float* x, int T, int n_heads, int hd, int n_rot,
                 int sec_h, int sec_w) {
     const size_t total = (size_t)T * n_heads * (n_rot / 2);
     if (!total) return;
-    launch_kernel(rope_multi_kernel, grid_for(total, 128), 128, 0, s, x, T, n_heads, hd, n_rot, theta, pos3, sec_h,
-                  sec_w);
+    rope_multi_kernel<<<grid_for(total, 128), 128, 0, s>>>(x, T, n_heads, hd, n_rot, theta, pos3, sec_h, sec_w);
     CUDA_CHECK_LAUNCH();
 }
 
 void rope(cudaStream_t s, float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos, int pos0) {
     const size_t total = (size_t)T * n_heads * (n_rot / 2);
     if (!total) return;
-    launch_kernel(rope_kernel, grid_for(total, 128), 128, 0, s, x, T, n_heads, hd, n_rot, theta, pos, pos0);
+    rope_kernel<<<grid_for(total, 128), 128, 0, s>>>(x, T, n_heads, hd, n_rot, theta, pos, pos0);
     CUDA_CHECK_LAUNCH();
 }
 

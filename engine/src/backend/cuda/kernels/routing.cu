@@ -18,7 +18,6 @@ namespace strata::cuda {
 namespace {
 
 __global__ void route_topk_kernel(const float* logits, int E, int k, int32_t* ids, float* weights) {
-    pdl_entry();
     extern __shared__ float smem[];
     float* p = smem;                                                   // [E] probabilities
     topk_exact::Elem* q = reinterpret_cast<topk_exact::Elem*>(p + E);  // [E] scratch of the exact path
@@ -86,7 +85,6 @@ __global__ void route_topk_kernel(const float* logits, int E, int k, int32_t* id
 template <int VPL>
 __global__ void __launch_bounds__(32)
 route_topk_reg_kernel(const float* logits, int E, int k, int32_t* ids, float* weights) {
-    pdl_entry();
     extern __shared__ float smem[];
     float* ps = smem;                                                  // [E] for the exact path
     topk_exact::Elem* q = reinterpret_cast<topk_exact::Elem*>(ps + E);
@@ -179,7 +177,7 @@ void route_topk_v1(cudaStream_t s, const float* logits, int T, int E, int k, int
     STRATA_CHECK(k >= 1 && k <= E, "cuda route_topk: k = ", k, " for ", E, " experts");
     STRATA_CHECK(smem <= 48 * 1024, "cuda route_topk: ", E, " experts need ", smem, " bytes of shared memory (max 49152)");
     if (T <= 0) return;
-    launch_kernel(route_topk_kernel, T, 32, smem, s, logits, E, k, ids, weights);
+    route_topk_kernel<<<T, 32, smem, s>>>(logits, E, k, ids, weights);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -189,7 +187,7 @@ void route_topk(cudaStream_t s, const float* logits, int T, int E, int k, int32_
     if (T <= 0) return;
     const size_t smem = (size_t)E * (sizeof(float) + sizeof(topk_exact::Elem)) + (size_t)k * sizeof(int32_t);
     const int vpl = (E + 31) / 32;
-    auto launch = [&](auto kernel) { launch_kernel(kernel, T, 32, smem, s, logits, E, k, ids, weights); };
+    auto launch = [&](auto kernel) { kernel<<<T, 32, smem, s>>>(logits, E, k, ids, weights); };
     if (vpl <= 1) launch(route_topk_reg_kernel<1>);
     else if (vpl <= 2) launch(route_topk_reg_kernel<2>);
     else if (vpl <= 4) launch(route_topk_reg_kernel<4>);

@@ -52,7 +52,6 @@ __device__ int block_exclusive_scan(int v, int* s_warp) {
 __global__ void __launch_bounds__(kThreads)
 select_cells_kernel(const float* scores, int stride, int P, int cr, int kb, const int32_t* off, int32_t* cells,
                     topk_exact::Elem* scratch, bool elems_shared) {
-    pdl_entry();
     extern __shared__ uint64_t dyn[];       // flags (one bit per block: chosen), then the tie path's elements
     uint32_t* flags = reinterpret_cast<uint32_t*>(dyn);
     __shared__ uint32_t hist[256];
@@ -196,8 +195,8 @@ void select_cells(cudaStream_t s, const float* scores, int stride, int T, int P,
     const bool elems_shared = with_elems <= shared_optin_bytes();
     const size_t smem = elems_shared ? with_elems : flag_bytes;
     if (smem > 48 * 1024) allow_dynamic_shared(smem);
-    launch_kernel(select_cells_kernel, T, kThreads, smem, s, scores, stride, P, cr, kb, off, cells,
-                  static_cast<topk_exact::Elem*>(scratch), elems_shared);
+    select_cells_kernel<<<T, kThreads, smem, s>>>(scores, stride, P, cr, kb, off, cells,
+                                                  static_cast<topk_exact::Elem*>(scratch), elems_shared);
     CUDA_CHECK(cudaGetLastError());
 }
 

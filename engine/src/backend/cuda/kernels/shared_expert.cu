@@ -8,7 +8,6 @@ namespace strata::cuda {
 namespace {
 
 __global__ void shexp_gated_add_kernel(const float* u, const float* g, const float* sh, int H, float* y) {
-    pdl_entry();
     const size_t t = blockIdx.x;
     const float* ut = u + t * H;
     float d = 0.0f;
@@ -22,7 +21,7 @@ __global__ void shexp_gated_add_kernel(const float* u, const float* g, const flo
 
 void shexp_gated_add(cudaStream_t s, const float* u, const float* g, const float* sh, int T, int H, float* y) {
     if (T == 0) return;
-    launch_kernel(shexp_gated_add_kernel, T, 256, 0, s, u, g, sh, H, y);
+    shexp_gated_add_kernel<<<T, 256, 0, s>>>(u, g, sh, H, y);
     CUDA_CHECK_LAUNCH();
 }
 
