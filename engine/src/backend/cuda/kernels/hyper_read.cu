@@ -23,6 +23,7 @@ using namespace hr;
 constexpr int kRowsPerWarp = 1;           // down / inject rows per warp in kernel 1
 constexpr int kBlockRows = kRowsPerWarp * kThreads / 32;
 constexpr int kMaxChunk = 2560;           // inputs per kernel-1 block (a multiple of 256 dividing n·H)
+                                          // STRATA_CUDA_HR_CHUNK overrides it (an A/B of the block shape)
 constexpr int kSmemMax = 48 * 1024;       // dynamic shared memory without opting in
 constexpr int kGroup = 16;                // lanes per up row in kernel 2 (r = 320 is 10 chunks of 32)
 constexpr int kGroups = kThreads / kGroup;
@@ -85,6 +86,7 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
         for (int t = 0; t < NT; ++t) ss[t] = 0.0f;
         const float* xs = X + (size_t)s * H;
         if ((H & 3) == 0)
+#pragma unroll 4   // the loads of several steps in flight together (the sums keep their order)
             for (int j = threadIdx.x; j < H / 4; j += blockDim.x)
 #pragma unroll
                 for (int t = 0; t < NT; ++t) {
@@ -191,6 +193,7 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
         float acc[NT];
 #pragma unroll
         for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+#pragma unroll 4
         for (int u = lane; u < units; u += 32) {
             const int gu = c0 / 32 + u;   // unit of the whole row
             const uint8_t* blk = wr + (size_t)(gu / kSub) * F::BYTES;
@@ -340,7 +343,11 @@ Layout layout(const HyperReadArgs& a, int T, bool with_inj) {
     const int nH = a.n * a.H;
     l.R = a.r + (with_inj ? a.n : 0);
     l.blk = hr_act_block(a.down_type, a.f32_act);
-    for (int cw = std::min(nH, kMaxChunk) / 256 * 256; cw >= 256 && !l.cw; cw -= 256)
+    static const int max_chunk = [] {
+        const char* v = std::getenv("STRATA_CUDA_HR_CHUNK");
+        return v ? std::max(256, std::atoi(v)) : kMaxChunk;
+    }();
+    for (int cw = std::min(nH, max_chunk) / 256 * 256; cw >= 256 && !l.cw; cw -= 256)
         if (nH % cw == 0 && down_smem(T, cw, l.blk) <= (size_t)kSmemMax) l.cw = cw;
     l.chunks = l.cw ? nH / l.cw : 0;
     l.part = align256((size_t)T * nH * sizeof(float));
