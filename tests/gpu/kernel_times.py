@@ -1,6 +1,6 @@
 """Where a decode pass's GPU time goes, kernel by kernel: runs `strata generate` (one prompt token, then decode
 steps, ops issued directly: STRATA_CUDA_GRAPHS=0) under Nsight Compute with the single metric gpu__time_duration.sum
-(one pass per kernel, no replay), splits the launches into passes at the embedding kernel, and sums the last pass per
+(one pass per kernel, no replay; caches left as the previous kernel left them unless --cache all), splits the launches into passes at the embedding kernel, and sums the last pass per
 kernel name. The sum is the kernels' own time; a graph replay of the pass takes longer by the gaps between them, so
 the two side by side say how much of a pass is launch latency and how much is kernel work.
 
@@ -21,7 +21,7 @@ import sys
 
 def run_ncu(a) -> list[tuple[str, float]]:
     cmd = [a.ncu, "--csv", "--page", "raw", "--metrics", "gpu__time_duration.sum", "--clock-control", "none",
-           "--kernel-name-base", "function", a.strata, "generate", "--backend", "cuda", "--model", a.model,
+           "--cache-control", a.cache, "--kernel-name-base", "function", a.strata, "generate", "--backend", "cuda", "--model", a.model,
            "--prompt-ids", "1000", "-n", str(a.passes), "--ignore-eos"] + a.extra.split()
     env = dict(os.environ, STRATA_CUDA_GRAPHS="0")
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout, env=env)
@@ -50,6 +50,9 @@ def main(argv=None) -> int:
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--extra", default="", help="more engine flags")
     ap.add_argument("--timeout", type=int, default=400)
+    ap.add_argument("--cache", default="none", choices=["none", "all"],
+                    help="ncu --cache-control: none keeps the caches as the previous kernel left them (as in a pass); "
+                         "all flushes them before every kernel (ncu's default)")
     a = ap.parse_args(argv)
     launches = run_ncu(a)
     starts = [i for i, (n, _) in enumerate(launches) if "embed" in n or "gather_rows" in n or "dequant_rows" in n]
@@ -64,7 +67,7 @@ def main(argv=None) -> int:
     total = sum(us for _, us in last)
     table = sorted(({"kernel": k, "calls": v[0], "us": round(v[1], 1), "us_per_call": round(v[1] / v[0], 2)}
                     for k, v in per.items()), key=lambda r: -r["us"])
-    res = {"model": os.path.basename(a.model), "flags": a.extra, "launches_total": len(launches),
+    res = {"model": os.path.basename(a.model), "flags": a.extra, "cache_control": a.cache, "launches_total": len(launches),
            "passes_found": len(starts), "last_pass": {"kernels": len(last), "kernel_us": round(total, 1)},
            "table": table}
     with open(a.out, "w") as f:
