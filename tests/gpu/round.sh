@@ -11,6 +11,7 @@
 #   memjoin    compute-sanitizer memcheck of the device join alone: tiny iq2_xs, 30% cached, moves every pass, at
 #              the auto share and with every miss zero-copy (staged), and with MTP verify windows
 #   kernels    tests/gpu/kernel_times.py: Nsight Compute's time of every kernel of one decode pass (synthetic model)
+#   detail     tests/gpu/kernel_detail.sh: Nsight Compute's sections (stall reasons, occupancy) of the largest kernels
 #   t1         bench/cuda_kernels/t1_ops.sh   t1dec    tests/gpu/t1_ops_decode.sh
 #   matmul     tests/gpu/matmul_t1.sh         pool     tests/gpu/cpu_pool.sh (the pool + one hybrid decode)
 # usage: [TARGETS="strata cuda_ops_test ..."] tests/gpu/round.sh NAME STEP[:SECONDS] ...   (TARGETS: build only those)
@@ -63,6 +64,7 @@ for spec in "$@"; do
     graphs)  cmd=(env OUT=$dir SKIP_OPS=1 bash tests/gpu/graphs_check.sh build-gpu) ;;
     devjoin) cmd=(bash -c "build-gpu/engine/moe_decode_test | grep -E 'tables|FAIL|failed'; python3 tests/gpu/device_join_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/device_join.json") ;;
     memjoin) cmd=(bash tests/gpu/device_join_memcheck.sh build-gpu .gpu-models) ;;
+    detail)  cmd=(env OUT=$dir bash tests/gpu/kernel_detail.sh build-gpu "$MODEL") ;;
     kernels) cmd=(python3 tests/gpu/kernel_times.py --strata build-gpu/engine/strata --model "$MODEL" --out $dir/kernel_times.json) ;;
     decode)  cmd=(env OUT=$dir SYN_MODEL=$MODEL BUDGET_S=$(( limit - 30 )) bash bench/decode/run_h200.sh build-gpu ${DECODE_ARGS:-}) ;;
     *) echo "round: unknown step $step"; continue ;;
