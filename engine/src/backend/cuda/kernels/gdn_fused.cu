@@ -1,7 +1,10 @@
 // Backend::gdn_block's steps between the projections in two kernels: conv + silu + the q/k l2 norms (with the
 // history update), and the recurrence with its β/g gates and the gated RMSNorm (optionally also quantizing its output
 // for the out projection). Same formulas and summation order per value as the primitive ops (causal_conv, unary,
-// l2_norm, gdn_recurrent, rms_norm, mul).
+// l2_norm, gdn_recurrent, rms_norm, mul), except the split recurrence at d = 128 (recurrent_gated_split_kernel).
+#include <cstdlib>
+#include <cstring>
+
 #include <cuda_fp16.h>
 
 #include "backend/cuda/kernels/common.cuh"
@@ -152,7 +155,94 @@ __global__ void recurrent_gated_kernel(GdnGatedArgs a, int T, float* __restrict_
             if (i < d) Sh[(size_t)i * d + j] = s[i];
 }
 
+// The same recurrence with each state column split over R threads (R · W threads a block, one head): thread (part,
+// j) keeps rows part·DK/R … of column j, so the two dots of a column (k·S and q·S) are R chains of DK/R products
+// added in part order through shared memory, instead of one chain of DK (the one-thread-per-column kernel runs 4
+// warps on 48 of the GPU's multiprocessors with two 128-long dependent chains a token). Part 0's warps are the
+// columns in order, so the gated RMSNorm and o's quantization are the kernel above's. The dots' order of additions
+// differs from the primitive ops' (the same rounding, not the same bits).
+template <int DK, int R, int QBLK>
+__global__ void __launch_bounds__(512)   // R · W = 4 · 128
+recurrent_gated_split_kernel(GdnGatedArgs a, int T, float* __restrict__ S, float* __restrict__ o) {
+    constexpr int RD = DK / R;   // rows of a column per thread
+    __shared__ float qs[DK], ks[DK];
+    __shared__ float kvp[R][DK], outp[R][DK];
+    const int W = blockDim.x / R, part = threadIdx.x / W, j = threadIdx.x % W;
+    const int h = blockIdx.x, d = a.d, kh = h % a.nk, i0 = part * RD;
+    const bool active = j < d;
+    const int kd = a.nk * d, cd = 2 * kd + a.nv * d;
+    float* Sh = S + (size_t)h * d * d;
+    float s[RD];
+#pragma unroll
+    for (int i = 0; i < RD; ++i) s[i] = active && i0 + i < d ? Sh[(size_t)(i0 + i) * d + j] : 0.0f;
+    const float dt_bias = a.dt_bias[h], decay_rate = a.a[h];
+    const float norm_w = active ? a.norm[((size_t)h * d + j) % a.norm_len] : 0.0f;   // column h·d + j, as rms_norm
+    for (int t = 0; t < T; ++t) {
+        const float* row = a.conv + (size_t)t * cd;
+        __syncthreads();                                       // previous token's q/k and partials are no longer read
+        for (int i = threadIdx.x; i < d; i += blockDim.x) {
+            qs[i] = row[(size_t)kh * d + i];
+            ks[i] = row[kd + (size_t)kh * d + i];
+        }
+        __syncthreads();
+        const float b = sigmoid_f(a.beta[(size_t)t * a.ld_beta + h]);
+        const float ga = a.alpha[(size_t)t * a.ld_alpha + h] + dt_bias;
+        const float g = (ga > 20.0f ? ga : log1pf(expf(ga))) * decay_rate;   // softplus, then · (−exp(A_log))
+        const float decay = expf(g);
+        float kv = 0.0f;
+#pragma unroll
+        for (int i = 0; i < RD; ++i)
+            if (i0 + i < d) {
+                s[i] *= decay;
+                kv += s[i] * ks[i0 + i];
+            }
+        if (active) kvp[part][j] = kv;
+        __syncthreads();
+        kv = 0.0f;
+#pragma unroll
+        for (int p = 0; p < R; ++p) kv += active ? kvp[p][j] : 0.0f;
+        const float delta = active ? b * (row[2 * kd + (size_t)h * d + j] - kv) : 0.0f;
+        float out = 0.0f;
+#pragma unroll
+        for (int i = 0; i < RD; ++i)
+            if (i0 + i < d) {
+                s[i] += ks[i0 + i] * delta;
+                out += s[i] * qs[i0 + i];
+            }
+        if (active) outp[part][j] = out;
+        __syncthreads();
+        out = 0.0f;
+#pragma unroll
+        for (int p = 0; p < R; ++p) out += active ? outp[p][j] : 0.0f;
+        // Gated RMSNorm of the head over part 0's columns: out · rsqrt(mean(out²) + eps) · norm · σ(z)
+        const float ss = block_sum(part == 0 && active ? out * out : 0.0f);
+        const float rs = 1.0f / sqrtf(ss / d + a.eps);
+        if (part == 0) {   // whole warps (W is a multiple of 32)
+            float v = 0.0f;
+            if (active) {
+                const float z = a.z[(size_t)t * a.ld_z + (size_t)h * d + j];
+                v = out * rs * norm_w * sigmoid_f(z);
+                o[(size_t)t * a.nv * d + (size_t)h * d + j] = v;
+            }
+            if constexpr (QBLK > 0) quantize_o<QBLK>(v, a, t, h * d + j);   // QBLK > 0: every thread is active
+        }
+    }
+    if (active)
+#pragma unroll
+        for (int i = 0; i < RD; ++i)
+            if (i0 + i < d) Sh[(size_t)(i0 + i) * d + j] = s[i];
+}
+
 inline int threads_for_head(int d) { return (d + 31) / 32 * 32; }
+
+// STRATA_CUDA_GDN_SPLIT=0: the recurrence one thread per state column (an A/B of the split kernel); read once.
+bool gdn_split() {
+    static const bool on = [] {
+        const char* v = std::getenv("STRATA_CUDA_GDN_SPLIT");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+    return on;
+}
 
 }  // namespace
 
@@ -182,7 +272,10 @@ void gdn_recurrent_gated(cudaStream_t s, const GdnGatedArgs& a, int T, float* S,
     STRATA_CHECK(a.norm_len > 0, "cuda gdn_recurrent_gated: the norm weight is empty");
     if (!T || !a.nv) return;
     const int threads = threads_for_head(a.d);
-    if (a.qblk) {
+    if (gdn_split() && a.d > 64 && a.qblk != 256) {   // d = 128: 4 threads a column, 512 a head
+        if (a.qblk == 32) recurrent_gated_split_kernel<128, 4, 32><<<a.nv, 4 * threads, 0, s>>>(a, T, S, o);
+        else recurrent_gated_split_kernel<128, 4, 0><<<a.nv, 4 * threads, 0, s>>>(a, T, S, o);
+    } else if (a.qblk) {
         STRATA_CHECK(a.q && a.qd && gdn_quantize_block(a.d, a.nv, a.qblk) == a.qblk, "cuda gdn_recurrent_gated: ",
                      "cannot quantize o in blocks of ", a.qblk, " for head dim ", a.d, " and ", a.nv, " heads");
         if (a.qblk == 256) recurrent_gated_kernel<128, 2, 256><<<a.nv / 2, 256, 0, s>>>(a, T, S, o);
