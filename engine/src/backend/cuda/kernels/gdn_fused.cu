@@ -96,6 +96,30 @@ __device__ __forceinline__ void quantize_o(float v, const GdnGatedArgs& a, int t
     if (c % QBLK == 0) a.qd[(size_t)t * (vd / QBLK) + c / QBLK] = QBLK == 32 ? __half2float(__float2half_rn(dd)) : dd;
 }
 
+// Token t's gates of value head h: β = σ(beta) and the decay exp(softplus(alpha + dt_bias) · (−exp(A_log))).
+__device__ __forceinline__ void token_gates(const GdnGatedArgs& a, int t, int h, float dt_bias, float decay_rate,
+                                            float& b, float& decay) {
+    b = sigmoid_f(a.beta[(size_t)t * a.ld_beta + h]);
+    const float ga = a.alpha[(size_t)t * a.ld_alpha + h] + dt_bias;
+    const float g = (ga > 20.0f ? ga : log1pf(expf(ga))) * decay_rate;   // softplus, then · (−exp(A_log))
+    decay = expf(g);
+}
+
+// The gated RMSNorm's output of column j of head h (rs = rsqrt(mean(out²) + eps) of the head): out · rs · norm · σ(z)
+// into o, and quantized with QBLK > 0 (every thread of the warp calls this then).
+template <int QBLK>
+__device__ __forceinline__ void gated_output(float out, float rs, float norm_w, const GdnGatedArgs& a, int t, int h,
+                                             int j, bool active, float* __restrict__ o) {
+    const int d = a.d;
+    float v = 0.0f;
+    if (active) {
+        const float z = a.z[(size_t)t * a.ld_z + (size_t)h * d + j];
+        v = out * rs * norm_w * sigmoid_f(z);
+        o[(size_t)t * a.nv * d + (size_t)h * d + j] = v;
+    }
+    if constexpr (QBLK > 0) quantize_o<QBLK>(v, a, t, h * d + j);
+}
+
 // HPB value heads per block (W = blockDim.x / HPB threads each), one thread per state column j (as gdn_recurrent.cu);
 // q, k, v read from conv. QBLK > 0: o is also written quantized (a.q, a.qd).
 template <int DK, int HPB, int QBLK>
@@ -119,10 +143,8 @@ __global__ void recurrent_gated_kernel(GdnGatedArgs a, int T, float* __restrict_
             ks[r][i] = row[kd + (size_t)kh * d + i];
         }
         __syncthreads();
-        const float b = sigmoid_f(a.beta[(size_t)t * a.ld_beta + h]);
-        const float ga = a.alpha[(size_t)t * a.ld_alpha + h] + dt_bias;
-        const float g = (ga > 20.0f ? ga : log1pf(expf(ga))) * decay_rate;   // softplus, then · (−exp(A_log))
-        const float decay = expf(g);
+        float b, decay;
+        token_gates(a, t, h, dt_bias, decay_rate, b, decay);
         float kv = 0.0f;
 #pragma unroll
         for (int i = 0; i < DK; ++i)
@@ -141,13 +163,7 @@ __global__ void recurrent_gated_kernel(GdnGatedArgs a, int T, float* __restrict_
         // Gated RMSNorm of the head: out · rsqrt(mean(out²) + eps) · norm · σ(z)
         const float ss = head_sum<HPB>(active ? out * out : 0.0f, r);
         const float rs = 1.0f / sqrtf(ss / d + a.eps);
-        float v = 0.0f;
-        if (active) {
-            const float z = a.z[(size_t)t * a.ld_z + (size_t)h * d + j];
-            v = out * rs * norm_w * sigmoid_f(z);
-            o[(size_t)t * a.nv * d + (size_t)h * d + j] = v;
-        }
-        if constexpr (QBLK > 0) quantize_o<QBLK>(v, a, t, h * d + j);   // QBLK > 0: every thread is active
+        gated_output<QBLK>(out, rs, norm_w, a, t, h, j, active, o);   // QBLK > 0: every thread is active
     }
     if (active)
 #pragma unroll
@@ -185,10 +201,8 @@ recurrent_gated_split_kernel(GdnGatedArgs a, int T, float* __restrict__ S, float
             ks[i] = row[kd + (size_t)kh * d + i];
         }
         __syncthreads();
-        const float b = sigmoid_f(a.beta[(size_t)t * a.ld_beta + h]);
-        const float ga = a.alpha[(size_t)t * a.ld_alpha + h] + dt_bias;
-        const float g = (ga > 20.0f ? ga : log1pf(expf(ga))) * decay_rate;   // softplus, then · (−exp(A_log))
-        const float decay = expf(g);
+        float b, decay;
+        token_gates(a, t, h, dt_bias, decay_rate, b, decay);
         float kv = 0.0f;
 #pragma unroll
         for (int i = 0; i < RD; ++i)
@@ -217,15 +231,7 @@ recurrent_gated_split_kernel(GdnGatedArgs a, int T, float* __restrict__ S, float
         // Gated RMSNorm of the head over part 0's columns: out · rsqrt(mean(out²) + eps) · norm · σ(z)
         const float ss = block_sum(part == 0 && active ? out * out : 0.0f);
         const float rs = 1.0f / sqrtf(ss / d + a.eps);
-        if (part == 0) {   // whole warps (W is a multiple of 32)
-            float v = 0.0f;
-            if (active) {
-                const float z = a.z[(size_t)t * a.ld_z + (size_t)h * d + j];
-                v = out * rs * norm_w * sigmoid_f(z);
-                o[(size_t)t * a.nv * d + (size_t)h * d + j] = v;
-            }
-            if constexpr (QBLK > 0) quantize_o<QBLK>(v, a, t, h * d + j);   // QBLK > 0: every thread is active
-        }
+        if (part == 0) gated_output<QBLK>(out, rs, norm_w, a, t, h, j, active, o);   // whole warps: W % 32 == 0
     }
     if (active)
 #pragma unroll
