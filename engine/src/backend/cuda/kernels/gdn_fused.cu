@@ -193,6 +193,15 @@ recurrent_gated_split_kernel(GdnGatedArgs a, int T, float* __restrict__ S, float
     for (int i = 0; i < RD; ++i) s[i] = active && i0 + i < d ? Sh[(size_t)(i0 + i) * d + j] : 0.0f;
     const float dt_bias = a.dt_bias[h], decay_rate = a.a[h];
     const float norm_w = active ? a.norm[((size_t)h * d + j) % a.norm_len] : 0.0f;   // column h·d + j, as rms_norm
+    // Column j's sum of the R threads' parts, added in part order (buf is rewritten only after the next barrier).
+    const auto column_total = [&](float (&buf)[R][DK], float mine) {
+        if (active) buf[part][j] = mine;
+        __syncthreads();
+        float total = 0.0f;
+#pragma unroll
+        for (int p = 0; p < R; ++p) total += active ? buf[p][j] : 0.0f;
+        return total;
+    };
     for (int t = 0; t < T; ++t) {
         const float* row = a.conv + (size_t)t * cd;
         __syncthreads();                                       // previous token's q/k and partials are no longer read
@@ -210,11 +219,7 @@ recurrent_gated_split_kernel(GdnGatedArgs a, int T, float* __restrict__ S, float
                 s[i] *= decay;
                 kv += s[i] * ks[i0 + i];
             }
-        if (active) kvp[part][j] = kv;
-        __syncthreads();
-        kv = 0.0f;
-#pragma unroll
-        for (int p = 0; p < R; ++p) kv += active ? kvp[p][j] : 0.0f;
+        kv = column_total(kvp, kv);
         const float delta = active ? b * (row[2 * kd + (size_t)h * d + j] - kv) : 0.0f;
         float out = 0.0f;
 #pragma unroll
@@ -223,11 +228,7 @@ recurrent_gated_split_kernel(GdnGatedArgs a, int T, float* __restrict__ S, float
                 s[i] += ks[i0 + i] * delta;
                 out += s[i] * qs[i0 + i];
             }
-        if (active) outp[part][j] = out;
-        __syncthreads();
-        out = 0.0f;
-#pragma unroll
-        for (int p = 0; p < R; ++p) out += active ? outp[p][j] : 0.0f;
+        out = column_total(outp, out);
         // Gated RMSNorm of the head over part 0's columns: out · rsqrt(mean(out²) + eps) · norm · σ(z)
         const float ss = block_sum(part == 0 && active ? out * out : 0.0f);
         const float rs = 1.0f / sqrtf(ss / d + a.eps);
