@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
@@ -263,6 +264,17 @@ route_topk_block_kernel(const float* logits, int E, int k, int32_t* ids, float* 
     }
 }
 
+// fn(std::integral_constant<int, V>{}) for the smallest V in 1, 2, 4, …, 32 holding n values a lane (n ≤ 32).
+template <class Fn>
+void with_values_per_lane(int n, Fn&& fn) {
+    if (n <= 1) fn(std::integral_constant<int, 1>{});
+    else if (n <= 2) fn(std::integral_constant<int, 2>{});
+    else if (n <= 4) fn(std::integral_constant<int, 4>{});
+    else if (n <= 8) fn(std::integral_constant<int, 8>{});
+    else if (n <= 16) fn(std::integral_constant<int, 16>{});
+    else fn(std::integral_constant<int, 32>{});
+}
+
 bool use_block() {
     static const bool on = [] {
         const char* v = std::getenv("STRATA_CUDA_ROUTE_TOPK");
@@ -298,14 +310,9 @@ void route_topk_block(cudaStream_t s, const float* logits, int T, int E, int k, 
     const int nw = (E + 31) / 32;
     const size_t smem = (size_t)E * (sizeof(float) + sizeof(topk_exact::Elem)) +
                         (size_t)nw * k * (sizeof(unsigned) + sizeof(int)) + (size_t)k * sizeof(int32_t);
-    const int vpl = (nw * k + 31) / 32;
-    auto launch = [&](auto kernel) { kernel<<<T, nw * 32, smem, s>>>(logits, E, k, ids, weights); };
-    if (vpl <= 1) launch(route_topk_block_kernel<1>);
-    else if (vpl <= 2) launch(route_topk_block_kernel<2>);
-    else if (vpl <= 4) launch(route_topk_block_kernel<4>);
-    else if (vpl <= 8) launch(route_topk_block_kernel<8>);
-    else if (vpl <= 16) launch(route_topk_block_kernel<16>);
-    else launch(route_topk_block_kernel<32>);
+    with_values_per_lane((nw * k + 31) / 32, [&](auto vpl) {
+        route_topk_block_kernel<decltype(vpl)::value><<<T, nw * 32, smem, s>>>(logits, E, k, ids, weights);
+    });
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -315,14 +322,9 @@ void route_topk(cudaStream_t s, const float* logits, int T, int E, int k, int32_
     STRATA_CHECK(k >= 1 && k <= E, "cuda route_topk: k = ", k, " for ", E, " experts");
     if (T <= 0) return;
     const size_t smem = (size_t)E * (sizeof(float) + sizeof(topk_exact::Elem)) + (size_t)k * sizeof(int32_t);
-    const int vpl = (E + 31) / 32;
-    auto launch = [&](auto kernel) { kernel<<<T, 32, smem, s>>>(logits, E, k, ids, weights); };
-    if (vpl <= 1) launch(route_topk_reg_kernel<1>);
-    else if (vpl <= 2) launch(route_topk_reg_kernel<2>);
-    else if (vpl <= 4) launch(route_topk_reg_kernel<4>);
-    else if (vpl <= 8) launch(route_topk_reg_kernel<8>);
-    else if (vpl <= 16) launch(route_topk_reg_kernel<16>);
-    else launch(route_topk_reg_kernel<32>);
+    with_values_per_lane((E + 31) / 32, [&](auto vpl) {
+        route_topk_reg_kernel<decltype(vpl)::value><<<T, 32, smem, s>>>(logits, E, k, ids, weights);
+    });
     CUDA_CHECK(cudaGetLastError());
 }
 
