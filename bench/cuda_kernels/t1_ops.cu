@@ -225,10 +225,6 @@ void bench_route_topk() {
         };
         bench("route_topk", "E=512 k=10", T, 0.0, [&] { cuda::route_topk_v1(stream, logits, T, kE, kK, ids, w); },
               [&] { cuda::route_topk(stream, logits, T, kE, kK, ids, w); }, out);
-        // The block-per-token candidate against the current kernel: the same experts, weights within rounding (its
-        // softmax sum is added in another order).
-        bench("route_topk", "E=512 k=10 block", T, 1e-5, [&] { cuda::route_topk(stream, logits, T, kE, kK, ids, w); },
-              [&] { cuda::route_topk_block(stream, logits, T, kE, kK, ids, w); }, out);
         CK(cudaFree(logits));
         CK(cudaFree(ids));
         CK(cudaFree(w));

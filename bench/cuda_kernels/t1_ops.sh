@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # The small decode ops at T = 1, 2, 8 on the lent H200 (issue #7, setting (a)), ~30-60 s:
 #   1. cuda_ops_test --only hyper_read / route_topk / small_ops: these ops CUDA vs the CPU backend -> t1_checks_*.log
-#      (route_topk also with STRATA_CUDA_ROUTE_TOPK=block, the block-per-token candidate)
 #   2. t1_ops: µs per call of hyper_read (Q2_0/Q2_0, IQ2_XS/IQ4_NL, BF16/BF16, with and without inj), route_topk
 #      (512 experts, top-10), rms_norm (2560, 4 x 2560, 24 x 256, 4 x 128) and hyper_inject at the full model's shapes, the
 #      current kernel next to the one it replaced (t1_variants.h), as one stream of calls and as a CUDA graph;
@@ -32,12 +31,6 @@ for g in hyper_read route_topk small_ops; do
   echo "$g: $(grep -E 'checks,' "$OUT/t1_checks_$g.log" | tail -1)"
   grep -E "FAIL|error" "$OUT/t1_checks_$g.log" | head -10
 done
-
-# the route_topk candidate of one block per token (STRATA_CUDA_ROUTE_TOPK=block) against the CPU as well
-STRATA_CUDA_ROUTE_TOPK=block timeout 40 "$BIN/cuda_ops_test" "$OUT/t1_checks_route_topk_block.json" --only route_topk \
-  > "$OUT/t1_checks_route_topk_block.log" 2>&1 || rc=1
-echo "route_topk (block): $(grep -E 'checks,' "$OUT/t1_checks_route_topk_block.log" | tail -1)"
-grep -E "FAIL|error" "$OUT/t1_checks_route_topk_block.log" | head -10
 
 echo "== 2. t1_ops"
 [ -x "$BIN/t1_ops" ] || { echo "t1_ops.sh: no $BIN/t1_ops"; exit 1; }

@@ -163,107 +163,6 @@ route_topk_reg_kernel(const float* logits, int E, int k, int32_t* ids, float* we
     }
 }
 
-// One block per token, one thread per expert (E ≤ 1024, k ≤ 32): the softmax by block reductions, each warp's top-k
-// of its 32 experts by k rounds of redux.sync, then warp 0 takes the top-k of those candidates the same way (the
-// token's top-k is among its warps' top-k). Selection order, tie rule, exact-tie fallback and the weights' sum in
-// selection order are the one-warp kernel's; the softmax sum is added in another order (weights within rounding).
-// STRATA_CUDA_ROUTE_TOPK=block takes it (written without a GPU; cuda_ops_test checks it against the CPU).
-constexpr int kBlockTopkMaxK = 32;
-
-template <int VPL>
-__global__ void __launch_bounds__(1024)
-route_topk_block_kernel(const float* logits, int E, int k, int32_t* ids, float* weights) {
-    extern __shared__ float smem[];
-    float* ps = smem;                                                  // [E]
-    topk_exact::Elem* q = reinterpret_cast<topk_exact::Elem*>(ps + E);  // [E] for the exact path
-    unsigned* cand_key = reinterpret_cast<unsigned*>(q + E);           // [warps · k]
-    int* cand_idx = reinterpret_cast<int*>(cand_key + (blockDim.x >> 5) * k);
-    int32_t* sel = reinterpret_cast<int32_t*>(cand_idx + (blockDim.x >> 5) * k);   // [k]
-    __shared__ float red[32];
-    __shared__ float top_s;
-    const int t = blockIdx.x, e = threadIdx.x, lane = e & 31, warp = e >> 5, nw = blockDim.x >> 5;
-    const float* l = logits + (size_t)t * E;
-
-    // Softmax: p = exp(l − max) / Σ exp(l − max)
-    const float v = e < E ? l[e] : -INFINITY;
-    float m = warp_max(v);
-    if (lane == 0) red[warp] = m;
-    __syncthreads();
-    m = warp_max(lane < nw ? red[lane] : -INFINITY);
-    __syncthreads();   // red is reused
-    const float ex = e < E ? expf(v - m) : 0.0f;
-    float sum = warp_sum(ex);
-    if (lane == 0) red[warp] = sum;
-    __syncthreads();
-    sum = warp_sum(lane < nw ? red[lane] : 0.0f);
-    const float p = ex / sum;
-    if (e < E) ps[e] = p;
-
-    // Each warp's top-k: key bits(p) + 1 (0 when taken or past E), the lowest index among equal keys.
-    unsigned key = e < E ? __float_as_uint(p) + 1u : 0u;
-    for (int j = 0; j < k; ++j) {
-        const unsigned best = __reduce_max_sync(0xffffffffu, key);
-        const int bi = (int)__reduce_min_sync(0xffffffffu, key == best && best ? (unsigned)e : (unsigned)INT_MAX);
-        if (lane == 0) {
-            cand_key[warp * k + j] = best;
-            cand_idx[warp * k + j] = bi;
-        }
-        if (e == bi) key = 0;
-    }
-    __syncthreads();
-
-    // Warp 0: the top-k of the nw · k candidates (lane l holds candidates l, l + 32, ...).
-    if (warp == 0) {
-        const int nc = nw * k;
-        unsigned ck[VPL];
-        int ci[VPL];
-#pragma unroll
-        for (int i = 0; i < VPL; ++i) {
-            const int c = lane + 32 * i;
-            ck[i] = c < nc ? cand_key[c] : 0u;
-            ci[i] = c < nc ? cand_idx[c] : INT_MAX;
-        }
-        float top = 0.0f;
-        for (int j = 0; j < k; ++j) {
-            unsigned lk = 0;
-            int li = INT_MAX;
-#pragma unroll
-            for (int i = 0; i < VPL; ++i)
-                if (ck[i] > lk || (ck[i] == lk && ck[i] && ci[i] < li)) { lk = ck[i]; li = ci[i]; }
-            const unsigned best = __reduce_max_sync(0xffffffffu, lk);
-            const int bi = (int)__reduce_min_sync(0xffffffffu, lk == best ? (unsigned)li : (unsigned)INT_MAX);
-            top += __uint_as_float(best - 1u);
-            if (lane == 0) sel[j] = bi;
-#pragma unroll
-            for (int i = 0; i < VPL; ++i)
-                if (ci[i] == bi) ck[i] = 0u;
-        }
-        if (lane == 0) top_s = top;
-    }
-    __syncthreads();
-
-    // Is the k-th value shared with an expert left out? Then the tie rule decides: torch.topk's steps.
-    const float vk = ps[sel[k - 1]];
-    bool left_out_equal = false;
-    if (e < E && p == vk) {
-        left_out_equal = true;
-        for (int j = 0; j < k; ++j) left_out_equal &= sel[j] != e;
-    }
-    if (__syncthreads_or(left_out_equal)) {
-        if (e == 0) {
-            topk_exact::topk(ps, E, k, q, sel);
-            float top = 0.0f;
-            for (int j = 0; j < k; ++j) top += ps[sel[j]];
-            top_s = top;
-        }
-        __syncthreads();
-    }
-    if (e < k) {
-        ids[(size_t)t * k + e] = sel[e];
-        weights[(size_t)t * k + e] = ps[sel[e]] / top_s;
-    }
-}
-
 // fn(std::integral_constant<int, V>{}) for the smallest V in 1, 2, 4, …, 32 holding n values a lane (n ≤ 32).
 template <class Fn>
 void with_values_per_lane(int n, Fn&& fn) {
@@ -273,14 +172,6 @@ void with_values_per_lane(int n, Fn&& fn) {
     else if (n <= 8) fn(std::integral_constant<int, 8>{});
     else if (n <= 16) fn(std::integral_constant<int, 16>{});
     else fn(std::integral_constant<int, 32>{});
-}
-
-bool use_block() {
-    static const bool on = [] {
-        const char* v = std::getenv("STRATA_CUDA_ROUTE_TOPK");
-        return v && std::strcmp(v, "block") == 0;
-    }();
-    return on;
 }
 
 bool use_v1() {
@@ -302,22 +193,7 @@ void route_topk_v1(cudaStream_t s, const float* logits, int T, int E, int k, int
     CUDA_CHECK(cudaGetLastError());
 }
 
-bool route_topk_block_supported(int E, int k) { return E >= 1 && E <= 1024 && k >= 1 && k <= kBlockTopkMaxK && k <= E; }
-
-void route_topk_block(cudaStream_t s, const float* logits, int T, int E, int k, int32_t* ids, float* weights) {
-    STRATA_CHECK(route_topk_block_supported(E, k), "cuda route_topk_block: k = ", k, " of ", E, " experts");
-    if (T <= 0) return;
-    const int nw = (E + 31) / 32;
-    const size_t smem = (size_t)E * (sizeof(float) + sizeof(topk_exact::Elem)) +
-                        (size_t)nw * k * (sizeof(unsigned) + sizeof(int)) + (size_t)k * sizeof(int32_t);
-    with_values_per_lane((nw * k + 31) / 32, [&](auto vpl) {
-        route_topk_block_kernel<decltype(vpl)::value><<<T, nw * 32, smem, s>>>(logits, E, k, ids, weights);
-    });
-    CUDA_CHECK(cudaGetLastError());
-}
-
 void route_topk(cudaStream_t s, const float* logits, int T, int E, int k, int32_t* ids, float* weights) {
-    if (use_block() && route_topk_block_supported(E, k)) return route_topk_block(s, logits, T, E, k, ids, weights);
     if (E > 1024 || use_v1()) return route_topk_v1(s, logits, T, E, k, ids, weights);
     STRATA_CHECK(k >= 1 && k <= E, "cuda route_topk: k = ", k, " for ", E, " experts");
     if (T <= 0) return;

@@ -8,9 +8,6 @@ namespace strata::cuda {
 
 void hyper_read_v1(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj);
 void route_topk_v1(cudaStream_t s, const float* logits, int T, int E, int k, int32_t* ids, float* weights);
-// A candidate: one block per token, one thread per expert (STRATA_CUDA_ROUTE_TOPK=block); E ≤ 1024, k ≤ 32.
-bool route_topk_block_supported(int E, int k);
-void route_topk_block(cudaStream_t s, const float* logits, int T, int E, int k, int32_t* ids, float* weights);
 void rms_norm_v1(cudaStream_t s, const float* x, const float* w, int w_len, int rows, int width, int group, float eps,
                  float* y);
 // hyper_read's kernels as programmatic dependent launches (sm_90; 1 on, 0 off, −1 back to
