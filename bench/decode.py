@@ -15,7 +15,8 @@ the synthetic full-size model (engine/tools/make_synthetic.py) at several contex
   pc12nostage  (optional) pc12 with STRATA_HYBRID_STAGE=0: the decode kernels read the zero-copy experts from host
         memory themselves instead of a copy kernel staging them in VRAM first, smallest context only.
 Any setting may carry environment variables after a '+': gpu+STRATA_CUDA_PDL=0, pc12+STRATA_CUDA_PREFETCH=0+X=1 (an
-A/B of an engine switch, smallest context only; a gpu variant records no routing profile). A '#N' at the end names a
+A/B of an engine switch, smallest context only; a gpu variant records no routing profile); STRATA_BIN=PATH runs another
+build of the engine (an A/B of two builds). A '#N' at the end names a
 repeat of a setting (gpu+X=0#2), so that A/B runs can alternate: ABAB rather than AABB.
 Beside each figure the bound of PERFORMANCE.md §4 from the measured bandwidths (formula and inputs in the JSON).
 
@@ -179,7 +180,8 @@ def bound(setting: str, mb: dict, hit_rate: float | None) -> dict:
 def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, deadline: float,
                     contexts: list[int], env: dict | None = None) -> dict:
     ctx_max = max(contexts) + a.decode + 64
-    cmd = [a.strata, "--serve", "--backend", a.backend, "--model", a.model, "--ctx", str(ctx_max), "--chunk",
+    exe = (env or {}).get("STRATA_BIN", a.strata)   # gpu+STRATA_BIN=PATH: another build of the engine (an A/B of builds)
+    cmd = [exe, "--serve", "--backend", a.backend, "--model", a.model, "--ctx", str(ctx_max), "--chunk",
            str(a.chunk)] + flags
     out = {"command": " ".join(cmd), "env": env or {}, "contexts": {}}
     kind = setting.partition("#")[0].partition("+")[0].partition(":")[0]   # gpu, pc12, ... without suffixes

@@ -193,6 +193,19 @@ void bench_hyper_read(GgmlType down_t, GgmlType up_t, bool with_inj, bool pdl) {
                   }
                   return o;
               });
+        if (T == 1 && !pdl && !is_plain) {   // kernel 1's one-pass prologue against its two-pass one
+            bench("hyper_read", detail + " one-pass", T, 1e-2,
+                  [&] {
+                      cuda::hyper_read_set_one_pass(0);
+                      cuda::hyper_read(stream, a, X, T, scratch, u, inj_arg);
+                  },
+                  [&] {
+                      cuda::hyper_read_set_one_pass(1);
+                      cuda::hyper_read(stream, a, X, T, scratch, u, inj_arg);
+                  },
+                  [&] { return download(u, (size_t)T * kH); });
+            cuda::hyper_read_set_one_pass(-1);
+        }
         CK(cudaFree(X));
         CK(cudaFree(u));
         CK(cudaFree(inj));

@@ -32,6 +32,12 @@ for g in hyper_read route_topk small_ops; do
   grep -E "FAIL|error" "$OUT/t1_checks_$g.log" | head -10
 done
 
+# hyper_read's two-pass kernel-1 prologue (the one-pass one is the default at T = 1) against the CPU as well
+STRATA_CUDA_HR_ONE_PASS=0 timeout 40 "$BIN/cuda_ops_test" "$OUT/t1_checks_hyper_read_two_pass.json" --only hyper_read \
+  > "$OUT/t1_checks_hyper_read_two_pass.log" 2>&1 || rc=1
+echo "hyper_read (two-pass prologue): $(grep -E 'checks,' "$OUT/t1_checks_hyper_read_two_pass.log" | tail -1)"
+grep -E "FAIL|error" "$OUT/t1_checks_hyper_read_two_pass.log" | head -10
+
 echo "== 2. t1_ops"
 [ -x "$BIN/t1_ops" ] || { echo "t1_ops.sh: no $BIN/t1_ops"; exit 1; }
 timeout 40 "$BIN/t1_ops" "$OUT/t1_ops.json" > "$OUT/t1_ops.log" 2>&1 || rc=1

@@ -30,6 +30,7 @@ constexpr int kGroups = kThreads / kGroup;
 
 std::atomic<int64_t> g_fused{0};
 std::atomic<int> g_pdl{-1};   // programmatic dependent launches: -1 = STRATA_CUDA_HYPER_PDL (default off)
+std::atomic<int> g_one_pass{-1};   // kernel 1's one-pass prologue at T = 1: -1 = STRATA_CUDA_HR_ONE_PASS (default on)
 
 // Programmatic dependent launch (sm_90): each kernel may start before the previous one in the stream ends (kernel 1
 // lets kernel 2's blocks start right away) and waits for that kernel's completion and memory (pdl_wait) before reading
@@ -52,6 +53,77 @@ size_t down_smem(int T, int cw, int blk) {
                : (size_t)T * (cw / 32) * 33 * sizeof(float);
 }
 
+// Kernel 1's prologue at T = 1 when the chunk is whole streams (cw % H == 0, H % BLK == 0): one pass over X. Each
+// group of 8 lanes takes a 32-input unit as float4s: x·w kept in registers, the unit's Σx² and max |x·w| by
+// shuffles into shared memory; after one barrier warp s sums stream s's units (fixed order); after another every
+// thread scales its x·w by its stream's 1/rms and quantizes them with quantize_act's arithmetic (the block's amax
+// from the units' max |x·w| times 1/rms). Same values as the two-pass prologue within float rounding.
+constexpr int kOnePassQuads = (kMaxChunk / 4 + kThreads - 1) / kThreads;   // float4s a thread
+
+template <int BLK>
+__device__ __forceinline__ void down_prologue_one_pass(const float* __restrict__ X, const float* __restrict__ w,
+                                                       int w_len, int H, float eps, int c0, int cw, bool write_xn,
+                                                       float* __restrict__ xn, int8_t* xq, float* xd) {
+    __shared__ float unit_ss[kMaxChunk / 32], unit_amax[kMaxChunk / 32];
+    __shared__ float inv_s[kMaxStreams];
+    const int quads = cw / 4, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float4 y[kOnePassQuads];
+#pragma unroll
+    for (int it = 0; it < kOnePassQuads; ++it) {
+        const int q = it * kThreads + threadIdx.x, c = c0 + 4 * q;
+        const bool valid = q < quads;
+        const float4 x = valid ? ((const float4*)X)[c / 4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float4 wv = valid && w ? ((const float4*)w)[(c % w_len) / 4] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        float ss = x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
+        y[it] = make_float4(x.x * wv.x, x.y * wv.y, x.z * wv.z, x.w * wv.w);
+        float am = fmaxf(fmaxf(fabsf(y[it].x), fabsf(y[it].y)), fmaxf(fabsf(y[it].z), fabsf(y[it].w)));
+#pragma unroll
+        for (int o = 4; o > 0; o >>= 1) {   // the unit's 8 lanes
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+        }
+        if (valid && (q & 7) == 0) {
+            unit_ss[q / 8] = ss;
+            unit_amax[q / 8] = am;
+        }
+    }
+    __syncthreads();
+    const int units_per_stream = H / 32;
+    if (warp < cw / H) {
+        float ss = 0.0f;
+        for (int u = lane; u < units_per_stream; u += 32) ss += unit_ss[warp * units_per_stream + u];
+        ss = warp_sum(ss);
+        if (lane == 0) inv_s[warp] = 1.0f / sqrtf(ss / H + eps);
+    }
+    __syncthreads();
+    constexpr int kUnitsPerBlock = BLK / 32;
+#pragma unroll
+    for (int it = 0; it < kOnePassQuads; ++it) {
+        const int q = it * kThreads + threadIdx.x;
+        if (q >= quads) break;
+        const int cc = 4 * q, unit = q / 8;
+        const float iv = inv_s[cc / H];
+        const float v[4] = {y[it].x * iv, y[it].y * iv, y[it].z * iv, y[it].w * iv};
+        float amax = 0.0f;
+        const int u0 = unit / kUnitsPerBlock * kUnitsPerBlock;
+#pragma unroll
+        for (int k = 0; k < kUnitsPerBlock; ++k) amax = fmaxf(amax, unit_amax[u0 + k]);
+        amax *= iv;
+        const float dd = amax / 127.0f;
+        const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        uint32_t word = 0;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            float r = rintf(v[b] * id);
+            if (BLK == 256) r = fminf(127.0f, fmaxf(-127.0f, r));
+            word |= (uint32_t)(uint8_t)(int8_t)(int)r << (8 * b);
+        }
+        ((uint32_t*)xq)[q] = word;
+        if (cc % BLK == 0) xd[cc / BLK] = BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;
+        if (write_xn) ((float4*)xn)[(c0 + cc) / 4] = make_float4(v[0], v[1], v[2], v[3]);
+    }
+}
+
 // ---- kernel 1: grid (n·H / cw chunks, row groups of kBlockRows). Prologue: the sums of squares of the streams the
 // chunk touches (whole streams, each block for itself), the chunk normalised (and quantized in blocks of BLK) into
 // shared memory; blocks of row group 0 also write xn for kernel 2. Then one warp per row: part[(chunk·T + t)·R + row].
@@ -59,7 +131,7 @@ template <class F, int BLK, int NT>
 __global__ void __launch_bounds__(kThreads)
 hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_len, int n, int H, float eps, int cw,
                const uint8_t* __restrict__ down, size_t down_rb, const uint8_t* __restrict__ inject, size_t inj_rb,
-               int r, int R, int T, float* __restrict__ xn, float* __restrict__ part) {
+               int r, int R, int T, bool one_pass, float* __restrict__ xn, float* __restrict__ part) {
     extern __shared__ int4 smem4[];
     __shared__ float inv[kMaxTokens][kMaxStreams];
     const int nH = n * H, c0 = blockIdx.x * cw, units = cw / 32;
@@ -77,6 +149,14 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
     pdl_launch_dependents();
     pdl_wait();   // X (as the previous kernel's programmatic dependent: only the prefetch came before)
 
+    int8_t* xq = (int8_t*)smem4;                                          // [T, cw]
+    float* xd = (float*)((uint8_t*)smem4 + align256((size_t)T * cw));     // [T, cw / BLK]
+    float* xf = (float*)smem4;                                            // [T, cw / 32, 33]
+    const bool write_xn = blockIdx.y == 0;
+    if constexpr (NT == 1 && BLK > 0) {
+        if (one_pass) down_prologue_one_pass<BLK>(X, w, w_len, H, eps, c0, cw, write_xn, xn, xq, xd);
+    }
+    if (!(NT == 1 && BLK > 0 && one_pass)) {
     // Sums of squares: all tokens' loads in flight together, one barrier for every (token, stream).
     __shared__ float red[kMaxTokens][kMaxStreams][kThreads / 32];
     const int s_first = c0 / H, s_last = (c0 + cw - 1) / H, ns = s_last - s_first + 1;
@@ -117,10 +197,6 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
     }
     __syncthreads();
 
-    int8_t* xq = (int8_t*)smem4;                                          // [T, cw]
-    float* xd = (float*)((uint8_t*)smem4 + align256((size_t)T * cw));     // [T, cw / BLK]
-    float* xf = (float*)smem4;                                            // [T, cw / 32, 33]
-    const bool write_xn = blockIdx.y == 0;
     if constexpr (BLK > 0) {
         // One thread per 32 consecutive inputs (all tokens' units spread over the block); the SG = BLK / 32 threads
         // of an activation block are consecutive lanes and share its amax by shuffles. Every thread runs every
@@ -184,6 +260,7 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
             if (write_xn) xn[(size_t)t * nH + c] = y;
         }
     }
+    }   // the two-pass prologue
     __syncthreads();
 
     for (int i = 0; i < kRowsPerWarp; ++i) {
@@ -298,6 +375,16 @@ bool fused_enabled() {
     return on;
 }
 
+bool one_pass_on() {
+    int v = g_one_pass.load();
+    if (v < 0) {
+        const char* e = std::getenv("STRATA_CUDA_HR_ONE_PASS");
+        v = e && std::strcmp(e, "0") == 0 ? 0 : 1;
+        g_one_pass.store(v);
+    }
+    return v == 1;
+}
+
 bool pdl_on() {
     int v = g_pdl.load();
     if (v < 0) {
@@ -395,6 +482,8 @@ void hyper_read_upload_tables() {
 
 void hyper_read_set_pdl(int mode) { g_pdl.store(mode < 0 ? -1 : mode ? 1 : 0); }
 
+void hyper_read_set_one_pass(int mode) { g_one_pass.store(mode < 0 ? -1 : mode ? 1 : 0); }
+
 void hyper_read_v1(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj) {
     STRATA_CHECK(hyper_read_supported(a, T), "cuda hyper_read_v1: shape n=", a.n, " H=", a.H, " r=", a.r, " T=", T,
                  " or weight types ", ggml_type_name(a.down_type), "/", ggml_type_name(a.up_type), " not supported");
@@ -418,13 +507,17 @@ void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, v
     const bool one = T == 1;
 
     const bool pdl = pdl_on();
+    // kernel 1's one-pass prologue: T = 1, Q8 activations, whole streams a chunk, blocks inside a stream, float4 norm
+    const bool one_pass = one && l.blk > 0 && one_pass_on() && l.cw <= kMaxChunk && l.cw % a.H == 0 &&
+                          a.H % l.blk == 0 && l.cw / a.H <= kThreads / 32 && a.norm_len % 4 == 0 &&
+                          reinterpret_cast<uintptr_t>(a.norm) % 16 == 0;
     const dim3 down_grid((unsigned)l.chunks, (unsigned)((l.R + kBlockRows - 1) / kBlockRows));
     const size_t smem1 = down_smem(T, l.cw, l.blk);
     with_hr_format(a.down_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
             launch_kernel(kernel, down_grid, smem1, s, pdl, X, (const float*)a.norm, a.norm_len, a.n, a.H, a.eps, l.cw,
-                          a.down, a.down_rb, a.inject, a.inject_rb, a.r, l.R, T, xn, part);
+                          a.down, a.down_rb, a.inject, a.inject_rb, a.r, l.R, T, one_pass, xn, part);
         };
         if constexpr (F::ABLK == 32 || F::ABLK == 256) {
             if (l.blk) {

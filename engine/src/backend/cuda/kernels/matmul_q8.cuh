@@ -252,7 +252,7 @@ matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
                 const int4* q4 = (const int4*)(sq + 32 * u);
                 const int4 lo = q4[0], hi = q4[1];
                 const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-                acc += chunk_term<Q::kSplit, Q::kMin>(c, a, sd[(32 * u) / F::ABLK]);
+                acc += chunk_term<Q>(c, a, sd[(32 * u) / F::ABLK]);
             }
         }
         acc = group_sum<kLanes>(acc);
@@ -304,7 +304,7 @@ matmul_q8_rows_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t r
                 const float da = load_act_scale<FQ>(ad + ar * nd + (32 * u) / F::ABLK);
 #pragma unroll
                 for (int i = 0; i < kRows; ++i)
-                    if (i < nr) acc[i][t] += chunk_term<Q::kSplit, Q::kMin>(c[i], a, da);
+                    if (i < nr) acc[i][t] += chunk_term<Q>(c[i], a, da);
             }
         }
 #pragma unroll
@@ -418,8 +418,8 @@ moe_gate_up_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ W
                     const int4 lo = __ldg(q4), hi = __ldg(q4 + 1);
                     const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
                     const float da = __ldg(ad + ar * nd + (32 * u) / F::ABLK);
-                    ag[t] += chunk_term<Q::kSplit, Q::kMin>(cg, a, da);
-                    au[t] += chunk_term<Q::kSplit, Q::kMin>(cu, a, da);
+                    ag[t] += chunk_term<Q>(cg, a, da);
+                    au[t] += chunk_term<Q>(cu, a, da);
                 }
             }
 #pragma unroll

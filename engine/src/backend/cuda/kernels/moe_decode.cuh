@@ -3,6 +3,8 @@
 // of a token (routed experts) or the sigmoid-gated add (shared expert) in the same kernel. Declared in moe_gate_up.h.
 #pragma once
 #include <cstdlib>
+#include <initializer_list>
+#include <type_traits>
 #include <cstring>
 
 #include "backend/cuda/kernels/matmul_q8.cuh"
@@ -23,21 +25,22 @@ constexpr size_t kFusedXMax = 40 * 1024;   // shared memory for x quantized in t
 
 // Block (g, p): rows 32g … 32g + 31 of pair p's gate and up. Pairs p < P are routed: matrix ids[p] (or mats_g[p] /
 // mats_u[p], or the one matrix when both are null), activation row p / act_div. Pairs p ≥ P are the shared expert's
-// (sh, when sh.gate is set): token p − P's row through sh.gate / sh.up. Each warp takes 4 rows, 8 lanes a row, lane
-// s of a row chunks s, s + 8, … (an activation chunk loaded once serves the warp's 4 rows). h = silu(g)·u as swiglu,
+// (sh, when sh.gate is set): token p − P's row through sh.gate / sh.up. Each warp takes ROWS rows (32 / ROWS lanes a
+// row, 32 / ROWS warps a block), lane s of a row chunks s, s + 32 / ROWS, … (an activation chunk loaded once serves
+// the warp's rows). h = silu(g)·u as swiglu,
 // then quantized by warp 0 with quantize_act's arithmetic into hq [pairs, rows] / hd [pairs, rows / 32]. With sh.gvec,
 // block column gridDim.x − 1 instead computes gate_out[p − P] = σ(x[p − P] · gvec) for the shared pairs (f32, the
 // shared expert's gate). FQ: aq / ad are ignored and the block quantizes its activation row of x into shared memory
 // itself (quantize_act's arithmetic, the same bits).
-template <class F, bool FQ>
-__global__ void __launch_bounds__(kDecodeWarps * 32)
+template <class F, bool FQ, int ROWS = kGateUpRows>
+__global__ void __launch_bounds__(kHBlock / ROWS * 32)
 moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, size_t row_bytes, int rows,
                        int n, size_t mat_stride, const int32_t* __restrict__ ids, int act_div, int P, SharedPairs sh,
                        const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x,
                        float* __restrict__ gate_out, int8_t* __restrict__ hq, float* __restrict__ hd,
                        const uint8_t* const* __restrict__ mats_g, const uint8_t* const* __restrict__ mats_u) {
     using Q = QInt<F>;
-    constexpr int kLanes = 32 / kGateUpRows;
+    constexpr int kLanes = 32 / ROWS;
     __shared__ uint4 smem[GridSmem<F>::kWords];
     __shared__ float hs[kHBlock];
     const int p = blockIdx.y;
@@ -65,7 +68,7 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
     if constexpr (FQ) quantize_rows_to_smem<F::ABLK>(x, n, arow, arow, aq, ad);
     constexpr int kSub = F::QK / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, s = lane % kLanes;
-    const int local = warp * kGateUpRows + lane / kLanes;   // row within the block's 32
+    const int local = warp * ROWS + lane / kLanes;   // row within the block's 32
     const int row = blockIdx.x * kHBlock + local;
     const int units = n / 32, nd = n / F::ABLK;
     const size_t off = (ids ? (size_t)__ldg(ids + p) * mat_stride : 0) + (size_t)row * row_bytes;
@@ -82,8 +85,8 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
         const int4 lo = load_act4<FQ>(q4), hi = load_act4<FQ>(q4 + 1);
         const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
         const float da = load_act_scale<FQ>(xd + (32 * u) / F::ABLK);
-        ag += chunk_term<Q::kSplit, Q::kMin>(cg, a, da);
-        au += chunk_term<Q::kSplit, Q::kMin>(cu, a, da);
+        ag += chunk_term<Q>(cg, a, da);
+        au += chunk_term<Q>(cu, a, da);
     }
     ag = group_sum<kLanes>(ag);
     au = group_sum<kLanes>(au);
@@ -102,7 +105,7 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
 // matrix when ids is null), plus with Ws the shared pair P + t: gates[t] · (Ws[r] · h[P + t]); accumulate: y[t, r] +=
 // the sum instead of =. The lanes of a row take the (pair, chunk) units s, s + lanes, … of all the token's pairs, so
 // a row of n = 640 (20 chunks) keeps every lane busy.
-template <class F>
+template <class F, int SPLIT = 1>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
 moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int rows, int n, size_t mat_stride,
                         const int32_t* __restrict__ ids, const int8_t* __restrict__ hq, const float* __restrict__ hd,
@@ -111,17 +114,20 @@ moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int row
                         const uint8_t* const* __restrict__ mats) {
     using Q = QInt<F>;
     constexpr int kLanes = 32 / kDownRows;
+    static_assert(kDownRows == 1 || SPLIT == 1, "a row split over warps is one row a warp");
     __shared__ uint4 smem[GridSmem<F>::kWords];
+    __shared__ float split_part[kDecodeWarps];
     const void* grid = stage_grid<F>(smem);
     constexpr int kSub = F::QK / 32;
-    const int lane = threadIdx.x & 31, s = lane % kLanes;
-    const int row = (blockIdx.x * kDecodeWarps + (threadIdx.x >> 5)) * kDownRows + lane / kLanes;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % SPLIT;
+    const int s = lane % kLanes + part * kLanes;   // this lane's first unit: SPLIT warps share a row
+    const int row = (blockIdx.x * (kDecodeWarps / SPLIT) + warp / SPLIT) * kDownRows + lane / kLanes;
     const int t = blockIdx.y;
     const int units = n / 32, total = (k + (Ws ? 1 : 0)) * units;
     float acc = 0.0f;
     if (row < rows) {
 #pragma unroll 4
-        for (int v = s; v < total; v += kLanes) {
+        for (int v = s; v < total; v += kLanes * SPLIT) {
             const int j = v / units, c = v - j * units;
             const bool sj = j == k;   // the shared pair
             const int p = sj ? P + t : t * k + j;
@@ -134,11 +140,17 @@ moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int row
             const int4 lo = __ldg(q4), hi = __ldg(q4 + 1);
             const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
             const float da = __ldg(hd + (size_t)p * (n / kHBlock) + c);
-            acc += __ldg(sj ? gates + t : wts + p) * chunk_term<Q::kSplit, Q::kMin>(cw, a, da);
+            acc += __ldg(sj ? gates + t : wts + p) * chunk_term<Q>(cw, a, da);
         }
     }
     acc = group_sum<kLanes>(acc);
-    if (s == 0 && row < rows) {
+    if constexpr (SPLIT > 1) {   // the row's warps' sums in warp order
+        if (lane == 0) split_part[warp] = acc;
+        __syncthreads();
+        if (part != 0) return;
+        for (int i = 1; i < SPLIT; ++i) acc += split_part[warp + i];
+    }
+    if (lane % kLanes == 0 && row < rows) {
         float* yr = y + (size_t)t * rows + row;
         *yr = accumulate ? *yr + acc : acc;
     }
@@ -161,6 +173,26 @@ bool moe_decode_enabled() {
 size_t decode_scratch_bytes(int P, int I) {
     const size_t q = ((size_t)P * I + 15) / 16 * 16;
     return q + (size_t)P * (I / q8::kHBlock) * sizeof(float) + (size_t)P * sizeof(float);
+}
+
+// Launch shapes of the two kernels (A/B on the H200; read once): STRATA_CUDA_MOE_GATE_UP_ROWS = h rows a warp of the
+// gate/up kernel (4, 2 or 1; fewer rows = more lanes a row and more warps a block), STRATA_CUDA_MOE_DOWN_SPLIT =
+// warps sharing one output row of the down kernel (1, 2 or 4).
+int env_choice(const char* name, int fallback, std::initializer_list<int> allowed) {
+    const char* v = std::getenv(name);
+    if (!v) return fallback;
+    const int x = std::atoi(v);
+    for (int a : allowed)
+        if (a == x) return x;
+    return fallback;
+}
+int gate_up_rows() {
+    static const int rows = env_choice("STRATA_CUDA_MOE_GATE_UP_ROWS", q8::kGateUpRows, {1, 2, 4});
+    return rows;
+}
+int down_split() {
+    static const int split = env_choice("STRATA_CUDA_MOE_DOWN_SPLIT", 1, {1, 2, 4});
+    return split;
 }
 
 struct DecodeScratch {
@@ -192,18 +224,25 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
         using F = decltype(f);
         if constexpr (QInt<F>::kHas) {
             const dim3 grid((unsigned)(I / q8::kHBlock) + (sh.gvec ? 1u : 0u), (unsigned)pairs);
+            const int rows_a_warp = gate_up_rows();
             auto launch = [&](auto kernel, size_t smem) {
-                kernel<<<grid, q8::kDecodeWarps * 32, smem, s>>>(gate.w, up.w, gate.row_bytes, I, gate.n,
-                                                                 gate.mat_stride, gate.ids, gate.act_div, P, sh, act.q,
-                                                                 act.d, x, d.gates, d.hq, d.hd, gate.mats, up.mats);
+                kernel<<<grid, q8::kHBlock / rows_a_warp * 32, smem, s>>>(
+                    gate.w, up.w, gate.row_bytes, I, gate.n, gate.mat_stride, gate.ids, gate.act_div, P, sh, act.q,
+                    act.d, x, d.gates, d.hq, d.hd, gate.mats, up.mats);
+            };
+            auto launch_rows = [&](auto fq, size_t smem) {
+                constexpr bool FQ = decltype(fq)::value;
+                if (rows_a_warp == 1) launch(q8::moe_gate_up_q8h_kernel<F, FQ, 1>, smem);
+                else if (rows_a_warp == 2) launch(q8::moe_gate_up_q8h_kernel<F, FQ, 2>, smem);
+                else launch(q8::moe_gate_up_q8h_kernel<F, FQ, 4>, smem);
             };
             if (act.q) {
-                launch(q8::moe_gate_up_q8h_kernel<F, false>, 0);
+                launch_rows(std::false_type{}, 0);
             } else {
                 const size_t smem = q8::fused_act_bytes(1, gate.n, F::ABLK);
                 STRATA_CHECK(x && smem <= q8::kFusedXMax, "cuda moe_decode: no quantized input, and x of ", gate.n,
                              " values needs ", smem, " bytes of shared memory to quantize in the kernel");
-                launch(q8::moe_gate_up_q8h_kernel<F, true>, smem);
+                launch_rows(std::true_type{}, smem);
             }
             CUDA_CHECK_LAUNCH();
         }
@@ -211,11 +250,17 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
     with_block_format(down.type, [&](auto f) {
         using F = decltype(f);
         if constexpr (QInt<F>::kHas && F::ABLK == q8::kHBlock) {
-            const unsigned per_block = q8::kDecodeWarps * q8::kDownRows;
+            const int split = down_split();
+            const unsigned per_block = q8::kDecodeWarps / split * q8::kDownRows;
             const dim3 grid((unsigned)((down.rows + per_block - 1) / per_block), (unsigned)T);
-            q8::moe_down_combine_kernel<F><<<grid, q8::kDecodeWarps * 32, 0, s>>>(
-                down.w, down.row_bytes, (int)down.rows, down.n, down.mat_stride, down.ids, d.hq, d.hd, wts, k, P,
-                sh.down, d.gates, accumulate, y, down.mats);
+            auto launch = [&](auto kernel) {
+                kernel<<<grid, q8::kDecodeWarps * 32, 0, s>>>(down.w, down.row_bytes, (int)down.rows, down.n,
+                                                             down.mat_stride, down.ids, d.hq, d.hd, wts, k, P, sh.down,
+                                                             d.gates, accumulate, y, down.mats);
+            };
+            if (split == 4) launch(q8::moe_down_combine_kernel<F, 4>);
+            else if (split == 2) launch(q8::moe_down_combine_kernel<F, 2>);
+            else launch(q8::moe_down_combine_kernel<F, 1>);
             CUDA_CHECK_LAUNCH();
         }
     });

@@ -27,9 +27,16 @@ SD int act_sum4(const int* a, int i0) {
     return s;
 }
 
-template <bool kSplit, bool kMin>
+// Q: the format's QInt (kSplit, kMin, kOffset). kOffset: decode() leaves the weights as codes w + kOffset (Q2_0's
+// 2-bit codes without the −1, two instructions a word fewer) and the term subtracts kOffset·Σa: the same integer.
+template <class Q>
 SD float chunk_term(const IChunk& c, const int* a, float da) {
-    const int sq = kSplit ? c.s0 * dot_words(c.w, a, 0, 4) + c.s1 * dot_words(c.w, a, 4, 4) : c.s0 * dot_words(c.w, a, 0, 8);
+    constexpr bool kSplit = Q::kSplit, kMin = Q::kMin;
+    int sq = kSplit ? c.s0 * dot_words(c.w, a, 0, 4) + c.s1 * dot_words(c.w, a, 4, 4) : c.s0 * dot_words(c.w, a, 0, 8);
+    if constexpr (Q::kOffset != 0) {
+        static_assert(!kSplit, "an offset applies to one scale s0 = 1 a chunk");
+        sq -= Q::kOffset * act_sum(a);
+    }
     float r = da * (c.d * (float)sq);
     if (kMin) {
         const int sm = kSplit ? c.m0 * act_sum4(a, 0) + c.m1 * act_sum4(a, 4) : c.m0 * act_sum(a);
@@ -53,6 +60,7 @@ struct QInt {
 
 struct QIntBase : NoGrid {
     static constexpr bool kHas = true, kSplit = false, kMin = false;
+    static constexpr int kOffset = 0;
 };
 
 template <>
@@ -152,10 +160,11 @@ struct QInt<FmtQ5_1> : QIntBase {
     }
 };
 
-// Q2_0: byte j of the chunk holds weights 4j … 4j+3 (2 bits each, value code − 1). The four shifted masks give
-// weights {4j + s}; a 4×4 byte transpose puts them back in order.
+// Q2_0: byte j of the chunk holds weights 4j … 4j+3 (2 bits each, value code − 1). The four shifted masks give the
+// codes of weights {4j + s}; a 4×4 byte transpose puts them back in order. The codes stay 0 … 3 (kOffset 1).
 template <>
 struct QInt<FmtQ2_0> : QIntBase {
+    static constexpr int kOffset = 1;
     SD static void decode(const uint8_t* b, int sub, const void*, IChunk& c) {
         uint32_t qw[2];
         load_words<2>(b + 2 + 8 * sub, qw);
@@ -164,7 +173,7 @@ struct QInt<FmtQ2_0> : QIntBase {
             const uint32_t q = qw[h];
             uint32_t v[4];
 #pragma unroll
-            for (int s = 0; s < 4; ++s) v[s] = (uint32_t)sub_bytes((q >> (2 * s)) & 0x03030303u, 0x01010101u);
+            for (int s = 0; s < 4; ++s) v[s] = (q >> (2 * s)) & 0x03030303u;
             const uint32_t t0 = prmt(v[0], v[1], 0x5140), t1 = prmt(v[0], v[1], 0x7362);
             const uint32_t t2 = prmt(v[2], v[3], 0x5140), t3 = prmt(v[2], v[3], 0x7362);
             c.w[4 * h + 0] = (int)prmt(t0, t2, 0x5410);
@@ -435,7 +444,7 @@ struct QDot<F, true> : QInt<F> {
             if (t >= cnt) break;
             int a[8];
             const float da = act(t, a);
-            acc[t] += chunk_term<QInt<F>::kSplit, QInt<F>::kMin>(c, a, da);
+            acc[t] += chunk_term<QInt<F>>(c, a, da);
         }
     }
 };
