@@ -81,19 +81,33 @@ bool with_hr_format(GgmlType t, Fn&& fn) {
     }
 }
 
-// The mix kernels' prologue, every block: a [T, r] = silu(Σ_c part[c, t, k] / n) in shared memory; inj [T, n] =
-// 2σ(Σ_c part[c, t, r + s] / n) when inj is given (the caller passes it in block 0 only); then, in the Q8 mode, a
-// quantized per activation block into aq / ad. part [chunks, T, R]. Ends with the block synchronised.
+// The mix kernels' prologue, every block: a [T, r] = silu(Σ_c part[c, t, k] / n); inj [T, n] = 2σ(Σ_c part[c, t, r + s]
+// / n) when inj is given (the caller passes it in block 0 only). The f32 mode keeps a in shared memory; the Q8 mode
+// only its quantized form aq / ad: warp b computes activation block b's values and quantizes them in registers (the
+// same values and bits as a quantization of a). part [chunks, T, R]. Ends with the block synchronised.
 template <class F, bool Q8>
 __device__ __forceinline__ void mix_prologue(const float* __restrict__ part, int chunks, int R, int r, int n, int T,
                                              float* __restrict__ inj, float* a, int8_t* aq, float* ad) {
     const float inv_n = 1.0f / (float)n;
-    for (int i = threadIdx.x; i < T * r; i += blockDim.x) {
+    auto silu_of_sum = [&](int i) {
         const int t = i / r, k = i % r;
         float v = 0.0f;
         for (int c = 0; c < chunks; ++c) v += part[((size_t)c * T + t) * R + k];
         v *= inv_n;
-        a[i] = v / (1.0f + expf(-v));
+        return v / (1.0f + expf(-v));
+    };
+    if constexpr (Q8) {
+        const int lane = threadIdx.x & 31;
+        constexpr int B = F::ABLK, V = B / 32;
+        for (int b = threadIdx.x >> 5; b < T * r / B; b += blockDim.x >> 5) {
+            float v[V];
+#pragma unroll
+            for (int k = 0; k < V; ++k) v[k] = silu_of_sum(b * B + lane + 32 * k);
+            const float d = quantize_act_block<B>(v, lane, aq + b * B);
+            if (lane == 0) ad[b] = d;
+        }
+    } else {
+        for (int i = threadIdx.x; i < T * r; i += blockDim.x) a[i] = silu_of_sum(i);
     }
     if (inj)
         for (int i = threadIdx.x; i < T * n; i += blockDim.x) {
@@ -103,18 +117,6 @@ __device__ __forceinline__ void mix_prologue(const float* __restrict__ part, int
             inj[i] = 1.0f / (1.0f + expf(-(v * inv_n))) * 2.0f;
         }
     __syncthreads();
-    if constexpr (Q8) {
-        const int lane = threadIdx.x & 31;
-        constexpr int B = F::ABLK, V = B / 32;
-        for (int b = threadIdx.x >> 5; b < T * r / B; b += blockDim.x >> 5) {
-            float v[V];
-#pragma unroll
-            for (int k = 0; k < V; ++k) v[k] = a[b * B + lane + 32 * k];
-            const float d = quantize_act_block<B>(v, lane, aq + b * B);
-            if (lane == 0) ad[b] = d;
-        }
-        __syncthreads();
-    }
 }
 
 // acc[t] += this lane's share of up row wr · a[t] (length r) for t < T: lane g of a G-lane group takes elements
