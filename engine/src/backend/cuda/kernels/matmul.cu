@@ -139,24 +139,41 @@ matmul_plain_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t row
 }
 
 // One activation row, few output rows (the F32 router 2560 -> 512): one row per block, V-wide steps t, t + 128, …
-// over the block's threads, warp sums added in warp order (as matmul_q8_splitk_kernel).
+// over the block's threads, warp sums added in warp order (as matmul_q8_splitk_kernel). A thread issues the loads of
+// up to kPlainBatch steps before its first multiply (a row of 2560 is 5 steps: one round trip to memory instead of
+// three); the products are still added in step order.
+constexpr int kPlainBatch = 8;
+
 template <int TY, int V>
 __global__ void __launch_bounds__(kWarps * 32)
 matmul_plain_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
                            const float* __restrict__ x, float* __restrict__ y) {
     __shared__ float partial[kWarps];
+    constexpr int kStep = V * kWarps * 32;
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
         const uint8_t* wr = W + (size_t)row * row_bytes;
         float acc = 0.0f;
-#pragma unroll 2
-        for (int i = V * threadIdx.x; i < n; i += V * kWarps * 32) {
-            float w[V];
-            load_plain<TY, V>(wr, i, w);
-            if (V == 4) {
-                const float4 xv = *(const float4*)(x + i);
-                acc = fmaf(w[0], xv.x, fmaf(w[1], xv.y, fmaf(w[2], xv.z, fmaf(w[3], xv.w, acc))));
-            } else {
-                acc = fmaf(w[0], x[i], acc);
+        for (int i0 = V * threadIdx.x; i0 < n; i0 += kPlainBatch * kStep) {
+            float w[kPlainBatch][V], xv[kPlainBatch][V];
+#pragma unroll
+            for (int b = 0; b < kPlainBatch; ++b) {
+                const int i = i0 + b * kStep;
+                if (i < n) {   // predicated: every step's loads are issued before the first multiply
+                    load_plain<TY, V>(wr, i, w[b]);
+                    if (V == 4) {
+                        const float4 f = *(const float4*)(x + i);
+                        xv[b][0] = f.x; xv[b][1 % V] = f.y; xv[b][2 % V] = f.z; xv[b][3 % V] = f.w;
+                    } else {
+                        xv[b][0] = x[i];
+                    }
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < kPlainBatch; ++b) {
+                if (i0 + b * kStep >= n) continue;
+                if (V == 4) acc = fmaf(w[b][0], xv[b][0], fmaf(w[b][1 % V], xv[b][1 % V], fmaf(w[b][2 % V], xv[b][2 % V],
+                                       fmaf(w[b][3 % V], xv[b][3 % V], acc))));
+                else acc = fmaf(w[b][0], xv[b][0], acc);
             }
         }
         const float v = warp_sum(acc);

@@ -21,6 +21,8 @@ constexpr int kHBlock = 32;           // h is quantized in Q8_0 blocks: the down
 constexpr int kGateUpRows = 2;        // h rows per warp of the gate/up kernel (kHBlock / kGateUpRows warps a block):
                                       // 2 and 1 measured +2.7% / +1.9% decode against 4 on the H200 (r9)
 constexpr int kDownRows = 1;          // output rows per warp of the down kernel (more warps in flight than 2)
+constexpr int kGateUpBatch = 2;       // gate/up chunks a lane as one predicated batch (two rows decoded a chunk: 4
+                                      // took Q2_0 to 82 registers, one 512-thread block an SM)
 constexpr int kDownSplit = 4;         // warps sharing one down row: +4% decode against 1, 2 about even (r9)
 constexpr size_t kFusedXMax = 40 * 1024;   // shared memory for x quantized in the gate/up kernel (act.q null)
 
@@ -76,18 +78,22 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
     const int8_t* xq = aq + (FQ ? 0 : (size_t)arow * n);
     const float* xd = ad + (FQ ? 0 : (size_t)arow * nd);
     float ag = 0.0f, au = 0.0f;
-#pragma unroll 2
-    for (int u = s; u < units; u += kLanes) {
-        const size_t b = off + (size_t)(u / kSub) * F::BYTES;
-        IChunk cg, cu;
-        Q::decode(Wg + b, u % kSub, grid, cg);
-        Q::decode(Wu + b, u % kSub, grid, cu);
-        const int4* q4 = (const int4*)(xq + 32 * u);
-        const int4 lo = load_act4<FQ>(q4), hi = load_act4<FQ>(q4 + 1);
-        const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-        const float da = load_act_scale<FQ>(xd + (32 * u) / F::ABLK);
-        ag += chunk_term<Q>(cg, a, da);
-        au += chunk_term<Q>(cu, a, da);
+    for (int u0 = s; u0 < units; u0 += kLanes * kGateUpBatch) {
+#pragma unroll
+        for (int kb = 0; kb < kGateUpBatch; ++kb) {   // predicated: the batch's loads in flight together
+            const int u = u0 + kLanes * kb;
+            if (u >= units) continue;
+            const size_t b = off + (size_t)(u / kSub) * F::BYTES;
+            IChunk cg, cu;
+            Q::decode(Wg + b, u % kSub, grid, cg);
+            Q::decode(Wu + b, u % kSub, grid, cu);
+            const int4* q4 = (const int4*)(xq + 32 * u);
+            const int4 lo = load_act4<FQ>(q4), hi = load_act4<FQ>(q4 + 1);
+            const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+            const float da = load_act_scale<FQ>(xd + (32 * u) / F::ABLK);
+            ag += chunk_term<Q>(cg, a, da);
+            au += chunk_term<Q>(cu, a, da);
+        }
     }
     ag = group_sum<kLanes>(ag);
     au = group_sum<kLanes>(au);
@@ -127,8 +133,11 @@ moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int row
     const int units = n / 32, total = (k + (Ws ? 1 : 0)) * units;
     float acc = 0.0f;
     if (row < rows) {
-#pragma unroll 4
-        for (int v = s; v < total; v += kLanes * SPLIT) {
+        for (int v0 = s; v0 < total; v0 += kLanes * SPLIT * kUnitBatch)
+#pragma unroll
+        for (int kb = 0; kb < kUnitBatch; ++kb) {   // predicated: the batch's loads in flight together
+            const int v = v0 + kLanes * SPLIT * kb;
+            if (v >= total) continue;
             const int j = v / units, c = v - j * units;
             const bool sj = j == k;   // the shared pair
             const int p = sj ? P + t : t * k + j;
