@@ -270,13 +270,8 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
         float acc[NT];
 #pragma unroll
         for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-        constexpr int kBatch = 4;   // predicated steps: the batch's weight loads in flight together (a chunk of
-                                    // 2560 is 2-3 units a lane); the terms are still added in unit order
-        for (int u0 = lane; u0 < units; u0 += 32 * kBatch)
-#pragma unroll
-        for (int kb = 0; kb < kBatch; ++kb) {
-            const int u = u0 + 32 * kb;
-            if (u >= units) continue;
+#pragma unroll 4
+        for (int u = lane; u < units; u += 32) {
             const int gu = c0 / 32 + u;   // unit of the whole row
             const uint8_t* blk = wr + (size_t)(gu / kSub) * F::BYTES;
             if constexpr (BLK > 0) {

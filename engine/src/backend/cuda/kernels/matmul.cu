@@ -141,7 +141,7 @@ matmul_plain_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t row
 // One activation row, few output rows (the F32 router 2560 -> 512): one row per block, V-wide steps t, t + 128, …
 // over the block's threads, warp sums added in warp order (as matmul_q8_splitk_kernel). A thread issues the loads of
 // up to kPlainBatch steps before its first multiply (a row of 2560 is 5 steps: one round trip to memory instead of
-// three); the products are still added in step order.
+// three); the products are still added in step order. r15: the F32 router 4.47 -> 4.06 us, BF16 3.96 -> 3.46.
 constexpr int kPlainBatch = 8;
 
 template <int TY, int V>

@@ -10,9 +10,6 @@
 namespace strata::cuda::q8 {
 
 constexpr int kWarps = 4;   // warps per block; the launchers in matmul.cu use the same
-constexpr int kUnitBatch = 4;   // a lane's 32-weight chunks written out as one predicated batch (a decode row of
-                                // 2560 is 2-3 chunks a lane): the loads of the batch are issued together; the
-                                // terms are still added in chunk order
 
 // One block of BLK activations quantized by one warp, lane l holding values l, l + 32, ... in v: quantize_act's
 // kernel and the fused-quantization matmuls both call this, so their int8 values and scales are the same bits.
@@ -82,20 +79,16 @@ __device__ __forceinline__ void row_dot_q8(const uint8_t* __restrict__ wr, int n
                                            const int (&arow)[NT], int cnt, float (&acc)[NT]) {
     constexpr int kSub = F::QK / 32;
     const int units = n / 32, nd = n / F::ABLK;
-    for (int u0 = threadIdx.x & 31; u0 < units; u0 += 32 * kUnitBatch) {
-#pragma unroll
-        for (int k = 0; k < kUnitBatch; ++k) {   // predicated steps: their loads can all be in flight together
-            const int u = u0 + 32 * k;
-            if (u >= units) continue;
-            const auto act = [&](int t, int (&a)[8]) -> float {
-                const int4* q4 = (const int4*)(aq + (size_t)arow[t] * n + 32 * u);
-                const int4 lo = load_act4<FQ>(q4), hi = load_act4<FQ>(q4 + 1);
-                a[0] = lo.x; a[1] = lo.y; a[2] = lo.z; a[3] = lo.w;
-                a[4] = hi.x; a[5] = hi.y; a[6] = hi.z; a[7] = hi.w;
-                return load_act_scale<FQ>(ad + (size_t)arow[t] * nd + (32 * u) / F::ABLK);
-            };
-            QDot<F>::template dot<NT>(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, act, cnt, acc);
-        }
+#pragma unroll 2
+    for (int u = threadIdx.x & 31; u < units; u += 32) {
+        const auto act = [&](int t, int (&a)[8]) -> float {
+            const int4* q4 = (const int4*)(aq + (size_t)arow[t] * n + 32 * u);
+            const int4 lo = load_act4<FQ>(q4), hi = load_act4<FQ>(q4 + 1);
+            a[0] = lo.x; a[1] = lo.y; a[2] = lo.z; a[3] = lo.w;
+            a[4] = hi.x; a[5] = hi.y; a[6] = hi.z; a[7] = hi.w;
+            return load_act_scale<FQ>(ad + (size_t)arow[t] * nd + (32 * u) / F::ABLK);
+        };
+        QDot<F>::template dot<NT>(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, act, cnt, acc);
     }
 }
 
