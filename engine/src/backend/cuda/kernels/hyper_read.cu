@@ -126,7 +126,8 @@ __device__ __forceinline__ void down_prologue_one_pass(const float* __restrict__
 
 // ---- kernel 1: grid (n·H / cw chunks, row groups of kBlockRows). Prologue: the sums of squares of the streams the
 // chunk touches (whole streams, each block for itself), the chunk normalised (and quantized in blocks of BLK) into
-// shared memory; blocks of row group 0 also write xn for kernel 2. Then one warp per row: part[(chunk·T + t)·R + row].
+// shared memory; blocks of row group 0 also write xn for kernel 2 (at T = 1 with whole streams a chunk and a Q8
+// mode: down_prologue_one_pass above, when one_pass). Then one warp per row: part[(chunk·T + t)·R + row].
 template <class F, int BLK, int NT>
 __global__ void __launch_bounds__(kThreads)
 hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_len, int n, int H, float eps, int cw,

@@ -3,9 +3,9 @@
 // of a token (routed experts) or the sigmoid-gated add (shared expert) in the same kernel. Declared in moe_gate_up.h.
 #pragma once
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <type_traits>
-#include <cstring>
 
 #include "backend/cuda/kernels/matmul_q8.cuh"
 #include "backend/cuda/kernels/moe_gate_up.h"
@@ -21,11 +21,12 @@ constexpr int kHBlock = 32;           // h is quantized in Q8_0 blocks: the down
 constexpr int kGateUpRows = 2;        // h rows per warp of the gate/up kernel (kHBlock / kGateUpRows warps a block):
                                       // 2 and 1 measured +2.7% / +1.9% decode against 4 on the H200 (r9)
 constexpr int kDownRows = 1;          // output rows per warp of the down kernel (more warps in flight than 2)
-constexpr int kGateUpBatch = 2;       // the same for gate/up chunks (r15: 10.30 -> 9.23 us; 4 took Q2_0 to 82
-                                      // registers, one 512-thread block an SM)
 constexpr int kDownSplit = 4;         // warps sharing one down row: +4% decode against 1, 2 about even (r9)
-constexpr int kDownBatch = 4;         // down (pair, chunk) units a lane as one predicated batch: their loads are
-                                      // issued together, the terms still added in unit order (r15: 9.30 -> 8.35 us)
+// A lane's chunks are written out in predicated batches of these sizes, so a batch's loads are issued together (the
+// terms are still added in chunk order). r15: gate/up 10.30 -> 9.23 us, down 9.30 -> 8.35; a gate/up batch of 4
+// took the Q2_0 kernel to 82 registers, one 512-thread block an SM.
+constexpr int kGateUpBatch = 2;
+constexpr int kDownBatch = 4;
 constexpr size_t kFusedXMax = 40 * 1024;   // shared memory for x quantized in the gate/up kernel (act.q null)
 
 // Block (g, p): rows 32g … 32g + 31 of pair p's gate and up. Pairs p < P are routed: matrix ids[p] (or mats_g[p] /
@@ -82,7 +83,7 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
     float ag = 0.0f, au = 0.0f;
     for (int u0 = s; u0 < units; u0 += kLanes * kGateUpBatch) {
 #pragma unroll
-        for (int kb = 0; kb < kGateUpBatch; ++kb) {   // predicated: the batch's loads in flight together
+        for (int kb = 0; kb < kGateUpBatch; ++kb) {
             const int u = u0 + kLanes * kb;
             if (u >= units) continue;
             const size_t b = off + (size_t)(u / kSub) * F::BYTES;
@@ -112,8 +113,9 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
 // Block (b, t): output rows of token t, kDownRows per warp (32 / kDownRows lanes a row). Row r: y[t, r] = Σ_j w_j ·
 // (down_{e_j}[r] · h[t·k + j]) over the token's k routed pairs, w_j = wts[t·k + j], e_j = ids[t·k + j] (or the one
 // matrix when ids is null), plus with Ws the shared pair P + t: gates[t] · (Ws[r] · h[P + t]); accumulate: y[t, r] +=
-// the sum instead of =. The lanes of a row take the (pair, chunk) units s, s + lanes, … of all the token's pairs, so
-// a row of n = 640 (20 chunks) keeps every lane busy.
+// the sum instead of =. The SPLIT warps of a row take the (pair, chunk) units s, s + 32·SPLIT, … of all the token's
+// pairs (warp i of the row from unit 32·i), so a row of n = 640 (20 chunks a pair) keeps every lane busy; the warps'
+// sums are added in warp order.
 template <class F, int SPLIT = kDownSplit>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
 moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int rows, int n, size_t mat_stride,
@@ -137,7 +139,7 @@ moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int row
     if (row < rows) {
         for (int v0 = s; v0 < total; v0 += kLanes * SPLIT * kDownBatch)
 #pragma unroll
-        for (int kb = 0; kb < kDownBatch; ++kb) {   // predicated: the batch's loads in flight together
+        for (int kb = 0; kb < kDownBatch; ++kb) {
             const int v = v0 + kLanes * SPLIT * kb;
             if (v >= total) continue;
             const int j = v / units, c = v - j * units;
