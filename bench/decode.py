@@ -331,7 +331,7 @@ def main() -> int:
                    "pc12dev": {"STRATA_GPU_MISS_SHARE": share} if share else None,
                    "pc12nostage": {"STRATA_HYBRID_STAGE": "0"},
                    "pc12pcie": {**host, "STRATA_GPU_MISS_SHARE": share or a.miss_share}}[base]
-            env = {**(env or {}), **extra_env} or None
+            env = {"STRATA_SHARE_LOG": "1", **(env or {}), **extra_env}   # the auto share's path, in the log
             res["settings"][s] = measure_setting(a, s, flags + a.pc12_extra.split(), 23, mb, deadline,
                                                  a.contexts if s == "pc12" else [min(a.contexts)], env)
         else:

@@ -119,6 +119,9 @@ void HybridMoe::prepare_device_path() {
     }
     if (share_auto_ && zero_copy_any_) gpu_miss_share_ = share_ctl_.next();
     push_share();
+    const char* share_log = std::getenv("STRATA_SHARE_LOG");
+    share_log_ = share_auto_ && zero_copy_any_ && share_log && std::strcmp(share_log, "1") == 0;
+    share_log_wait_ns_ = words_->wait_ns;
     device_on_.store(true, std::memory_order_release);
     log_info("experts", fmt("decode MoE joins on the device (one graph per pass); ",
                             share_auto_ && zero_copy_any_
@@ -130,6 +133,20 @@ void HybridMoe::prepare_device_path() {
                                       zc_layers, " of ", L_n, " layers",
                                       zc_stage_[0] ? " (copied into staging slots first)" : "")
                                 : std::string("all missed experts on the CPU")));
+}
+
+void HybridMoe::log_share_pass(double pass_ns) {
+    share_log_pass_ns_ += pass_ns;
+    share_log_share_ += gpu_miss_share_;   // the share this pass ran at
+    if (++share_log_n_ < kShareLogPasses) return;
+    const unsigned long long wait = words_->wait_ns;
+    log_info("experts", fmt("auto share: centre ", share_ctl_.share, ", mean share run ",
+                            share_log_share_ / share_log_n_, " over ", share_log_n_, " passes of ",
+                            share_log_pass_ns_ / share_log_n_ / 1e6, " ms; GPU waited ",
+                            (double)(wait - share_log_wait_ns_) / share_log_n_ / 1e6, " ms a pass for the CPU"));
+    share_log_wait_ns_ = wait;
+    share_log_n_ = 0;
+    share_log_pass_ns_ = share_log_share_ = 0;
 }
 
 // The plan kernels read the share from device memory: copied there stream-ordered (the words page is pinned; the
@@ -227,6 +244,7 @@ void HybridMoe::between_passes() {
         const uint32_t consumed = words_->consumed;
         if (consumed != ctl_consumed_ && ctl_last_ns_ > 0) {   // a pass of prompt chunks only is not counted
             share_ctl_.update((double)(now - ctl_last_ns_));
+            if (share_log_) log_share_pass((double)(now - ctl_last_ns_));
             gpu_miss_share_ = share_ctl_.next();
             push_share();
         }

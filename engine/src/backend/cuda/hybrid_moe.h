@@ -140,6 +140,7 @@ public:
 
 private:
     void push_share();   // gpu_miss_share_ → DeviceJoinState::share, stream-ordered
+    void log_share_pass(double pass_ns);   // STRATA_SHARE_LOG: one counted pass (between_passes)
     struct Layer {
         Weight gate, up, down;                // host views (data: pinned piece or mapped file)
         size_t gate_bytes = 0, up_bytes = 0, down_bytes = 0;   // one expert's matrix of each
@@ -283,6 +284,13 @@ private:
     MissShareControl share_ctl_;                // auto share: between_passes feeds it each pass's time
     int64_t ctl_last_ns_ = 0;                   // the last pass boundary
     uint32_t ctl_consumed_ = 0;                 // words_->consumed then (a pass without device jobs is not counted)
+    // STRATA_SHARE_LOG=1: one log line every kShareLogPasses counted passes (the share's path, the mean pass and
+    // the GPU's wait for the CPU over them), to see how the auto share moves in a run.
+    static constexpr int kShareLogPasses = 64;
+    bool share_log_ = false;
+    int share_log_n_ = 0;
+    double share_log_pass_ns_ = 0, share_log_share_ = 0;
+    unsigned long long share_log_wait_ns_ = 0;   // words_->wait_ns at the last line
 };
 
 }  // namespace strata::cuda
