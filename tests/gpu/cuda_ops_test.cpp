@@ -113,8 +113,10 @@ void test_shared_expert() {
                 const std::vector<float> u = randn((size_t)T * H), y0 = randn((size_t)T * H);
                 const std::string name = std::string(ggml_type_name(t)) + " H=" + std::to_string(H) + " T=" +
                                          std::to_string(T) + mode;
-                // 2e-4 as moe_experts: h's Q8 quantization may differ by one step from the CPU's.
-                const double tol = T >= 32 && mode.empty() ? 5e-3 : 2e-4;
+                // With Q8 activations h's quantization may differ by one step from the CPU's: the random data of
+                // `--only shared_expert` gave 6.4e-4 for moe_experts+shared_expert IQ2_XS T=8 (H200, 2026-12-02 r10;
+                // 2.5e-7 with the full run's data), hence 1e-3 there. f32 activations: 2e-4.
+                const double tol = !mode.empty() ? 2e-4 : T >= 32 ? 5e-3 : 1e-3;
                 std::vector<float> want = y0;
                 cpu->shared_expert(m, u.data(), T, want.data());
                 Dev du(u), dy(y0);
