@@ -54,6 +54,11 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
     impl_->fused_moe = !(fused_env && std::strcmp(fused_env, "0") == 0);
     CUDA_CHECK(cudaMalloc(&impl_->zero_ids, cuda::kTiledMinRows * sizeof(int32_t)));
     CUDA_CHECK(cudaMemset(impl_->zero_ids, 0, cuda::kTiledMinRows * sizeof(int32_t)));
+    const char* route_env = std::getenv("STRATA_CUDA_FUSED_ROUTE");
+    if (route_env && std::strcmp(route_env, "1") == 0) {
+        CUDA_CHECK(cudaMalloc(&impl_->route_counter, sizeof(int)));
+        CUDA_CHECK(cudaMemset(impl_->route_counter, 0, sizeof(int)));
+    }
     const char* hr_q8_env = std::getenv("STRATA_CUDA_HR_QUANT_U");
     impl_->hr_quant_u = hr_q8_env && std::strcmp(hr_q8_env, "1") == 0;
     if (impl_->hr_quant_u) {
@@ -77,6 +82,7 @@ CudaBackend::~CudaBackend() {
     impl_->drop_moe_input();
     cudaFree(impl_->zero_ids);
     cudaFree(impl_->hr_counters);
+    cudaFree(impl_->route_counter);
     for (auto& [host, up] : impl_->weights)
         if (up.owner) cudaFree(up.dev);
     for (auto& [host, d] : impl_->f32) cudaFree(d);

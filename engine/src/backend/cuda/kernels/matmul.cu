@@ -15,6 +15,7 @@
 #include "backend/cuda/kernels/matmul_tiled.h"
 #include "backend/cuda/kernels/moe_decode.cuh"
 #include "backend/cuda/kernels/moe_gate_up.h"
+#include "backend/cuda/kernels/plain_dot.cuh"
 #include "backend/cuda/kernels/quant_dots.cuh"
 #include "backend/cuda/kernels/quant_formats.cuh"
 #include "common/error.h"
@@ -75,32 +76,7 @@ matmul_block_f32act_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int6
     }
 }
 
-// ---- F32 / F16 / BF16 weights with f32 activations; V consecutive weights per lane and step ----
-enum PlainType { kF32 = 0, kF16 = 1, kBF16 = 2 };
-
-template <int TY, int V>
-__device__ __forceinline__ void load_plain(const uint8_t* wr, int i, float* w) {
-    if (TY == kF32) {
-        if (V == 4) {
-            const float4 f = *(const float4*)(wr + 4 * (size_t)i);
-            w[0] = f.x; w[1] = f.y; w[2] = f.z; w[3] = f.w;
-        } else {
-            w[0] = ((const float*)wr)[i];
-        }
-    } else {
-        uint16_t h[4];
-        if (V == 4) {
-            const uint2 u = *(const uint2*)(wr + 2 * (size_t)i);
-            h[0] = (uint16_t)(u.x & 0xffff); h[1] = (uint16_t)(u.x >> 16);
-            h[2] = (uint16_t)(u.y & 0xffff); h[3] = (uint16_t)(u.y >> 16);
-        } else {
-            h[0] = ((const uint16_t*)wr)[i];
-        }
-#pragma unroll
-        for (int k = 0; k < V; ++k) w[k] = TY == kF16 ? half_to_float(h[k]) : bf16_to_float(h[k]);
-    }
-}
-
+// ---- F32 / F16 / BF16 weights with f32 activations (PlainType, load_plain: plain_dot.cuh) ----
 template <int TY, int V, int NT>
 __global__ void __launch_bounds__(kWarps * 32)
 matmul_plain_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, size_t mat_stride,
@@ -138,54 +114,14 @@ matmul_plain_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t row
     }
 }
 
-// One activation row, few output rows (the F32 router 2560 -> 512): one row per block, V-wide steps t, t + 128, …
-// over the block's threads, warp sums added in warp order (as matmul_q8_splitk_kernel). A thread issues the loads of
-// up to kPlainBatch steps before its first multiply (a row of 2560 is 5 steps: one round trip to memory instead of
-// three); the products are still added in step order. r15: the F32 router 4.47 -> 4.06 us, BF16 3.96 -> 3.46.
-constexpr int kPlainBatch = 8;
-
+// One activation row, few output rows (the F32 router 2560 -> 512): one row per block (plain_row_dot_block).
 template <int TY, int V>
 __global__ void __launch_bounds__(kWarps * 32)
 matmul_plain_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
                            const float* __restrict__ x, float* __restrict__ y) {
-    __shared__ float partial[kWarps];
-    constexpr int kStep = V * kWarps * 32;
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-        const uint8_t* wr = W + (size_t)row * row_bytes;
-        float acc = 0.0f;
-        for (int i0 = V * threadIdx.x; i0 < n; i0 += kPlainBatch * kStep) {
-            float w[kPlainBatch][V], xv[kPlainBatch][V];
-#pragma unroll
-            for (int b = 0; b < kPlainBatch; ++b) {
-                const int i = i0 + b * kStep;
-                if (i < n) {   // predicated: every step's loads are issued before the first multiply
-                    load_plain<TY, V>(wr, i, w[b]);
-                    if (V == 4) {
-                        const float4 f = *(const float4*)(x + i);
-                        xv[b][0] = f.x; xv[b][1 % V] = f.y; xv[b][2 % V] = f.z; xv[b][3 % V] = f.w;
-                    } else {
-                        xv[b][0] = x[i];
-                    }
-                }
-            }
-#pragma unroll
-            for (int b = 0; b < kPlainBatch; ++b) {
-                if (i0 + b * kStep >= n) continue;
-                if (V == 4) acc = fmaf(w[b][0], xv[b][0], fmaf(w[b][1 % V], xv[b][1 % V], fmaf(w[b][2 % V], xv[b][2 % V],
-                                       fmaf(w[b][3 % V], xv[b][3 % V], acc))));
-                else acc = fmaf(w[b][0], xv[b][0], acc);
-            }
-        }
-        const float v = warp_sum(acc);
-        if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            float sum = 0.0f;
-#pragma unroll
-            for (int w = 0; w < kWarps; ++w) sum += partial[w];
-            y[row] = sum;
-        }
-        __syncthreads();
+        const float sum = plain_row_dot_block<TY, V, kWarps>(W + (size_t)row * row_bytes, n, x);
+        if (threadIdx.x == 0) y[row] = sum;
     }
 }
 

@@ -1,0 +1,82 @@
+// F32 / F16 / BF16 weight rows with f32 activations: V consecutive weights a lane and step (load_plain), and one
+// row's dot by a whole block (plain_row_dot_block), shared by the split-K matmul (matmul.cu) and the fused router
+// (routing.cu) so that both give the same bits.
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/quant_formats.cuh"   // half_to_float, bf16_to_float
+
+namespace strata::cuda {
+
+enum PlainType { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+template <int TY, int V>
+__device__ __forceinline__ void load_plain(const uint8_t* wr, int i, float* w) {
+    if (TY == kF32) {
+        if (V == 4) {
+            const float4 f = *(const float4*)(wr + 4 * (size_t)i);
+            w[0] = f.x; w[1] = f.y; w[2] = f.z; w[3] = f.w;
+        } else {
+            w[0] = ((const float*)wr)[i];
+        }
+    } else {
+        uint16_t h[4];
+        if (V == 4) {
+            const uint2 u = *(const uint2*)(wr + 2 * (size_t)i);
+            h[0] = (uint16_t)(u.x & 0xffff); h[1] = (uint16_t)(u.x >> 16);
+            h[2] = (uint16_t)(u.y & 0xffff); h[3] = (uint16_t)(u.y >> 16);
+        } else {
+            h[0] = ((const uint16_t*)wr)[i];
+        }
+#pragma unroll
+        for (int k = 0; k < V; ++k) w[k] = TY == kF16 ? half_to_float(h[k]) : bf16_to_float(h[k]);
+    }
+}
+
+// Row wr (n weights) · x by a block of WARPS warps: V-wide steps t, t + 32·V·WARPS, … per thread, the warps' sums
+// added in warp order; every thread gets the result. A thread issues the loads of up to kPlainBatch steps before its
+// first multiply (a row of 2560 is 5 steps: one round trip to memory instead of three); the products are still added
+// in step order. r15 on the H200: the F32 router 4.47 -> 4.06 us, BF16 3.96 -> 3.46. Every thread must call this.
+constexpr int kPlainBatch = 8;
+
+template <int TY, int V, int WARPS>
+__device__ __forceinline__ float plain_row_dot_block(const uint8_t* __restrict__ wr, int n,
+                                                     const float* __restrict__ x) {
+    __shared__ float partial[WARPS];
+    constexpr int kStep = V * WARPS * 32;
+    float acc = 0.0f;
+    for (int i0 = V * threadIdx.x; i0 < n; i0 += kPlainBatch * kStep) {
+        float w[kPlainBatch][V], xv[kPlainBatch][V];
+#pragma unroll
+        for (int b = 0; b < kPlainBatch; ++b) {
+            const int i = i0 + b * kStep;
+            if (i < n) {   // predicated: every step's loads are issued before the first multiply
+                load_plain<TY, V>(wr, i, w[b]);
+                if (V == 4) {
+                    const float4 f = *(const float4*)(x + i);
+                    xv[b][0] = f.x; xv[b][1 % V] = f.y; xv[b][2 % V] = f.z; xv[b][3 % V] = f.w;
+                } else {
+                    xv[b][0] = x[i];
+                }
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < kPlainBatch; ++b) {
+            if (i0 + b * kStep >= n) continue;
+            if (V == 4) acc = fmaf(w[b][0], xv[b][0], fmaf(w[b][1 % V], xv[b][1 % V], fmaf(w[b][2 % V], xv[b][2 % V],
+                                   fmaf(w[b][3 % V], xv[b][3 % V], acc))));
+            else acc = fmaf(w[b][0], xv[b][0], acc);
+        }
+    }
+    const float v = warp_sum(acc);
+    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < WARPS; ++k) sum += partial[k];
+    __syncthreads();   // partial is rewritten by the next call
+    return sum;
+}
+
+}  // namespace strata::cuda
