@@ -53,6 +53,19 @@ size_t down_smem(int T, int cw, int blk) {
                : (size_t)T * (cw / 32) * 33 * sizeof(float);
 }
 
+// Four values as the int8 bytes of one word (kernel 1's prologues): quantize_act's rounding, Q8_K's clamp to ±127.
+template <int BLK>
+__device__ __forceinline__ uint32_t pack4_q8(const float* v, float id) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+        float r = rintf(v[b] * id);
+        if (BLK == 256) r = fminf(127.0f, fmaxf(-127.0f, r));
+        word |= (uint32_t)(uint8_t)(int8_t)(int)r << (8 * b);
+    }
+    return word;
+}
+
 // Kernel 1's prologue at T = 1 when the chunk is whole streams (cw % H == 0, H % BLK == 0): one pass over X. Each
 // group of 8 lanes takes a 32-input unit as float4s: x·w kept in registers, the unit's Σx² and max |x·w| by
 // shuffles into shared memory; after one barrier warp s sums stream s's units (fixed order); after another every
@@ -111,14 +124,7 @@ __device__ __forceinline__ void down_prologue_one_pass(const float* __restrict__
         amax *= iv;
         const float dd = amax / 127.0f;
         const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
-        uint32_t word = 0;
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-            float r = rintf(v[b] * id);
-            if (BLK == 256) r = fminf(127.0f, fmaxf(-127.0f, r));
-            word |= (uint32_t)(uint8_t)(int8_t)(int)r << (8 * b);
-        }
-        ((uint32_t*)xq)[q] = word;
+        ((uint32_t*)xq)[q] = pack4_q8<BLK>(v, id);
         if (cc % BLK == 0) xd[cc / BLK] = BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;
         if (write_xn) ((float4*)xn)[(c0 + cc) / 4] = make_float4(v[0], v[1], v[2], v[3]);
     }
@@ -237,16 +243,7 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
             const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
             int packed[8];
 #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                uint32_t word = 0;
-#pragma unroll
-                for (int b = 0; b < 4; ++b) {
-                    float r = rintf(v[4 * k + b] * id);
-                    if (BLK == 256) r = fminf(127.0f, fmaxf(-127.0f, r));
-                    word |= (uint32_t)(uint8_t)(int8_t)(int)r << (8 * b);
-                }
-                packed[k] = (int)word;
-            }
+            for (int k = 0; k < 8; ++k) packed[k] = (int)pack4_q8<BLK>(v + 4 * k, id);
             int4* qo = (int4*)(xq + t * cw + 32 * uu);
             qo[0] = make_int4(packed[0], packed[1], packed[2], packed[3]);
             qo[1] = make_int4(packed[4], packed[5], packed[6], packed[7]);
