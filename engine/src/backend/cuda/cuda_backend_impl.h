@@ -77,13 +77,13 @@ struct CudaBackend::Impl {
     bool fused_moe = true;
     int32_t* zero_ids = nullptr;                 // kTiledMinRows zeros: the shared expert as "expert 0"
 
-    // STRATA_CUDA_HR_QUANT_U=1 (off; not yet measured): a one-token hyper_read also writes u's Q8 form into act_cache,
-    // in the activation block its consumer used last time (hr_u_blk, learnt when a matmul quantized a hyper_read's
-    // u), so that matmul skips its quantize launch. hr_counters: the mix kernel's per-block counters.
     // STRATA_CUDA_FUSED_ROUTE=1 (off; not yet measured): route() at one token in one launch (cuda::router_topk);
     // route_counter is its device counter (allocated only then).
     int* route_counter = nullptr;
 
+    // STRATA_CUDA_HR_QUANT_U=1 (off; not yet measured): a one-token hyper_read also writes u's Q8 form into act_cache,
+    // in the activation block its consumer used last time (hr_u_blk, learnt when a matmul quantized a hyper_read's
+    // u), so that matmul skips its quantize launch. hr_counters: the mix kernel's per-block counters.
     static constexpr int kHrCounters = 1024;
     bool hr_quant_u = false;
     int* hr_counters = nullptr;
