@@ -2,7 +2,8 @@
 // token; k rounds of a warp argmax (largest p, then smallest index). When the k-th value is tied with an expert left
 // out, one thread redoes the choice with torch.topk's own steps (model/topk_exact.h) so exact ties go as on the CPU.
 // E ≤ 1024: the probabilities stay in registers and a round is two warp reductions (redux.sync); larger E (and
-// STRATA_CUDA_ROUTE_TOPK=v1) take the first kernel, which rescans shared memory each round.
+// STRATA_CUDA_ROUTE_TOPK=v1) take the first kernel, which rescans shared memory each round. router_topk: the F32
+// router's logits and the routing of one token in one launch (Backend::route with STRATA_CUDA_FUSED_ROUTE=1).
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -86,6 +87,7 @@ __global__ void route_topk_kernel(const float* logits, int E, int k, int32_t* id
 // Lane holds p of experts lane + 32·i (i < VPL) in registers. Key of a candidate: bits(p) + 1 (p ≥ 0, so the bits order
 // as the values), 0 when taken or past E: the largest key is the largest p, and among equal keys the smallest index
 // wins, as in the kernel above. The arithmetic of p and of the weights is that kernel's too.
+//
 // One token's routing by one warp (the lanes of threads 0-31): l its E logits (read through L2, so a block of the
 // same kernel may have written them), smem (E floats + E Elems + k ints) of the calling block; ids / weights its k.
 template <int VPL>
