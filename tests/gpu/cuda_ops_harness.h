@@ -44,6 +44,13 @@ inline void report(const std::string& name, const std::vector<float>& got, const
     std::printf("%-44s rel %.3e  %s\n", name.c_str(), r, r <= tol ? "ok" : "FAIL");
 }
 
+// A check that two outputs are the same bits (reported as 0 when they are, 1 when not; tolerance 0).
+inline void report_same_bits(const std::string& name, const std::vector<float>& got, const std::vector<float>& want) {
+    const bool same =
+        got.size() == want.size() && std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0;
+    report(name, {same ? 0.0f : 1.0f}, {0.0f}, 0.0);
+}
+
 // Device copies of host arrays on the GPU backend.
 struct Dev {
     float* p;

@@ -267,8 +267,7 @@ void test_fused_quant_bits() {
         return y;
     };
     auto check = [&](const std::string& name, const std::vector<float>& fused, const std::vector<float>& plain) {
-        const bool same = std::memcmp(fused.data(), plain.data(), fused.size() * sizeof(float)) == 0;
-        report("fused quant == unfused " + name, {same ? 0.0f : 1.0f}, {0.0f}, 0.0);
+        report_same_bits("fused quant == unfused " + name, fused, plain);
     };
     for (GgmlType t : gputest::all_formats()) {
         if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16) continue;
@@ -428,7 +427,7 @@ void test_hyper_read_q8_u() {
         const int64_t before = CudaBackend::hyper_read_quantized_u();
         const std::vector<float> with = run(pre), without = run(*gpu);
         const std::string name = std::string("hyper_read q8 u == quantize_act, consumer ") + ggml_type_name(t);
-        report(name, {std::memcmp(with.data(), without.data(), rows * sizeof(float)) == 0 ? 0.0f : 1.0f}, {0.0f}, 0.0);
+        report_same_bits(name, with, without);
         report(name + " path", {(float)(CudaBackend::hyper_read_quantized_u() - before)}, {1.0f}, 0.0);
     }
 }
@@ -465,8 +464,7 @@ void test_route_fused() {
         const std::vector<float> got = run(fused), want = run(*gpu);
         const std::string name = "route fused n=" + std::to_string(sh.n) + " E=" + std::to_string(sh.E) + " k=" +
                                  std::to_string(sh.k);
-        report(name + " == matmul + route_topk",
-               {std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0 ? 0.0f : 1.0f}, {0.0f}, 0.0);
+        report_same_bits(name + " == matmul + route_topk", got, want);
         report(name + " path", {(float)(CudaBackend::fused_routes() - before)}, {2.0f}, 0.0);
     }
 }
