@@ -205,32 +205,6 @@ void bench_hyper_read(GgmlType down_t, GgmlType up_t, bool with_inj, bool pdl) {
                   },
                   [&] { return download(u, (size_t)T * kH); });
             cuda::hyper_read_set_one_pass(-1);
-            // u's Q8 form from the mix kernel (STRATA_CUDA_HR_QUANT_U) against hyper_read + quantize_act of u
-            int8_t* q;
-            float* d;
-            int* counters;
-            CK(cudaMalloc(&q, kH));
-            CK(cudaMalloc(&d, kH / 32 * sizeof(float)));
-            CK(cudaMalloc(&counters, 1024 * sizeof(int)));
-            CK(cudaMemset(counters, 0, 1024 * sizeof(int)));
-            const cuda::HyperReadQ8Out q8{32, q, d, counters};
-            bench("hyper_read", detail + " +q8 u", T, 0.0,
-                  [&] {
-                      cuda::hyper_read(stream, a, X, T, scratch, u, inj_arg);
-                      cuda::quantize_act(stream, 32, u, 1, kH, cuda::ActQ8{q, d});
-                  },
-                  [&] { cuda::hyper_read(stream, a, X, T, scratch, u, inj_arg, &q8); },
-                  [&] {   // the Q8 values and scales as floats: the same bits either way
-                      std::vector<int8_t> qh(kH);
-                      std::vector<float> o(kH / 32);
-                      CK(cudaMemcpy(qh.data(), q, kH, cudaMemcpyDeviceToHost));
-                      CK(cudaMemcpy(o.data(), d, o.size() * sizeof(float), cudaMemcpyDeviceToHost));
-                      for (int8_t v : qh) o.push_back((float)v);
-                      return o;
-                  });
-            CK(cudaFree(q));
-            CK(cudaFree(d));
-            CK(cudaFree(counters));
         }
         CK(cudaFree(X));
         CK(cudaFree(u));
@@ -264,6 +238,28 @@ void bench_route_topk() {
         };
         bench("route_topk", "E=512 k=10", T, 0.0, [&] { cuda::route_topk_v1(stream, logits, T, kE, kK, ids, w); },
               [&] { cuda::route_topk(stream, logits, T, kE, kK, ids, w); }, out);
+        if (T == 1) {   // the router (F32 [E, H]) and its top-k: two launches before, router_topk's one now
+            float* W = upload(randn((size_t)kE * kH, 0.02f));
+            float* x = upload(randn(kH));
+            int* counter;
+            CK(cudaMalloc(&counter, sizeof(int)));
+            CK(cudaMemset(counter, 0, sizeof(int)));
+            cuda::MatmulArgs m;
+            m.type = GgmlType::F32;
+            m.w = reinterpret_cast<const uint8_t*>(W);
+            m.row_bytes = (size_t)kH * sizeof(float);
+            m.rows = kE;
+            m.n = kH;
+            bench("route", "fused E=512 k=10 H=2560", T, 0.0,
+                  [&] {
+                      cuda::matmul(stream, m, x, cuda::ActQ8{}, 1, logits);
+                      cuda::route_topk(stream, logits, T, kE, kK, ids, w);
+                  },
+                  [&] { cuda::router_topk(stream, W, kH, x, kE, kK, counter, logits, ids, w); }, out);
+            CK(cudaFree(W));
+            CK(cudaFree(x));
+            CK(cudaFree(counter));
+        }
         CK(cudaFree(logits));
         CK(cudaFree(ids));
         CK(cudaFree(w));

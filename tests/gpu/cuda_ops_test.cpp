@@ -389,49 +389,6 @@ void test_hyper_read() {
     }
 }
 
-// STRATA_CUDA_HR_QUANT_U=1: a one-token hyper_read also writes u's Q8 form, which the next matmul on u takes instead
-// of quantizing u itself. A matmul after the second hyper_read (the first teaches the backend its consumer's block)
-// must give the same bits as the default backend's, for a Q8_0-block (Q2_0) and a Q8_K-block (IQ2_XS) consumer,
-// and the path must have been taken.
-void test_hyper_read_q8_u() {
-    const int n = 4, H = 2560, r = 320, rows = 96;
-    const int nH = n * H;
-    HyperWeights w;
-    w.norm = make_f32_vector(randn(nH, 0.3f), "hc_norm_q8u");
-    w.down = make_weight(GgmlType::Q2_0, nH, r, 1, "hc_down_q8u");
-    w.inject = make_weight(GgmlType::Q2_0, nH, n, 1, "hc_inject_q8u");
-    w.up = make_weight(GgmlType::Q2_0, r, nH, 1, "hc_up_q8u");
-    for (GgmlType t : {GgmlType::Q2_0, GgmlType::IQ2_XS}) {
-        setenv("STRATA_CUDA_HR_QUANT_U", "1", 1);
-        CudaBackend pre(0);   // a backend of its own for each consumer: it learns that consumer's block
-        unsetenv("STRATA_CUDA_HR_QUANT_U");
-        const Weight& m = make_weight(t, H, rows, 1, "q8u_consumer");
-        for (const Weight* x : std::initializer_list<const Weight*>{&w.down, &w.inject, &w.up, &m})
-            pre.upload_weight(*x);
-        const std::vector<float> X1 = randn(nH), X2 = randn(nH);
-        auto run = [&](CudaBackend& b) {
-            float* dX = b.alloc(nH);
-            float* du = b.alloc(H);
-            float* dinj = b.alloc(n);
-            float* dy = b.alloc(rows);
-            for (const std::vector<float>* X : {&X1, &X2}) {
-                b.to_device(dX, X->data(), nH);
-                b.hyper_read(w, dX, 1, n, H, 1e-6f, du, dinj);
-                b.matmul(m, du, 1, dy);
-            }
-            std::vector<float> y(rows);
-            b.to_host(y.data(), dy, rows);
-            for (float* p : {dX, du, dinj, dy}) b.release(p);
-            return y;
-        };
-        const int64_t before = CudaBackend::hyper_read_quantized_u();
-        const std::vector<float> with = run(pre), without = run(*gpu);
-        const std::string name = std::string("hyper_read q8 u == quantize_act, consumer ") + ggml_type_name(t);
-        report_same_bits(name, with, without);
-        report(name + " path", {(float)(CudaBackend::hyper_read_quantized_u() - before)}, {1.0f}, 0.0);
-    }
-}
-
 // STRATA_CUDA_FUSED_ROUTE=1: route() at one token in one launch. Its logits must have the bits of the split-K
 // matmul, its ids and weights those of route_topk (the default backend's matmul + route_topk), and the path taken.
 void test_route_fused() {
@@ -859,7 +816,6 @@ int main(int argc, char** argv) {
         group("route_fused", test_route_fused);
         group("small_ops", test_small_ops);
         group("hyper_read", test_hyper_read);
-        group("hyper_read_q8_u", test_hyper_read_q8_u);
         group("gdn_block", [] { test_gdn_block(); });
         group("gdn_block_unfused", test_gdn_block_unfused);
         group("gdn_block_quant", test_gdn_quant_bits);

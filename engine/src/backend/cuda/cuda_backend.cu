@@ -59,12 +59,6 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
         CUDA_CHECK(cudaMalloc(&impl_->route_counter, sizeof(int)));
         CUDA_CHECK(cudaMemset(impl_->route_counter, 0, sizeof(int)));
     }
-    const char* hr_q8_env = std::getenv("STRATA_CUDA_HR_QUANT_U");
-    impl_->hr_quant_u = hr_q8_env && std::strcmp(hr_q8_env, "1") == 0;
-    if (impl_->hr_quant_u) {
-        CUDA_CHECK(cudaMalloc(&impl_->hr_counters, Impl::kHrCounters * sizeof(int)));
-        CUDA_CHECK(cudaMemset(impl_->hr_counters, 0, Impl::kHrCounters * sizeof(int)));
-    }
     // The profile's events time ops issued directly. (The hybrid path's MoE runs outside graphs: moe_on_host.)
     impl_->graphs_on = graphs_wanted && !impl_->sync_each_op && !impl_->prof->on();
     if (graphs_wanted && impl_->prof->on()) log_info("cuda", "STRATA_CUDA_PROFILE=1 turns CUDA graphs off");
@@ -81,7 +75,6 @@ CudaBackend::~CudaBackend() {
     impl_->hybrid.reset();
     impl_->drop_moe_input();
     cudaFree(impl_->zero_ids);
-    cudaFree(impl_->hr_counters);
     cudaFree(impl_->route_counter);
     for (auto& [host, up] : impl_->weights)
         if (up.owner) cudaFree(up.dev);

@@ -1,14 +1,8 @@
 // CudaBackend's dense ops: embed, matmul, norms, elementwise and row/column ops, the PLE gate, the
 // hyper-connection ops (hyper_mix, hyper_inject, hyper_read) and rope.
-#include <atomic>
-
 #include "backend/cuda/cuda_backend_impl.h"
 
 namespace strata {
-
-namespace {
-std::atomic<int64_t> g_hr_quantized_u{0};   // hyper_read calls that wrote u's Q8 form (all CUDA backends)
-}  // namespace
 
 void CudaBackend::embed(const Weight& table, const int32_t* ids, int T, float* y) {
     Impl::OpScope prof_op(*impl_, "embed");
@@ -155,27 +149,9 @@ void CudaBackend::hyper_read(const HyperWeights& w, const float* X, int T, int n
     }
     Impl::Buf scratch(*impl_, cuda::hyper_read_scratch_bytes(a, T));
     Impl& im = *impl_;
-    cuda::HyperReadQ8Out q8;   // u's Q8 form for its consumer (Impl::hr_quant_u)
-    if (im.hr_quant_u && T == 1 && im.hr_u_blk > 0 && !im.f32_act && H / im.hr_u_blk <= Impl::kHrCounters) {
-        q8.blk = im.hr_u_blk;
-        q8.q = static_cast<int8_t*>(im.scratch->get((size_t)H));
-        q8.d = static_cast<float*>(im.scratch->get((size_t)(H / q8.blk) * sizeof(float)));
-        q8.counters = im.hr_counters;
-    }
-    const bool wrote_q8 = cuda::hyper_read(im.stream, a, X, T, scratch.p, u, inj, q8.blk ? &q8 : nullptr);
+    cuda::hyper_read(im.stream, a, X, T, scratch.p, u, inj);
     im.done("hyper_read");
-    im.last_hr_u = u;
-    if (wrote_q8) {   // as if a matmul had just quantized u (the epoch after this op)
-        im.drop_act_cache();
-        im.act_cache = Impl::ActCache{u, 1, H, q8.blk, im.act_epoch, q8.q, q8.d};
-        g_hr_quantized_u.fetch_add(1, std::memory_order_relaxed);
-    } else if (q8.blk) {
-        im.scratch->put(q8.q);
-        im.scratch->put(q8.d);
-    }
 }
-
-int64_t CudaBackend::hyper_read_quantized_u() { return g_hr_quantized_u.load(); }
 
 int64_t CudaBackend::fused_hyper_reads() { return cuda::hyper_read_fused_calls(); }
 

@@ -81,17 +81,6 @@ struct CudaBackend::Impl {
     // route_counter is its device counter (allocated only then).
     int* route_counter = nullptr;
 
-    // STRATA_CUDA_HR_QUANT_U=1 (off; not yet measured): a one-token hyper_read also writes u's Q8 form into act_cache,
-    // in the activation block its consumer used last time (hr_u_blk, learnt when a matmul quantized a hyper_read's
-    // u), so that matmul skips its quantize launch. hr_counters: the mix kernel's per-block counters.
-    static constexpr int kHrCounters = 1024;
-    bool hr_quant_u = false;
-    int* hr_counters = nullptr;
-    int hr_u_blk = 0;
-    const float* last_hr_u = nullptr;
-    void learn_hr_u_blk(const float* x, int blk) {
-        if (hr_quant_u && x == last_hr_u) hr_u_blk = blk;
-    }
     uint64_t ops = 0;                            // Backend ops done, for moe_input's validity
 
     // The device address of a weight's data (also for views inside an uploaded tensor).
@@ -250,7 +239,6 @@ struct CudaBackend::Impl {
         void* q = scratch->get((size_t)rows * n);
         void* d = scratch->get((size_t)rows * (n / blk) * sizeof(float));
         c = ActCache{x, rows, n, blk, act_epoch, q, d};
-        learn_hr_u_blk(x, blk);
         cuda::quantize_act(stream, blk, x, rows, n, cuda::ActQ8{static_cast<int8_t*>(q), static_cast<float*>(d)});
         return cuda::ActQ8{static_cast<int8_t*>(q), static_cast<float*>(d)};
     }
@@ -323,7 +311,6 @@ struct CudaBackend::Impl {
             void* q = scratch->get((size_t)act_rows * m.n);
             void* d = scratch->get((size_t)act_rows * (m.n / blk) * sizeof(float));
             c = ActCache{x, act_rows, m.n, blk, act_epoch, q, d};
-            learn_hr_u_blk(x, blk);
             cuda::quantize_act(stream, blk, x, act_rows, m.n, cuda::ActQ8{static_cast<int8_t*>(q), static_cast<float*>(d)});
         }
         run(cuda::ActQ8{static_cast<int8_t*>(c.q), static_cast<float*>(c.d)});

@@ -303,37 +303,6 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
     }
 }
 
-// u's Q8 form at T = 1 (HyperReadQ8Out): the mix block that completes a Q8 block of u (blk / J mix blocks each add
-// J columns; the last to count in, through a device-wide counter it then resets) quantizes it with quantize_act's
-// arithmetic: lane l holds values l, l + 32, … as quantize_act_kernel's warp does, so the bits are the same.
-__device__ __forceinline__ void u_q8_epilogue(const float* u, int J, const HyperReadQ8Out& o) {
-    __shared__ bool last;
-    const int group = blockIdx.x * J / o.blk, blocks_per_group = o.blk / J;
-    __threadfence();   // this block's u, before its count
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(o.counters + group, 1) == blocks_per_group - 1;
-        if (last) o.counters[group] = 0;   // every other block of the group has counted already
-    }
-    __syncthreads();
-    if (!last || threadIdx.x >= 32) return;
-    __threadfence();   // the other blocks' u, after their counts
-    const int lane = threadIdx.x;
-    const float* ub = u + (size_t)group * o.blk;
-    int8_t* qb = o.q + (size_t)group * o.blk;
-    float d;
-    if (o.blk == 32) {
-        float v[1] = {__ldcg(ub + lane)};
-        d = quantize_act_block<32>(v, lane, qb);
-    } else {
-        float v[8];
-#pragma unroll
-        for (int k = 0; k < 8; ++k) v[k] = __ldcg(ub + lane + 32 * k);
-        d = quantize_act_block<256>(v, lane, qb);
-    }
-    if (lane == 0) o.d[group] = d;
-}
-
 // ---- kernel 2: grid ⌈H / J⌉, J = kGroups / n columns per block; group g = (column jl, stream s) takes up row
 // s·H + j. Prologue (every block): a [T, r] = silu(Σ partials / n) in shared memory, its Q8 form (Q8) when the up
 // weight is a block format; block 0 writes inj = 2σ(Σ partials / n). Then m = σ(up row · a), and u[t, j] = (1/n)
@@ -342,7 +311,7 @@ template <class F, bool Q8, bool PLAIN, int NT>
 __global__ void __launch_bounds__(kThreads)
 hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, int H, int T,
               const uint8_t* __restrict__ up, size_t up_rb, const float* __restrict__ xn, float* __restrict__ u,
-              float* __restrict__ inj, HyperReadQ8Out q8_out) {
+              float* __restrict__ inj) {
     extern __shared__ int4 smem4[];
     __shared__ float val[kMaxTokens][kGroups];                 // m · xn of each group's row
     float* a = (float*)smem4;                                  // [T, r]
@@ -385,7 +354,6 @@ hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, i
         for (int k = 0; k < n; ++k) sum += val[t][c * n + k];
         u[(size_t)t * H + jj] = sum / (float)n;
     }
-    if (q8_out.blk) u_q8_epilogue(u, J, q8_out);
 }
 
 // Which path: the two kernels above (default) or the older three (STRATA_CUDA_HYPER_READ=v1).
@@ -521,14 +489,13 @@ void hyper_read_v1(cudaStream_t s, const HyperReadArgs& a, const float* X, int T
     g_fused.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj,
-                const HyperReadQ8Out* q8_out) {
+void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj) {
     // (kernel 1 reads X as float4s: an unaligned X, which no caller makes today, takes the older kernels)
     // T > 2 also takes them: measured slower there on the H200 (T = 8: 65 vs 45 µs; t1_ops.json of
     // tests/gpu/results/2026-11-30-round2), faster at T = 1 (13.8 vs 20.5) and T = 2 (23.8 vs 26.4).
     if (use_v1() || T > 2 || reinterpret_cast<uintptr_t>(X) % 16 != 0) {
         hyper_read_v1(s, a, X, T, scratch, u, inj);
-        return false;
+        return;
     }
     STRATA_CHECK(hyper_read_supported(a, T), "cuda hyper_read: shape n=", a.n, " H=", a.H, " r=", a.r, " T=", T,
                  " or weight types ", ggml_type_name(a.down_type), "/", ggml_type_name(a.up_type), " not supported");
@@ -569,15 +536,11 @@ bool hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, v
     const size_t smem2 = mix_smem(a, T, blk_up);
     const int J = kGroups / a.n;
     const unsigned mix_blocks = (unsigned)((a.H + J - 1) / J);
-    HyperReadQ8Out uq;   // blk 0: none
-    if (q8_out && T == 1 && (q8_out->blk == 32 || q8_out->blk == 256) && a.H % q8_out->blk == 0 &&
-        q8_out->blk % J == 0 && q8_out->q && q8_out->d && q8_out->counters)
-        uq = *q8_out;
     with_hr_format(a.up_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
             launch_kernel(kernel, dim3(mix_blocks), smem2, s, pdl, (const float*)part, l.chunks, l.R, a.r, a.n, a.H, T,
-                          a.up, a.up_rb, (const float*)xn, u, with_inj ? inj : nullptr, uq);
+                          a.up, a.up_rb, (const float*)xn, u, with_inj ? inj : nullptr);
         };
         if constexpr (F::ABLK == 0) {
             if (one) launch(hr_mix_kernel<F, false, true, 1>);
@@ -594,7 +557,6 @@ bool hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, v
     });
     CUDA_CHECK_LAUNCH();
     g_fused.fetch_add(1, std::memory_order_relaxed);
-    return uq.blk != 0;
 }
 
 }  // namespace strata::cuda

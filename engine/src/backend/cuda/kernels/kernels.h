@@ -115,17 +115,7 @@ struct HyperReadArgs {
 };
 bool hyper_read_supported(const HyperReadArgs& a, int T);
 size_t hyper_read_scratch_bytes(const HyperReadArgs& a, int T);
-// With q8_out (T = 1): the mix kernel also writes u's Q8 form in blocks of blk (32 or 256), the same bits as
-// quantize_act on u: each Q8 block's last mix block quantizes it (counters: ≥ H / blk zeroed ints the kernel leaves
-// zeroed). Returns whether it did (false: that shape or path cannot; the caller quantizes u itself).
-struct HyperReadQ8Out {
-    int blk = 0;
-    int8_t* q = nullptr;
-    float* d = nullptr;
-    int* counters = nullptr;
-};
-bool hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj,
-                const HyperReadQ8Out* q8_out = nullptr);
+void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj);
 void hyper_read_upload_tables();    // once per process (this file's copies of the i-quant tables)
 int64_t hyper_read_fused_calls();   // calls that took the fused path, since start
 
