@@ -5,6 +5,7 @@
 // one a little below, the order swapped every pair so a slow drift of the pass time, as the context grows, cancels)
 // and steps towards the faster side; the step grows while the direction holds and shrinks when it turns. Passes far
 // slower than usual (the first of a request after idle time) are not counted. Plain C++: the CPU tests drive it.
+// MissShareBalance below is the other controller (STRATA_SHARE_CONTROL picks, hybrid_moe.cu).
 #pragma once
 
 namespace strata {
@@ -44,6 +45,35 @@ private:
     bool high_phase() const { return (n_ < kBlock) == (pair_ % 2 == 0); }
     int n_ = 0, pair_ = 0, last_dir_ = 0;
     double high_ns_ = 0, low_ns_ = 0, typical_ns_ = 0, step_ = 0.02;
+};
+
+// The zero-copy share set from which side each layer's join waited for. In a MoE layer with missed experts the pass
+// goes on when the later of the GPU side (its cached experts and the share it reads over PCIe) and the CPU side (the
+// rest) is done. Moving a little share δ to the GPU lengthens every layer the GPU finished last by δ·m/W_pcie and
+// shortens every layer the CPU finished last by δ·m/W_cpu (m: the layer's missed bytes), so the pass is shortest
+// where the CPU finishes last in a fraction W_cpu / (W_cpu + W_pcie) of those layers, whatever the noise on either
+// side. Each pass moves the share by kGain × (the fraction measured in it − that target): one number a pass from
+// the joins, no probing, so it settles in tens of passes (MissShareControl: hundreds).
+class MissShareBalance {
+public:
+    double share = 0.5;   // the GPU's share of each layer's missed experts (place_pairs)
+
+    // The fraction of layers with misses in which the CPU should finish last.
+    static double target(double cpu_bytes_per_s, double pcie_bytes_per_s) {
+        if (!(cpu_bytes_per_s > 0) || !(pcie_bytes_per_s > 0)) return 0.5;
+        return cpu_bytes_per_s / (cpu_bytes_per_s + pcie_bytes_per_s);
+    }
+    // One pass: of its miss_layers layers with missed experts, cpu_late of them waited for the CPU. The rates: the
+    // CPU pool's and the GPU's zero-copy reads, bytes a second.
+    void update(int miss_layers, int cpu_late, double cpu_bytes_per_s, double pcie_bytes_per_s) {
+        if (miss_layers <= 0) return;
+        const double f = (double)cpu_late / miss_layers;
+        share += kGain * (f - target(cpu_bytes_per_s, pcie_bytes_per_s));
+        share = share < 0 ? 0 : share > 1 ? 1 : share;
+    }
+
+private:
+    static constexpr double kGain = 0.03;
 };
 
 }  // namespace strata

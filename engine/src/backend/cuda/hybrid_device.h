@@ -37,6 +37,7 @@ struct DeviceJoinWords {
     uint32_t done;           // host → GPU: the last seq whose CPU results are in its ring slot
     uint32_t timed_out;      // GPU → host: a wait gave up after ~60 s
     unsigned long long wait_ns;   // GPU → host: time the join kernels spent waiting for the CPU
+    uint32_t late_joins;     // GPU → host: joins that found the CPU's results not yet there (MissShareBalance)
     float share_next;        // host only: the zero-copy share copied into DeviceJoinState::share between passes
 };
 

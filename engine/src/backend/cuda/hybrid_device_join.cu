@@ -117,7 +117,10 @@ void HybridMoe::prepare_device_path() {
             log_info("experts", "zero-copy experts are read in place (no staging slots: no VRAM, or odd sizes)");
         }
     }
-    if (share_auto_ && zero_copy_any_) gpu_miss_share_ = share_ctl_.next();
+    if (share_auto_ && zero_copy_any_) {
+        if (share_balance_on_) pcie_rate_ = measure_pcie_rate();
+        gpu_miss_share_ = share_balance_on_ ? share_bal_.share : share_ctl_.next();
+    }
     push_share();
     const char* share_log = std::getenv("STRATA_SHARE_LOG");
     share_log_ = share_auto_ && zero_copy_any_ && share_log && std::strcmp(share_log, "1") == 0;
@@ -127,7 +130,10 @@ void HybridMoe::prepare_device_path() {
                             share_auto_ && zero_copy_any_
                                 ? fmt("a share of the missed experts read zero-copy over PCIe in ", zc_layers, " of ",
                                       L_n, " layers", zc_stage_[0] ? " (copied into staging slots first)" : "",
-                                      ", tuned while decoding from ", share_ctl_.share)
+                                      ", tuned while decoding from ", auto_share(),
+                                      share_balance_on_ ? fmt(" by the joins that wait for the CPU (PCIe reads ",
+                                                              (int)(pcie_rate_ / 1e8) / 10.0, " GB/s)")
+                                                        : std::string(" by probing the pass time"))
                             : gpu_miss_share_ > 0 && zero_copy_any_
                                 ? fmt("a share of ", gpu_miss_share_, " of the missed experts read zero-copy over PCIe in ",
                                       zc_layers, " of ", L_n, " layers",
@@ -135,18 +141,85 @@ void HybridMoe::prepare_device_path() {
                                 : std::string("all missed experts on the CPU")));
 }
 
+// The zero-copy rate MissShareBalance weighs the CPU pool's against: the first layer's gate experts copied from
+// pinned host memory into the gate staging slots (or, without them, a scratch buffer), the best of three timed
+// copies. The stage kernel reads at about this rate; the decode kernels reading experts in place
+// (STRATA_HYBRID_STAGE=0) are slower. 0 when no device memory is left for it (the controller then aims at 1/2).
+double HybridMoe::measure_pcie_rate() {
+    const Layer& L = layers_[0];
+    size_t bytes = std::min<size_t>(L.gate_bytes * (size_t)n_experts_, L.gate_bytes * (size_t)kStageExperts);
+    void* d = zc_stage_[0];
+    void* own = nullptr;
+    if (!d) {
+        if (cudaMalloc(&own, bytes) != cudaSuccess) {
+            cudaGetLastError();
+            return 0.0;
+        }
+        d = own;
+    }
+    cudaEvent_t t0, t1;
+    CUDA_CHECK(cudaEventCreate(&t0));
+    CUDA_CHECK(cudaEventCreate(&t1));
+    float best_ms = 0;
+    for (int i = 0; i < 3; ++i) {
+        CUDA_CHECK(cudaEventRecord(t0, stream_));
+        CUDA_CHECK(cudaMemcpyAsync(d, L.gate.data, bytes, cudaMemcpyHostToDevice, stream_));
+        CUDA_CHECK(cudaEventRecord(t1, stream_));
+        CUDA_CHECK(cudaEventSynchronize(t1));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+        if (i == 0 || ms < best_ms) best_ms = ms;
+    }
+    CUDA_CHECK(cudaEventDestroy(t0));
+    CUDA_CHECK(cudaEventDestroy(t1));
+    if (own) CUDA_CHECK(cudaFree(own));
+    return best_ms > 0 ? (double)bytes / (best_ms * 1e-3) : 0.0;
+}
+
+// After a counted pass: the controller in use sets the share the next pass runs at.
+void HybridMoe::tune_share(double pass_ns) {
+    if (!share_balance_on_) {
+        share_ctl_.update(pass_ns);
+        gpu_miss_share_ = share_ctl_.next();
+        return;
+    }
+    const uint32_t jobs = miss_jobs_.load(std::memory_order_relaxed), late = words_->late_joins;
+    const double cpu_s = cpu_->seconds();
+    const int64_t cpu_bytes = counters_.cpu_bytes;
+    if (cpu_s > ctl_cpu_s_ && cpu_bytes > ctl_cpu_bytes_) {   // the pool's rate, averaged over the recent passes
+        const double r = (double)(cpu_bytes - ctl_cpu_bytes_) / (cpu_s - ctl_cpu_s_);
+        cpu_rate_ = cpu_rate_ > 0 ? 0.9 * cpu_rate_ + 0.1 * r : r;
+    }
+    const int miss_layers = (int)(jobs - ctl_miss_jobs_), late_layers = (int)(late - ctl_late_);
+    share_bal_.update(miss_layers, late_layers, cpu_rate_, pcie_rate_);
+    if (share_log_ && miss_layers > 0) {
+        share_log_late_ += (double)late_layers / miss_layers;
+        share_log_target_ += MissShareBalance::target(cpu_rate_, pcie_rate_);
+    }
+    ctl_miss_jobs_ = jobs;
+    ctl_late_ = late;
+    ctl_cpu_bytes_ = cpu_bytes;
+    ctl_cpu_s_ = cpu_s;
+    gpu_miss_share_ = share_bal_.share;
+}
+
 void HybridMoe::log_share_pass(double pass_ns) {
     share_log_pass_ns_ += pass_ns;
     share_log_share_ += gpu_miss_share_;   // the share this pass ran at
     if (++share_log_n_ < kShareLogPasses) return;
     const unsigned long long wait = words_->wait_ns;
-    log_info("experts", fmt("auto share: centre ", share_ctl_.share, ", mean share run ",
-                            share_log_share_ / share_log_n_, " over ", share_log_n_, " passes of ",
-                            share_log_pass_ns_ / share_log_n_ / 1e6, " ms; GPU waited ",
+    const std::string how =
+        share_balance_on_
+            ? fmt("balance: CPU last in ", share_log_late_ / share_log_n_, " of the layers with misses (target ",
+                  share_log_target_ / share_log_n_, "; CPU ", (int)(cpu_rate_ / 1e8) / 10.0, " GB/s, PCIe ",
+                  (int)(pcie_rate_ / 1e8) / 10.0, " GB/s)")
+            : fmt("climb: centre ", share_ctl_.share);
+    log_info("experts", fmt("auto share ", how, ", mean share run ", share_log_share_ / share_log_n_, " over ",
+                            share_log_n_, " passes of ", share_log_pass_ns_ / share_log_n_ / 1e6, " ms; GPU waited ",
                             (double)(wait - share_log_wait_ns_) / share_log_n_ / 1e6, " ms a pass for the CPU"));
     share_log_wait_ns_ = wait;
     share_log_n_ = 0;
-    share_log_pass_ns_ = share_log_share_ = 0;
+    share_log_pass_ns_ = share_log_share_ = share_log_late_ = share_log_target_ = 0;
 }
 
 // The plan kernels read the share from device memory: copied there stream-ordered (the words page is pinned; the
@@ -243,9 +316,8 @@ void HybridMoe::between_passes() {
         const int64_t now = now_ns();
         const uint32_t consumed = words_->consumed;
         if (consumed != ctl_consumed_ && ctl_last_ns_ > 0) {   // a pass of prompt chunks only is not counted
-            share_ctl_.update((double)(now - ctl_last_ns_));
+            tune_share((double)(now - ctl_last_ns_));
             if (share_log_) log_share_pass((double)(now - ctl_last_ns_));
-            gpu_miss_share_ = share_ctl_.next();
             push_share();
         }
         ctl_last_ns_ = now;
@@ -268,6 +340,11 @@ bool HybridMoe::run_device_job() {
     const int H = (int)L.gate.ne[0];
     try {
         if (profile_out_) profile_out_->add(l, job.ids, P);
+        for (int p = 0; p < P; ++p)
+            if (job.place[p] != kPairCached) {   // MissShareBalance counts the layers with misses
+                miss_jobs_.fetch_add(1, std::memory_order_relaxed);
+                break;
+            }
         cache_->record(l, job.ids, P);
         ++passes_;
         ++counters_.passes;

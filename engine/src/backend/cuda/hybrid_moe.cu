@@ -58,6 +58,11 @@ HybridMoe::HybridMoe(const GpuOptions& opt, cudaStream_t stream, DevicePool& poo
                      " is neither auto nor a share between 0 and 1");
         gpu_miss_share_ = share_auto_ ? 0.0 : v;
     }
+    if (const char* ctl = std::getenv("STRATA_SHARE_CONTROL")) {   // how the auto share is tuned (experts/miss_share.h)
+        STRATA_CHECK(std::strcmp(ctl, "balance") == 0 || std::strcmp(ctl, "climb") == 0, "STRATA_SHARE_CONTROL=", ctl,
+                     " is neither balance nor climb");
+        share_balance_on_ = std::strcmp(ctl, "balance") == 0;
+    }
     const char* join = std::getenv("STRATA_HYBRID_JOIN");
     async_join_ = !(join && std::strcmp(join, "host") == 0);
     if (caching_ && async_join_) {
@@ -525,7 +530,7 @@ std::string HybridMoe::summary() const {
                (int)(counters_.pcie_ms > 0 ? counters_.pcie_bytes / counters_.pcie_ms / 1e5 : 0) / 10.0,
                " GB/s); experts pinned in ", (int)(pin_s_ * 1000), " ms (",
                (int)(pin_s_ > 0 ? pinned_bytes_ / pin_s_ / 1e8 : 0) / 10.0, " GB/s); decode misses read by the GPU: share ",
-               (int)((share_auto_ ? share_ctl_.share : gpu_miss_share_) * 100 + 0.5) / 100.0,
+               (int)((share_auto_ ? auto_share() : gpu_miss_share_) * 100 + 0.5) / 100.0,
                share_auto_ ? " (auto)" : "", "; join ",
                device_on_ ? "device" : async_join_ ? "async" : "host");
 }

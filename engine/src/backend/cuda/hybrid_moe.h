@@ -140,7 +140,10 @@ public:
 
 private:
     void push_share();   // gpu_miss_share_ → DeviceJoinState::share, stream-ordered
+    void tune_share(double pass_ns);       // the auto share after a counted pass (between_passes)
     void log_share_pass(double pass_ns);   // STRATA_SHARE_LOG: one counted pass (between_passes)
+    double measure_pcie_rate();            // bytes a second the GPU reads from the pinned experts (at start)
+    double auto_share() const { return share_balance_on_ ? share_bal_.share : share_ctl_.share; }
     struct Layer {
         Weight gate, up, down;                // host views (data: pinned piece or mapped file)
         size_t gate_bytes = 0, up_bytes = 0, down_bytes = 0;   // one expert's matrix of each
@@ -281,7 +284,18 @@ private:
     CpuShare dev_share_;                        // the dispatcher's CPU pairs of one job (experts/device_jobs.h)
     bool zero_copy_any_ = false;                // some layer's experts are mapped for zero-copy reads
     uint8_t* zc_stage_[3] = {nullptr, nullptr, nullptr};   // zero-copy staging slots: gate, up, down (kStageExperts each)
-    MissShareControl share_ctl_;                // auto share: between_passes feeds it each pass's time
+    MissShareControl share_ctl_;                // auto share (STRATA_SHARE_CONTROL=climb): fed each pass's time
+    // Auto share by MissShareBalance (the default; STRATA_SHARE_CONTROL=climb: share_ctl_), fed each pass with the
+    // layers that had missed experts (miss_jobs_, counted by the dispatcher), the joins that waited for the CPU
+    // (DeviceJoinWords::late_joins), the CPU pool's rate (averaged over passes) and the PCIe rate measured at start.
+    bool share_balance_on_ = true;
+    MissShareBalance share_bal_;
+    std::atomic<uint32_t> miss_jobs_{0};        // device jobs with a missed expert (the dispatcher's count)
+    uint32_t ctl_miss_jobs_ = 0, ctl_late_ = 0; // both counts at the last pass boundary
+    int64_t ctl_cpu_bytes_ = 0;                 // counters_.cpu_bytes and the pool's seconds then
+    double ctl_cpu_s_ = 0;
+    double cpu_rate_ = 0, pcie_rate_ = 0;       // bytes a second
+    double share_log_late_ = 0, share_log_target_ = 0;   // STRATA_SHARE_LOG sums of the late fraction and its target
     int64_t ctl_last_ns_ = 0;                   // the last pass boundary
     uint32_t ctl_consumed_ = 0;                 // words_->consumed then (a pass without device jobs is not counted)
     // STRATA_SHARE_LOG=1: one log line every kShareLogPasses counted passes (the share's path, the mean pass and

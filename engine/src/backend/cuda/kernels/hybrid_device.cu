@@ -19,10 +19,14 @@ __device__ __forceinline__ unsigned long long global_ns() {
     return t;
 }
 
-// Polls *word until (int32)(*word − seq) ≥ −slack; on time-out sets timed_out and returns. Returns the ns waited.
-__device__ unsigned long long wait_word(const uint32_t* word, uint32_t seq, int slack, uint32_t* timed_out) {
+// Polls *word until (int32)(*word − seq) ≥ −slack; on time-out sets timed_out and returns. Returns the ns waited;
+// *polled (optional): whether the first look found the word short of it.
+__device__ unsigned long long wait_word(const uint32_t* word, uint32_t seq, int slack, uint32_t* timed_out,
+                                        bool* polled = nullptr) {
     const unsigned long long start = global_ns();
+    if (polled) *polled = false;
     while ((int32_t)(__ldcv(word) - seq) < -slack) {
+        if (polled) *polled = true;
         __nanosleep(200);
         if (global_ns() - start > kGiveUpNs) {
             *(volatile uint32_t*)timed_out = 1;
@@ -112,9 +116,11 @@ hybrid_join_kernel(const DeviceJoinState* state, uint8_t* ring, size_t slot_byte
     if (state->n_cpu == 0) return;
     const uint32_t seq = state->seq;
     if (threadIdx.x == 0) {
-        const unsigned long long ns = wait_word(&wd->done, seq, 0, &wd->timed_out);
+        bool late = false;
+        const unsigned long long ns = wait_word(&wd->done, seq, 0, &wd->timed_out, &late);
         volatile unsigned long long* acc = &wd->wait_ns;
         *acc = *acc + ns;
+        if (late) *(volatile uint32_t*)&wd->late_joins += 1;   // one join at a time: no other writer
         __threadfence_system();
     }
     __syncthreads();
