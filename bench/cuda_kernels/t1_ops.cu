@@ -238,28 +238,6 @@ void bench_route_topk() {
         };
         bench("route_topk", "E=512 k=10", T, 0.0, [&] { cuda::route_topk_v1(stream, logits, T, kE, kK, ids, w); },
               [&] { cuda::route_topk(stream, logits, T, kE, kK, ids, w); }, out);
-        if (T == 1) {   // the router (F32 [E, H]) and its top-k: two launches before, router_topk's one now
-            float* W = upload(randn((size_t)kE * kH, 0.02f));
-            float* x = upload(randn(kH));
-            int* counter;
-            CK(cudaMalloc(&counter, sizeof(int)));
-            CK(cudaMemset(counter, 0, sizeof(int)));
-            cuda::MatmulArgs m;
-            m.type = GgmlType::F32;
-            m.w = reinterpret_cast<const uint8_t*>(W);
-            m.row_bytes = (size_t)kH * sizeof(float);
-            m.rows = kE;
-            m.n = kH;
-            bench("route", "fused E=512 k=10 H=2560", T, 0.0,
-                  [&] {
-                      cuda::matmul(stream, m, x, cuda::ActQ8{}, 1, logits);
-                      cuda::route_topk(stream, logits, T, kE, kK, ids, w);
-                  },
-                  [&] { cuda::router_topk(stream, W, kH, x, kE, kK, counter, logits, ids, w); }, out);
-            CK(cudaFree(W));
-            CK(cudaFree(x));
-            CK(cudaFree(counter));
-        }
         CK(cudaFree(logits));
         CK(cudaFree(ids));
         CK(cudaFree(w));

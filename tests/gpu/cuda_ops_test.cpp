@@ -389,43 +389,6 @@ void test_hyper_read() {
     }
 }
 
-// STRATA_CUDA_FUSED_ROUTE=1: route() at one token in one launch. Its logits must have the bits of the split-K
-// matmul, its ids and weights those of route_topk (the default backend's matmul + route_topk), and the path taken.
-void test_route_fused() {
-    setenv("STRATA_CUDA_FUSED_ROUTE", "1", 1);
-    CudaBackend fused(0);
-    unsetenv("STRATA_CUDA_FUSED_ROUTE");
-    struct Shape {
-        int n, E, k;
-    };
-    for (const Shape sh : {Shape{2560, 512, 10}, Shape{512, 256, 8}, Shape{1024, 1000, 1}}) {
-        const Weight& router = make_weight(GgmlType::F32, sh.n, sh.E, 1, "router_fused");
-        fused.upload_weight(router);
-        const std::vector<float> u = randn(sh.n);
-        auto run = [&](CudaBackend& b) {
-            float* du = b.alloc(sh.n);
-            float* dl = b.alloc(sh.E);
-            float* di = b.alloc(sh.k);
-            float* dw = b.alloc(sh.k);
-            b.to_device(du, u.data(), sh.n);
-            for (int rep = 0; rep < 2; ++rep)   // twice: the device counter must be back at 0 after a call
-                b.route(router, du, 1, sh.E, sh.k, dl, reinterpret_cast<int32_t*>(di), dw);
-            std::vector<float> o(sh.E + 2 * sh.k);
-            b.to_host(o.data(), dl, sh.E);
-            b.to_host(o.data() + sh.E, di, sh.k);
-            b.to_host(o.data() + sh.E + sh.k, dw, sh.k);
-            for (float* p : {du, dl, di, dw}) b.release(p);
-            return o;
-        };
-        const int64_t before = CudaBackend::fused_routes();
-        const std::vector<float> got = run(fused), want = run(*gpu);
-        const std::string name = "route fused n=" + std::to_string(sh.n) + " E=" + std::to_string(sh.E) + " k=" +
-                                 std::to_string(sh.k);
-        report_same_bits(name + " == matmul + route_topk", got, want);
-        report(name + " path", {(float)(CudaBackend::fused_routes() - before)}, {2.0f}, 0.0);
-    }
-}
-
 // Backend::gdn_block: the CUDA path (four projections sharing one quantization, conv + silu + l2 norms in one kernel,
 // recurrence + gates + gated RMSNorm in one) against the CPU composition of primitive ops, on random weights (conv
 // taps, dt_bias, a, the norm weight too) and a random carried state; y, the conv history and the state S are compared.
@@ -813,7 +776,6 @@ int main(int argc, char** argv) {
         group("moe", test_moe);
         group("shared_expert", test_shared_expert);
         group("route_topk", test_route_topk);
-        group("route_fused", test_route_fused);
         group("small_ops", test_small_ops);
         group("hyper_read", test_hyper_read);
         group("gdn_block", [] { test_gdn_block(); });

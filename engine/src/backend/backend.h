@@ -150,13 +150,6 @@ public:
     // choice among exact ties: model/topk.h), weights[t, j] = p_ids[t,j] / Σ_j p_ids[t,j]. logits [T, E];
     // ids, weights [T, k] in the backend's memory (ids are int32 values in memory from alloc()).
     virtual void route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) = 0;
-    // The router of an MoE layer and its routing: logits [T, E] = router · x, then route_topk. One op, so that a
-    // backend may do both in one launch; by default the two ops.
-    virtual void route(const Weight& router, const float* x, int T, int E, int k, float* logits, int32_t* ids,
-                       float* weights) {
-        matmul(router, x, T, logits);
-        route_topk(logits, T, E, k, ids, weights);
-    }
     // y[t] = Σ_j w[t, j] · experts_j(x[t]) for the routed experts ids[t, j]; ids and weights in the backend's
     // memory (as route_topk writes them). SwiGLU experts from 3-D tensors.
     virtual void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,

@@ -30,7 +30,8 @@ void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float*
     const int E = hp.n_expert, k = hp.n_expert_used;
     Scratch logits(be, (size_t)T * E), ids(be, (size_t)T * k), weights(be, (size_t)T * k);
     int32_t* ids_dev = reinterpret_cast<int32_t*>(ids.get());     // int32 values in float-sized slots
-    be.route(w.router, u, T, E, k, logits, ids_dev, weights);
+    be.matmul(w.router, u, T, logits);
+    be.route_topk(logits, T, E, k, ids_dev, weights);
     be.moe_experts_with_shared(w, u, T, k, ids_dev, weights, y);
 }
 

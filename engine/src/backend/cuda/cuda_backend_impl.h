@@ -77,10 +77,6 @@ struct CudaBackend::Impl {
     bool fused_moe = true;
     int32_t* zero_ids = nullptr;                 // kTiledMinRows zeros: the shared expert as "expert 0"
 
-    // STRATA_CUDA_FUSED_ROUTE=1 (off; not yet measured): route() at one token in one launch (cuda::router_topk);
-    // route_counter is its device counter (allocated only then).
-    int* route_counter = nullptr;
-
     uint64_t ops = 0;                            // Backend ops done, for moe_input's validity
 
     // The device address of a weight's data (also for views inside an uploaded tensor).

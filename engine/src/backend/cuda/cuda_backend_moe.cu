@@ -1,7 +1,5 @@
-// CudaBackend's MoE ops: route_topk, route (router + top-k in one launch), moe_experts (tiled, decode-fused, expert cache, device join), the shared expert,
+// CudaBackend's MoE ops: route_topk, moe_experts (tiled, decode-fused, expert cache, device join), the shared expert,
 // and the hybrid path's questions (moe_on_host, device_join).
-#include <atomic>
-
 #include "backend/cuda/cuda_backend_impl.h"
 
 #include "backend/cuda/kernels/matmul_tiled.h"
@@ -9,10 +7,6 @@
 #include "backend/cuda/kernels/shared_expert.h"
 
 namespace strata {
-
-namespace {
-std::atomic<int64_t> g_fused_routes{0};   // route calls done in one launch (all CUDA backends)
-}  // namespace
 
 bool CudaBackend::moe_on_host(int T, int k) const {
     return impl_->hybrid && impl_->hybrid->caching() && !device_join(T, k);
@@ -30,28 +24,6 @@ void CudaBackend::route_topk(const float* logits, int T, int E, int k, int32_t* 
     impl_->wrote(weights, (size_t)T * k * 4);
     impl_->done("route_topk", true);
 }
-
-void CudaBackend::route(const Weight& router, const float* x, int T, int E, int k, float* logits, int32_t* ids,
-                        float* weights) {
-    Impl& im = *impl_;
-    const int n = (int)router.ne[0];
-    const bool fused = im.route_counter && T == 1 && router.type == GgmlType::F32 && router.n_rows() == E &&
-                       cuda::router_topk_supported(E, k, n) && (uintptr_t)x % 16 == 0;
-    const uint8_t* W = fused ? im.dev(router) : nullptr;
-    if (!fused || (uintptr_t)W % 16 != 0 || router.row_bytes % 16 != 0) {
-        Backend::route(router, x, T, E, k, logits, ids, weights);
-        return;
-    }
-    Impl::OpScope prof_op(im, "route");
-    cuda::router_topk(im.stream, reinterpret_cast<const float*>(W), n, x, E, k, im.route_counter, logits, ids, weights);
-    im.wrote(logits, (size_t)E * 4);
-    im.wrote(ids, (size_t)k * 4);
-    im.wrote(weights, (size_t)k * 4);
-    im.done("route", true);   // as matmul and route_topk: the quantized input stays valid
-    g_fused_routes.fetch_add(1, std::memory_order_relaxed);
-}
-
-int64_t CudaBackend::fused_routes() { return g_fused_routes.load(); }
 
 void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* d_ids,
                               const float* d_w, float* y) {

@@ -68,12 +68,6 @@ void swiglu(cudaStream_t s, const float* gate, const float* up, size_t n, float*
 
 // ---- routing.cu ---- Backend::route_topk on the device: ids, weights [T, k] from logits [T, E] (E ≤ 3000).
 void route_topk(cudaStream_t s, const float* logits, int T, int E, int k, int32_t* ids, float* weights);
-// One token's router (F32 W [E, n]) and routing in one launch: logits as the split-K matmul gives them (same bits),
-// ids / weights as route_topk. counter: one zeroed int, left zeroed. E ≤ 1024, n % 4 == 0, n ≥ 256; W and x on
-// 16-byte boundaries (the caller checks; the split-K matmul's float4 path needs them too).
-bool router_topk_supported(int E, int k, int n);
-void router_topk(cudaStream_t s, const float* W, int n, const float* x, int E, int k, int* counter, float* logits,
-                 int32_t* ids, float* weights);
 
 // ---- select_cells.cu ---- Backend::select_cells; scratch of select_cells_scratch_bytes (ties at the budget).
 size_t select_cells_scratch_bytes(int T, int stride);

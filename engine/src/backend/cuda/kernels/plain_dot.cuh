@@ -1,6 +1,5 @@
 // F32 / F16 / BF16 weight rows with f32 activations: V consecutive weights a lane and step (load_plain), and one
-// row's dot by a whole block (plain_row_dot_block), shared by the split-K matmul (matmul.cu) and the fused router
-// (routing.cu) so that both give the same bits.
+// row's dot by a whole block (plain_row_dot_block, the split-K matmul's body in matmul.cu).
 #pragma once
 #include <cstdint>
 

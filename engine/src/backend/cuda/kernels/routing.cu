@@ -2,8 +2,7 @@
 // token; k rounds of a warp argmax (largest p, then smallest index). When the k-th value is tied with an expert left
 // out, one thread redoes the choice with torch.topk's own steps (model/topk_exact.h) so exact ties go as on the CPU.
 // E ≤ 1024: the probabilities stay in registers and a round is two warp reductions (redux.sync); larger E (and
-// STRATA_CUDA_ROUTE_TOPK=v1) take the first kernel, which rescans shared memory each round. router_topk: the F32
-// router's logits and the routing of one token in one launch (Backend::route with STRATA_CUDA_FUSED_ROUTE=1).
+// STRATA_CUDA_ROUTE_TOPK=v1) take the first kernel, which rescans shared memory each round.
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -11,7 +10,6 @@
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
-#include "backend/cuda/kernels/plain_dot.cuh"
 #include "backend/cuda/kernels/t1_variants.h"
 #include "common/error.h"
 #include "model/topk_exact.h"
@@ -19,8 +17,6 @@
 namespace strata::cuda {
 
 namespace {
-
-constexpr int kRouterWarps = 4;   // the fused router's block: the split-K matmul's kWarps, so its logits have the same bits
 
 __global__ void route_topk_kernel(const float* logits, int E, int k, int32_t* ids, float* weights) {
     extern __shared__ float smem[];
@@ -88,8 +84,8 @@ __global__ void route_topk_kernel(const float* logits, int E, int k, int32_t* id
 // as the values), 0 when taken or past E: the largest key is the largest p, and among equal keys the smallest index
 // wins, as in the kernel above. The arithmetic of p and of the weights is that kernel's too.
 //
-// One token's routing by one warp (the lanes of threads 0-31): l its E logits (read through L2, so a block of the
-// same kernel may have written them), smem (E floats + E Elems + k ints) of the calling block; ids / weights its k.
+// One token's routing by one warp (the lanes of threads 0-31): l its E logits, smem (E floats + E Elems + k ints) of
+// the calling block; ids / weights its k.
 template <int VPL>
 __device__ __forceinline__ void route_topk_warp(const float* l, int E, int k, float* smem, int32_t* ids,
                                                 float* weights) {
@@ -176,29 +172,6 @@ route_topk_reg_kernel(const float* logits, int E, int k, int32_t* ids, float* we
     route_topk_warp<VPL>(logits + (size_t)t * E, E, k, smem, ids + (size_t)t * k, weights + (size_t)t * k);
 }
 
-// The router and the routing of one token in one launch (STRATA_CUDA_FUSED_ROUTE=1): block e computes logit e as the
-// split-K matmul does (plain_row_dot_block, the same bits), then counts itself done on a device counter; the last block
-// (the one that brings it to E, and resets it) routes the token with route_topk_warp, as route_topk would.
-template <int VPL>
-__global__ void __launch_bounds__(kRouterWarps * 32)
-router_topk_kernel(const float* __restrict__ W, int n, const float* __restrict__ x, int E, int k, int* counter,
-                   float* logits, int32_t* ids, float* weights) {
-    extern __shared__ float smem[];
-    __shared__ bool last;
-    const int e = blockIdx.x;
-    const float v = plain_row_dot_block<kF32, 4, kRouterWarps>((const uint8_t*)(W + (size_t)e * n), n, x);
-    if (threadIdx.x == 0) {
-        logits[e] = v;
-        __threadfence();   // the logit, before the count
-        last = atomicAdd(counter, 1) == E - 1;
-        if (last) *counter = 0;   // every other block has counted
-    }
-    __syncthreads();
-    if (!last || threadIdx.x >= 32) return;
-    __threadfence();   // the other blocks' logits, after their counts
-    route_topk_warp<VPL>(logits, E, k, smem, ids, weights);
-}
-
 // fn(std::integral_constant<int, V>{}) for the smallest V in 1, 2, 4, …, 32 holding n values a lane (n ≤ 32).
 template <class Fn>
 void with_values_per_lane(int n, Fn&& fn) {
@@ -226,23 +199,6 @@ void route_topk_v1(cudaStream_t s, const float* logits, int T, int E, int k, int
     STRATA_CHECK(smem <= 48 * 1024, "cuda route_topk: ", E, " experts need ", smem, " bytes of shared memory (max 49152)");
     if (T <= 0) return;
     route_topk_kernel<<<T, 32, smem, s>>>(logits, E, k, ids, weights);
-    CUDA_CHECK(cudaGetLastError());
-}
-
-// The shapes for which the matmul takes matmul_plain_splitk_kernel<F32, 4> (n / 4 ≥ its 64 steps), whose bits the
-// fused logits must have.
-bool router_topk_supported(int E, int k, int n) {
-    return E >= 1 && E <= 1024 && k >= 1 && k <= E && n % 4 == 0 && n / 4 >= 64;
-}
-
-void router_topk(cudaStream_t s, const float* W, int n, const float* x, int E, int k, int* counter, float* logits,
-                 int32_t* ids, float* weights) {
-    STRATA_CHECK(router_topk_supported(E, k, n), "cuda router_topk: ", E, " experts, k = ", k, ", ", n, " inputs");
-    const size_t smem = (size_t)E * (sizeof(float) + sizeof(topk_exact::Elem)) + (size_t)k * sizeof(int32_t);
-    with_values_per_lane((E + 31) / 32, [&](auto vpl) {
-        router_topk_kernel<decltype(vpl)::value><<<E, kRouterWarps * 32, smem, s>>>(W, n, x, E, k, counter, logits,
-                                                                                      ids, weights);
-    });
     CUDA_CHECK(cudaGetLastError());
 }
 
