@@ -23,8 +23,10 @@ namespace strata {
 namespace {
 
 // Software L2 prefetch on top of the kernels' own (which runs 4 rows ahead: ~3 KB for 720-byte Q2_0 rows of 2560,
-// 720 bytes for rows of 640). For A/B runs, STRATA_CPU_PREFETCH_KB=S[,A] sets the distances in KB (A = S if absent;
-// 0 = none).
+// 720 bytes for rows of 640). None by default: on the H200 host a 12 GB PC stand-in decoded 93.06 / 92.61 tok/s
+// without it against 90.28 / 91.34 with 16 KB at the start of each share (4,4 and 64,64 KB: slower still;
+// bench/results/2026-12-03-h200, r18). For A/B runs, STRATA_CPU_PREFETCH_KB=S[,A] sets the distances in KB (A = S if
+// absent; 0 = none).
 struct PrefetchDistances {
     size_t start;   // the first bytes of a thread's share, fetched while it quantizes its inputs
     size_t ahead;   // within a share, how far ahead of the rows being computed
@@ -33,7 +35,7 @@ struct PrefetchDistances {
 const PrefetchDistances& prefetch_distances() {
     static const PrefetchDistances d = [] {
         const char* v = std::getenv("STRATA_CPU_PREFETCH_KB");
-        if (!v) return PrefetchDistances{16384, 0};
+        if (!v) return PrefetchDistances{0, 0};
         char* rest = nullptr;
         const size_t start = (size_t)std::strtoul(v, &rest, 10) * 1024;
         const size_t ahead = *rest == ',' ? (size_t)std::strtoul(rest + 1, nullptr, 10) * 1024 : start;
