@@ -161,41 +161,6 @@ void check(const Case& c, std::mt19937& rng) {
                    std::memcmp(ref.data(), tab.data(), want.size() * 4) == 0);
             for (void* p : {(void*)dt[0], (void*)dt[1], (void*)dt[2], (void*)dw0, (void*)dref, (void*)dtab}) cudaFree(p);
         }
-        // The overlapped device join: moe_decode over the tables of the pairs p % 3 != 1 (the cached ones), then
-        // moe_decode_add over the others' (the zero-copy ones): the by-id sum in another order (within 2e-6), and
-        // the same bits run twice.
-        std::vector<const uint8_t*> ta[3], tb[3];
-        for (int m = 0; m < 3; ++m) ta[m].assign(P, nullptr), tb[m].assign(P, nullptr);
-        for (int p = 0; p < P; ++p) {
-            const uint8_t* mat[3] = {wg + (size_t)ids[p] * mg.mat_stride, wu + (size_t)ids[p] * mu.mat_stride,
-                                     wd + (size_t)ids[p] * md.mat_stride};
-            for (int m = 0; m < 3; ++m) (p % 3 == 1 ? tb : ta)[m][p] = mat[m];
-        }
-        const uint8_t** da[3] = {to_device(ta[0]), to_device(ta[1]), to_device(ta[2])};
-        const uint8_t** db[3] = {to_device(tb[0]), to_device(tb[1]), to_device(tb[2])};
-        cuda::MatmulArgs am[3] = {mg, mu, md}, bm[3] = {mg, mu, md};
-        for (int m = 0; m < 3; ++m) {
-            am[m].ids = bm[m].ids = nullptr;
-            am[m].w = bm[m].w = nullptr;
-            am[m].mats = da[m];
-            bm[m].mats = db[m];
-        }
-        float* dref = to_device(std::vector<float>((size_t)c.T * c.H, NAN));
-        std::vector<float> split[2];
-        const bool ok = cuda::moe_decode_supported(am[0], am[1], am[2], P);
-        if (ok) cuda::moe_decode(s, mg, mu, md, ax, dx, dw, c.T, c.k, scratch, bytes, dref);
-        for (int rep = 0; rep < 2 && ok; ++rep) {
-            float* dy = to_device(std::vector<float>((size_t)c.T * c.H, NAN));
-            cuda::moe_decode(s, am[0], am[1], am[2], ax, dx, dw, c.T, c.k, scratch, bytes, dy);
-            cuda::moe_decode_add(s, bm[0], bm[1], bm[2], ax, dx, dw, c.T, c.k, scratch, bytes, dy);
-            split[rep] = to_host(dy, want.size());
-            cudaFree(dy);
-        }
-        const std::vector<float> ref = to_host(dref, want.size());
-        report(name + " tables split + add", ok ? rel_err(split[0], ref) : INFINITY, 2e-6,
-               ok && std::memcmp(split[0].data(), split[1].data(), want.size() * 4) == 0);
-        for (int m = 0; m < 3; ++m) cudaFree((void*)da[m]), cudaFree((void*)db[m]);
-        cudaFree(dref);
     }
     CUDA_CHECK(cudaDeviceSynchronize());
     // The gate/up sums run in another order, so h can land one Q8 step apart; with a 4-bit down matrix one such step

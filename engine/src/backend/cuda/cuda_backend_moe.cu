@@ -35,7 +35,7 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
         impl_->hybrid->count_routing(w, d_ids, P, impl_->stream);   // a routing profile only: counted on the device
     } else if (impl_->hybrid && impl_->hybrid->handles(w) && device_join(T, k)) {
         // Decode-sized: the plan picks each pair's matrix (slot, zero-copy host memory, or the CPU's) on the GPU.
-        const auto tables = impl_->hybrid->plan_device(w, x, T, k, d_ids, d_w).tables;
+        const auto tables = impl_->hybrid->plan_device(w, x, T, k, d_ids, d_w);
         auto args = [&](const Weight& e, int rows, int n, int act_div, const uint8_t* const* mats) {
             cuda::MatmulArgs m;
             m.type = e.type;
@@ -232,26 +232,18 @@ void CudaBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, i
     }
     Impl::OpScope prof_op(im, "moe_experts+shared");
     if (hybrid && !hybrid->caching()) hybrid->count_routing(w, d_ids, T * k, im.stream);   // a routing profile only
-    cuda::HybridMoe::DevicePlan plan;
     if (joined) {   // each pair's matrix (slot, zero-copy host memory, or the CPU's) picked on the GPU
-        plan = hybrid->plan_device(w, x, T, k, d_ids, d_w, /*overlap=*/true);
-        ga.mats = plan.tables[0];
-        ua.mats = plan.tables[1];
-        da.mats = plan.tables[2];
+        const auto tables = hybrid->plan_device(w, x, T, k, d_ids, d_w);
+        ga.mats = tables[0];
+        ua.mats = tables[1];
+        da.mats = tables[2];
     }
     const size_t bytes = cuda::moe_decode_scratch_bytes(T * (k + 1), I);
     Impl::Buf scratch(im, bytes);
     const float* gvec = reinterpret_cast<const float*>(im.dev(w.shexp_gate_inp));
-    const cuda::ActQ8 act = im.quantized(x, T, H, cuda::act_block(ga.type));
-    cuda::moe_shexp_decode(im.stream, ga, ua, da, sg, su, sd, gvec, act, x, d_w, T, k, scratch.p, bytes, y);
+    cuda::moe_shexp_decode(im.stream, ga, ua, da, sg, su, sd, gvec, im.quantized(x, T, H, cuda::act_block(ga.type)), x,
+                           d_w, T, k, scratch.p, bytes, y);
     ++fused_gate_up_count;
-    if (plan.zc_tables[0]) {   // overlapped: the zero-copy pairs once staged (the scratch is free again in order)
-        hybrid->wait_staged();
-        ga.mats = plan.zc_tables[0];
-        ua.mats = plan.zc_tables[1];
-        da.mats = plan.zc_tables[2];
-        cuda::moe_decode_add(im.stream, ga, ua, da, act, x, d_w, T, k, scratch.p, bytes, y);
-    }
     if (joined) hybrid->join_device(y, T);   // the CPU's pairs, added on the device
     im.wrote(y, (size_t)T * H * sizeof(float));
     im.done("moe_experts+shared");

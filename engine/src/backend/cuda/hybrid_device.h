@@ -10,9 +10,6 @@
 //                   read host memory themselves: tests/gpu/zero_copy_speed.cu); the tables then point there.
 //   experts         moe_decode over the tables (kernels/moe_decode.cuh): the cached and zero-copy pairs, weighted sum.
 //   shared expert   the caller's, on the GPU meanwhile.
-// Overlapped (a one-token call with staging slots, STRATA_HYBRID_OVERLAP not 0): the stage kernel runs on a side
-// stream while moe_decode computes the cached pairs (and the shared expert) from the first tables; after it, a second
-// moe_decode adds the zero-copy pairs from their own tables (zc_tables). y's sum then runs cached, zero-copy, CPU.
 //   join (1 block)  when the CPU has pairs: waits for the CPU's done word to reach the job's seq, then adds the CPU's
 //                   weighted sum (ring slot, mapped) into y.
 // The CPU side (HybridMoe's dispatcher) polls the ring in seq order, records the routing in the cache, computes its
@@ -51,7 +48,6 @@ struct DeviceJoinState {
     float share;             // place_pairs' share of the missed experts read zero-copy (set between passes)
     float carry;             // place_pairs' rounding carry from layer to layer
     const uint8_t* tables[3][kDevicePairs];   // gate, up, down matrix of each pair (null: the CPU's pair)
-    const uint8_t* zc_tables[3][kDevicePairs];   // overlapped calls: the zero-copy pairs' (tables then hold the cached)
     int32_t n_stage;                          // zero-copy experts the stage kernel copies for the current call
     const uint8_t* stage_src[3][kStageExperts];   // host (device address) → staging slot, per matrix
     uint8_t* stage_dst[3][kStageExperts];
@@ -68,7 +64,6 @@ struct PlanArgs {
     const uint8_t* host[3];      // zero-copy device addresses of the layer's host tensors (null: no zero-copy)
     size_t host_stride[3];       // bytes of one expert's matrix
     uint8_t* stage[3];           // staging slots of gate, up, down (kStageExperts each, host_stride apart), or null
-    bool overlap;                // zero-copy pairs into zc_tables, the cached ones alone in tables (needs stage)
     uint8_t* ring;               // mapped ring (device address), kRingSlots slots of slot_bytes
     size_t slot_bytes;
     DeviceJoinWords* words;      // mapped (device address)

@@ -117,13 +117,6 @@ void HybridMoe::prepare_device_path() {
             log_info("experts", "zero-copy experts are read in place (no staging slots: no VRAM, or odd sizes)");
         }
     }
-    const char* overlap_env = std::getenv("STRATA_HYBRID_OVERLAP");
-    overlap_ = zc_stage_[0] && !(overlap_env && std::strcmp(overlap_env, "0") == 0);
-    if (overlap_) {
-        CUDA_CHECK(cudaStreamCreateWithFlags(&zc_stream_, cudaStreamNonBlocking));
-        CUDA_CHECK(cudaEventCreateWithFlags(&plan_done_, cudaEventDisableTiming));
-        CUDA_CHECK(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming));
-    }
     if (share_auto_ && zero_copy_any_) {
         if (share_balance_on_) pcie_rate_ = measure_pcie_rate();
         gpu_miss_share_ = share_balance_on_ ? share_bal_.share : share_ctl_.next();
@@ -133,20 +126,18 @@ void HybridMoe::prepare_device_path() {
     share_log_ = share_auto_ && zero_copy_any_ && share_log && std::strcmp(share_log, "1") == 0;
     share_log_wait_ns_ = words_->wait_ns;
     device_on_.store(true, std::memory_order_release);
-    const char* staging = !zc_stage_[0] ? ""
-                          : overlap_    ? " (copied into staging slots while the cached experts compute)"
-                                        : " (copied into staging slots first)";
     log_info("experts", fmt("decode MoE joins on the device (one graph per pass); ",
                             share_auto_ && zero_copy_any_
                                 ? fmt("a share of the missed experts read zero-copy over PCIe in ", zc_layers, " of ",
-                                      L_n, " layers", staging,
+                                      L_n, " layers", zc_stage_[0] ? " (copied into staging slots first)" : "",
                                       ", tuned while decoding from ", auto_share(),
                                       share_balance_on_ ? fmt(" by the joins that wait for the CPU (PCIe reads ",
                                                               (int)(pcie_rate_ / 1e8) / 10.0, " GB/s)")
                                                         : std::string(" by probing the pass time"))
                             : gpu_miss_share_ > 0 && zero_copy_any_
                                 ? fmt("a share of ", gpu_miss_share_, " of the missed experts read zero-copy over PCIe in ",
-                                      zc_layers, " of ", L_n, " layers", staging)
+                                      zc_layers, " of ", L_n, " layers",
+                                      zc_stage_[0] ? " (copied into staging slots first)" : "")
                                 : std::string("all missed experts on the CPU")));
 }
 
@@ -257,8 +248,8 @@ bool HybridMoe::device_path(int T, int k) const {
     return device_on_ && T > 0 && T <= kDeviceTokens && T * k <= kDevicePairs && T < opt_.gpu_miss_min_tokens;
 }
 
-HybridMoe::DevicePlan HybridMoe::plan_device(const MoeWeights& w, const float* x, int T, int k, const int32_t* d_ids,
-                                             const float* d_w, bool overlap) {
+std::array<const uint8_t* const*, 3> HybridMoe::plan_device(const MoeWeights& w, const float* x, int T, int k,
+                                                             const int32_t* d_ids, const float* d_w) {
     const int l = layer_of(w);
     STRATA_ASSERT(l >= 0 && device_path(T, k));
     const Layer& L = layers_[l];
@@ -281,27 +272,14 @@ HybridMoe::DevicePlan HybridMoe::plan_device(const MoeWeights& w, const float* x
     }
     const bool staged = zc_stage_[0] && zero_copy_[l][0];
     for (int m = 0; m < 3; ++m) a.stage[m] = staged ? zc_stage_[m] : nullptr;
-    a.overlap = overlap && overlap_ && staged && T == 1;
     a.ring = ring_dev_;
     a.slot_bytes = slot_bytes_;
     a.words = words_dev_;
     a.state = state_;
     hybrid_plan(stream_, a);
-    DevicePlan plan;
-    plan.tables = {state_->tables[0], state_->tables[1], state_->tables[2]};
-    if (a.overlap) {   // the staging on zc_stream_, after the plan; wait_staged joins it back
-        CUDA_CHECK(cudaEventRecord(plan_done_, stream_));
-        CUDA_CHECK(cudaStreamWaitEvent(zc_stream_, plan_done_, 0));
-        hybrid_stage(zc_stream_, state_, L.gate_bytes, L.up_bytes, L.down_bytes);
-        CUDA_CHECK(cudaEventRecord(staged_, zc_stream_));
-        plan.zc_tables = {state_->zc_tables[0], state_->zc_tables[1], state_->zc_tables[2]};
-    } else if (staged) {
-        hybrid_stage(stream_, state_, L.gate_bytes, L.up_bytes, L.down_bytes);
-    }
-    return plan;
+    if (staged) hybrid_stage(stream_, state_, L.gate_bytes, L.up_bytes, L.down_bytes);
+    return {state_->tables[0], state_->tables[1], state_->tables[2]};
 }
-
-void HybridMoe::wait_staged() { CUDA_CHECK(cudaStreamWaitEvent(stream_, staged_, 0)); }
 
 void HybridMoe::join_device(float* y, int T) {
     hybrid_join(stream_, state_, ring_dev_, slot_bytes_, words_dev_, T, (int)layers_[0].gate.ne[0], y);

@@ -130,12 +130,6 @@ HybridMoe::~HybridMoe() {
     cudaFree(d_stage_up_);
     cudaFree(d_stage_down_);
     for (uint8_t* d : zc_stage_) cudaFree(d);
-    if (zc_stream_) {
-        cudaStreamSynchronize(zc_stream_);
-        cudaStreamDestroy(zc_stream_);
-        cudaEventDestroy(plan_done_);
-        cudaEventDestroy(staged_);
-    }
     for (int h = 0; h < 2; ++h) {
         if (stage_ready_[h]) cudaEventDestroy(stage_ready_[h]);
         if (stage_free_[h]) cudaEventDestroy(stage_free_[h]);

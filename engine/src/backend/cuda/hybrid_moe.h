@@ -122,17 +122,10 @@ public:
     // The device-driven join (hybrid_device.h) for a call of T ≤ 8 tokens × k ≤ 64 pairs, the dispatcher running,
     // decode kernels for the experts' types, and STRATA_HYBRID_DEVICE=1. Such calls can be captured in graphs.
     bool device_path(int T, int k) const;
-    // Its plan for layer w (stream-ordered): the gate, up and down matrix tables (device) that moe_decode reads; the
-    // CPU's pairs are null there and reach y through join_device. overlap (a one-token call, staging slots, not
-    // STRATA_HYBRID_OVERLAP=0): the zero-copy experts are staged on a side stream while the stream computes the
-    // cached pairs from tables; zc_tables then hold the zero-copy pairs, for a moe_decode after wait_staged.
-    struct DevicePlan {
-        std::array<const uint8_t* const*, 3> tables{};
-        std::array<const uint8_t* const*, 3> zc_tables{};   // null unless overlapped
-    };
-    DevicePlan plan_device(const MoeWeights& w, const float* x, int T, int k, const int32_t* d_ids, const float* d_w,
-                           bool overlap = false);
-    void wait_staged();   // the stream waits for the last overlapped call's stage kernel
+    // Its plan for layer w (stream-ordered): returns the gate, up and down matrix tables (device) that moe_decode
+    // reads; the CPU's pairs are null there and reach y through join_device.
+    std::array<const uint8_t* const*, 3> plan_device(const MoeWeights& w, const float* x, int T, int k,
+                                                      const int32_t* d_ids, const float* d_w);
     // y[T, H] += the CPU's share of the last planned call (waits on the stream for it; nothing without CPU pairs).
     void join_device(float* y, int T);
     // At a pass boundary (Backend::begin_graph): the dispatcher has consumed every device job, landed cache moves
@@ -291,9 +284,6 @@ private:
     CpuShare dev_share_;                        // the dispatcher's CPU pairs of one job (experts/device_jobs.h)
     bool zero_copy_any_ = false;                // some layer's experts are mapped for zero-copy reads
     uint8_t* zc_stage_[3] = {nullptr, nullptr, nullptr};   // zero-copy staging slots: gate, up, down (kStageExperts each)
-    bool overlap_ = false;                      // plan_device may overlap the staging (STRATA_HYBRID_OVERLAP)
-    cudaStream_t zc_stream_ = nullptr;          // overlapped calls' stage kernels
-    cudaEvent_t plan_done_ = nullptr, staged_ = nullptr;   // fork to it after the plan, join before the zero-copy pairs
     MissShareControl share_ctl_;                // auto share (STRATA_SHARE_CONTROL=climb): fed each pass's time
     // Auto share by MissShareBalance (the default; STRATA_SHARE_CONTROL=climb: share_ctl_), fed each pass with the
     // layers that had missed experts (miss_jobs_, counted by the dispatcher), the joins that waited for the CPU

@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
         // The ring slot is free once the dispatcher consumed the job kRingSlots before this one.
         wait_word(&wd->consumed, seq, kRingSlots, &wd->timed_out);
         int32_t place[kDevicePairs];
-        const bool staged = a.stage[0] != nullptr;   // (overlap implies staged)
+        const bool staged = a.stage[0] != nullptr;
         const int n_cpu = place_pairs(a.ids, slot, P, a.state->share, a.host[0] != nullptr, place, &a.state->carry,
                                       staged ? kStageExperts : kDevicePairs);
         int32_t staged_expert[kStageExperts];
@@ -72,15 +72,11 @@ __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
                     }
                 }
             }
-            for (int m = 0; m < 3; ++m) {
-                const uint8_t* zc = place[p] != kPairZeroCopy ? nullptr
-                                    : z >= 0                  ? a.stage[m] + (size_t)z * a.host_stride[m]
-                                                              : a.host[m] + (size_t)e * a.host_stride[m];
+            for (int m = 0; m < 3; ++m)
                 a.state->tables[m][p] = place[p] == kPairCached ? a.arena[m] + (size_t)slot[p] * a.arena_stride[m]
-                                        : a.overlap             ? nullptr
-                                                                : zc;
-                if (a.overlap) a.state->zc_tables[m][p] = zc;
-            }
+                                        : place[p] != kPairZeroCopy ? nullptr
+                                        : z >= 0                    ? a.stage[m] + (size_t)z * a.host_stride[m]
+                                                                    : a.host[m] + (size_t)e * a.host_stride[m];
             job->ids[p] = e;
             job->weights[p] = a.weights[p];
             job->place[p] = place[p];

@@ -310,13 +310,6 @@ void moe_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
     run_decode(s, gate, up, down, act, x, wts, T, k, SharedPairs{}, false, scratch, scratch_bytes, y);
 }
 
-void moe_decode_add(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
-                    const float* x, const float* wts, int T, int k, void* scratch, size_t scratch_bytes, float* y) {
-    STRATA_CHECK(moe_decode_supported(gate, up, down, T * k), "cuda moe_decode_add: ", T, " tokens × ", k, " of ",
-                 ggml_type_name(gate.type), " / ", ggml_type_name(down.type), " experts is not a decode-path call");
-    run_decode(s, gate, up, down, act, x, wts, T, k, SharedPairs{}, true, scratch, scratch_bytes, y);
-}
-
 void shexp_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
                   const float* x, const float* gvec, int T, void* scratch, size_t scratch_bytes, float* y) {
     STRATA_CHECK(moe_decode_supported(gate, up, down, T) && !gate.ids && gate.act_div == 1,

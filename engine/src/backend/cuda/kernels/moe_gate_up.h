@@ -43,9 +43,6 @@ size_t moe_decode_scratch_bytes(int P, int I);
 // null: the gate/up kernel quantizes x itself (the same bits; one launch fewer, each block re-reads x).
 void moe_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
                 const float* x, const float* wts, int T, int k, void* scratch, size_t scratch_bytes, float* y);
-// The same sum added into y (y[t] += …): the hybrid join's zero-copy pairs after its cached ones.
-void moe_decode_add(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
-                    const float* x, const float* wts, int T, int k, void* scratch, size_t scratch_bytes, float* y);
 
 // The shared expert in two launches: y[t] += σ(x[t] · gvec) · down(silu(gate · x[t]) ⊙ (up · x[t])); one matrix each
 // (no ids, act_div 1), gvec [n] f32 on the device; act: x quantized for gate's type, or act.q null as moe_decode.
