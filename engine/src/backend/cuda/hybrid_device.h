@@ -51,6 +51,8 @@ struct DeviceJoinState {
     int32_t n_stage;                          // zero-copy experts the stage kernel copies for the current call
     const uint8_t* stage_src[3][kStageExperts];   // host (device address) → staging slot, per matrix
     uint8_t* stage_dst[3][kStageExperts];
+    unsigned long long wait_ns;   // the join kernels' totals, copied to DeviceJoinWords by plain stores (a read of
+    uint32_t late_joins;          // the mapped words would cost a PCIe round trip a join)
 };
 
 struct PlanArgs {

@@ -111,16 +111,17 @@ __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
 constexpr int kJoinThreads = 1024;
 
 __global__ void __launch_bounds__(kJoinThreads)
-hybrid_join_kernel(const DeviceJoinState* state, uint8_t* ring, size_t slot_bytes, DeviceJoinWords* wd, int T, int H,
+hybrid_join_kernel(DeviceJoinState* state, uint8_t* ring, size_t slot_bytes, DeviceJoinWords* wd, int T, int H,
                    float* y) {
     if (state->n_cpu == 0) return;
     const uint32_t seq = state->seq;
     if (threadIdx.x == 0) {
         bool late = false;
         const unsigned long long ns = wait_word(&wd->done, seq, 0, &wd->timed_out, &late);
-        volatile unsigned long long* acc = &wd->wait_ns;
-        *acc = *acc + ns;
-        if (late) *(volatile uint32_t*)&wd->late_joins += 1;   // one join at a time: no other writer
+        state->wait_ns += ns;   // one join at a time: no other writer
+        state->late_joins += late;
+        *(volatile unsigned long long*)&wd->wait_ns = state->wait_ns;
+        *(volatile uint32_t*)&wd->late_joins = state->late_joins;
         __threadfence_system();
     }
     __syncthreads();
