@@ -34,6 +34,33 @@ static void test_greedy() {
     CHECK(s.sample(with_nan.data(), 3, {}) == 1);
 }
 
+// argmax_first against the candidate heap (top_candidates with k = 1) on rows with ties, NaN, ±inf, and lengths
+// around the block and lane sizes.
+static void test_argmax_first() {
+    uint64_t state = 12345;
+    auto next = [&] { state = state * 6364136223846793005ull + 1442695040888963407ull; return (uint32_t)(state >> 33); };
+    std::vector<strata::Candidate> top;
+    for (int n : {1, 2, 15, 16, 17, 511, 512, 513, 1000, 4099}) {
+        for (int trial = 0; trial < 20; ++trial) {
+            std::vector<float> v(n);
+            for (float& x : v) {
+                const uint32_t r = next() % 100;
+                x = r < 3 ? NAN : r < 5 ? -INFINITY : r < 6 ? INFINITY * (trial % 3 == 0) : (float)(next() % 50) / 7.0f;
+                if (std::isnan(x) && trial == 7) x = -INFINITY;   // rows of -inf only among the trials
+            }
+            if (trial == 9) for (float& x : v) x = NAN;
+            strata::top_candidates(v.data(), n, {}, 1, top);
+            const int want = top.empty() ? 0 : top[0].id;
+            CHECK(strata::argmax_first(v.data(), n) == want);
+        }
+    }
+    std::vector<float> last_max(1537, 0.0f);
+    last_max[1536] = 1.0f;
+    CHECK(strata::argmax_first(last_max.data(), 1537) == 1536);
+    std::vector<float> zeros = {-0.0f, 0.0f, -0.0f};
+    CHECK(strata::argmax_first(zeros.data(), 3) == 0);   // -0 == 0: the lower id
+}
+
 static std::vector<int> draws(const SamplingParams& p, const std::vector<float>& logits, int n) {
     Sampler s(p);
     std::vector<int> out;
@@ -144,6 +171,7 @@ static void test_penalties() {
 }
 
 int main() {
+    test_argmax_first();
     test_greedy();
     test_seeded_determinism();
     test_limits();

@@ -131,10 +131,18 @@ std::vector<CacheMove> ExpertCache::plan_moves(int layer) {
         if (expert_slot_[layer][e] < 0 && !arriving_[layer][e] && c[e] > 0) missing.push_back(e);
     for (int s = 0; s < slots(layer); ++s)
         if (slot_expert_[layer][s] >= 0) residents.push_back(s);
-    // Most-routed missing first (lower id on ties); least-routed residents first (lower slot on ties).
-    std::stable_sort(missing.begin(), missing.end(), [&](int a, int b) { return c[a] > c[b]; });
-    std::stable_sort(residents.begin(), residents.end(),
-                     [&](int a, int b) { return c[slot_expert_[layer][a]] < c[slot_expert_[layer][b]]; });
+    // Most-routed missing first (lower id on ties); least-routed residents first (lower slot on ties). Only the
+    // first max_moves of each are used: a partial sort (the ties broken by id and slot, so the same order as a
+    // stable sort of the whole lists; every layer plans on the same pass, so this is on the host's pass boundary).
+    const size_t want = (size_t)std::max(adapt_.max_moves, 0);
+    const auto by_count = [&](int a, int b) { return c[a] > c[b] || (c[a] == c[b] && a < b); };
+    const auto by_resident = [&](int a, int b) {
+        const double ca = c[slot_expert_[layer][a]], cb = c[slot_expert_[layer][b]];
+        return ca < cb || (ca == cb && a < b);
+    };
+    std::partial_sort(missing.begin(), missing.begin() + std::min(want, missing.size()), missing.end(), by_count);
+    std::partial_sort(residents.begin(), residents.begin() + std::min(want, residents.size()), residents.end(),
+                      by_resident);
     for (size_t i = 0; i < missing.size() && i < residents.size() && (int)moves.size() < adapt_.max_moves; ++i) {
         const int in = missing[i], slot = residents[i], out = slot_expert_[layer][slot];
         if (c[in] < c[out] + adapt_.min_gain) break;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common/error.h"
 
@@ -40,6 +41,32 @@ void penalise_window(const float* logits, int n_vocab, std::span<const int32_t> 
         }
         i = j;
     }
+}
+
+int32_t argmax_first(const float* logits, int n_vocab) {
+    constexpr int kBlock = 512, kLanes = 16;
+    const float kLow = -std::numeric_limits<float>::infinity();
+    float best = kLow;
+    int best_block = -1;
+    for (int b0 = 0; b0 < n_vocab; b0 += kBlock) {
+        const int b1 = std::min(n_vocab, b0 + kBlock);
+        float lane[kLanes];
+        for (float& l : lane) l = kLow;
+        int i = b0;
+        for (; i + kLanes <= b1; i += kLanes)
+            for (int j = 0; j < kLanes; ++j) lane[j] = logits[i + j] > lane[j] ? logits[i + j] : lane[j];   // NaN: kept
+        float m = kLow;
+        for (int j = 0; j < kLanes; ++j) m = lane[j] > m ? lane[j] : m;
+        for (; i < b1; ++i) m = logits[i] > m ? logits[i] : m;
+        if (m > best) {   // strictly: the first block holding the maximum
+            best = m;
+            best_block = b0;
+        }
+    }
+    // From the first block holding the maximum (or from 0 when no value is above −inf): the first index equal to it.
+    for (int i = std::max(best_block, 0); i < n_vocab; ++i)
+        if (logits[i] == best) return i;
+    return 0;   // every value NaN
 }
 
 void top_candidates(const float* logits, int n_vocab, std::span<const Candidate> penalised, int k,
@@ -80,6 +107,7 @@ int32_t Sampler::sample(const float* logits, int n_vocab, std::span<const int32_
     STRATA_CHECK(n_vocab > 0, "sampler: empty logits row");
     penalise_window(logits, n_vocab, history, params_, penalised_);
     if (params_.greedy()) {
+        if (penalised_.empty()) return argmax_first(logits, n_vocab);
         top_candidates(logits, n_vocab, penalised_, 1, top_);
         return top_[0].id;
     }

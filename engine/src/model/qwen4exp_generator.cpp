@@ -1,5 +1,7 @@
 #include "model/qwen4exp_generator.h"
 
+#include "generate/sampler.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -15,12 +17,8 @@ int pick_context(const Hparams& hp, int n_ctx) {
     return std::min(hp.n_ctx_train, 32768);
 }
 
-int32_t argmax(const float* v, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; ++i)
-        if (v[i] > v[best]) best = i;   // first maximum, as torch.argmax and the greedy sampler
-    return best;
-}
+// The first maximum, as torch.argmax and the greedy sampler (generate/sampler.h).
+int32_t argmax(const float* v, int n) { return argmax_first(v, n); }
 
 // Whether softmax(v)[best] >= min_p, best the argmax: Σ_{i≠best} exp(v_i − v_best) <= 1/min_p − 1, summed until it
 // is over (most terms are below e^−30 and cost one compare, so a 248K vocabulary takes a fraction of a millisecond).

@@ -123,6 +123,7 @@ GraphCapture::Exec CudaBackend::capture_end() {
     }
     CUDA_CHECK(cudaGraphDestroy(graph));
     g->launch(impl_->stream);
+    if (impl_->hybrid) impl_->hybrid->after_pass_issued();
     impl_->done("graph");
     if (!g->repeatable()) return nullptr;        // ran once; its scratch is freed after that run (destructor waits)
     return g.release();
@@ -134,6 +135,10 @@ bool CudaBackend::launch(Exec exec, const std::vector<GraphCapture::Upload>& upl
     data.reserve(uploads.size());
     for (const GraphCapture::Upload& u : uploads) data.push_back({u.data, u.bytes});
     g->launch(impl_->stream, data);
+    if (impl_->hybrid) {
+        if (impl_->hybrid->trace()) impl_->hybrid->trace()->mark(cuda::HybridTrace::kMarkLaunched);
+        impl_->hybrid->after_pass_issued();   // the cache's moves, while the GPU runs the pass
+    }
     impl_->done("graph");
     return true;
 }
@@ -302,6 +307,7 @@ void CudaBackend::to_host(float* host, const float* src, size_t n) {
     CUDA_CHECK(cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDeviceToHost, impl_->stream));
     CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
     impl_->prof->synced();
+    if (impl_->hybrid && impl_->hybrid->trace()) impl_->hybrid->trace()->mark(cuda::HybridTrace::kMarkLogitsOnHost);
 }
 
 void CudaBackend::fill(float* x, float value, size_t n) {

@@ -6,6 +6,8 @@ namespace strata {
 
 void CudaBackend::embed(const Weight& table, const int32_t* ids, int T, float* y) {
     Impl::OpScope prof_op(*impl_, "embed");
+    if (impl_->hybrid && impl_->hybrid->trace() && T <= 8)   // a decode pass's start (STRATA_HYBRID_TRACE)
+        impl_->hybrid->trace()->stamp_on_stream(impl_->stream, cuda::HybridTrace::kPassEmbed);
     cuda::dequant_rows(impl_->stream, table.type, impl_->dev(table), table.row_bytes, (int)table.ne[0], ids, T, y);
     impl_->done("embed");
 }

@@ -53,6 +53,9 @@ struct DeviceJoinState {
     uint8_t* stage_dst[3][kStageExperts];
     unsigned long long wait_ns;   // the join kernels' totals, copied to DeviceJoinWords by plain stores (a read of
     uint32_t late_joins;          // the mapped words would cost a PCIe round trip a join)
+    unsigned long long* trace;    // STRATA_HYBRID_TRACE: [layer][GpuTraceEvent] globaltimer stamps, or null
+    int32_t trace_layer;          // the layer of the current call (set by the plan)
+    uint32_t consumed_seen;       // DeviceJoinWords::consumed as the plan last read it
 };
 
 struct PlanArgs {

@@ -125,6 +125,13 @@ void HybridMoe::prepare_device_path() {
     const char* share_log = std::getenv("STRATA_SHARE_LOG");
     share_log_ = share_auto_ && zero_copy_any_ && share_log && std::strcmp(share_log, "1") == 0;
     share_log_wait_ns_ = words_->wait_ns;
+    const char* trace_env = std::getenv("STRATA_HYBRID_TRACE");
+    if (trace_env && std::strcmp(trace_env, "1") == 0) {
+        trace_ = std::make_unique<HybridTrace>(L_n, stream_);
+        unsigned long long* table = trace_->device_table();
+        CUDA_CHECK(cudaMemcpyAsync(&state_->trace, &table, sizeof(table), cudaMemcpyHostToDevice, stream_));
+        CUDA_CHECK(cudaStreamSynchronize(stream_));   // `table` is a local
+    }
     device_on_.store(true, std::memory_order_release);
     log_info("experts", fmt("decode MoE joins on the device (one graph per pass); ",
                             share_auto_ && zero_copy_any_
@@ -306,12 +313,15 @@ void HybridMoe::drain_device_jobs() {
 
 void HybridMoe::between_passes() {
     if (!device_on_) return;
+    if (trace_) trace_->mark(HybridTrace::kMarkBoundaryStart);
     armed_until_ns_.store(now_ns() + kArmNs, std::memory_order_relaxed);
     cv_.notify_all();
     // No plan kernel of an earlier pass may still run (normally the caller has read that pass's results already, so
     // this returns at once): then every job is posted, the drain takes them all, and the slot map may change.
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     drain_device_jobs();
+    if (trace_) trace_->end_pass(stream_);
+    const int64_t boundary_start = now_ns();   // (the trace's own work not counted)
     if (share_auto_ && zero_copy_any_) {   // the last pass's time tunes the share (experts/miss_share.h)
         const int64_t now = now_ns();
         const uint32_t consumed = words_->consumed;
@@ -324,9 +334,22 @@ void HybridMoe::between_passes() {
         ctl_consumed_ = consumed;
     }
     land_moves();
-    for (int l = 0; l < (int)layers_.size(); ++l) start_moves(l);
+    copy_planned_moves();   // moves planned at the last boundary whose pass was not a graph launch
+    bool planned = false;
+    for (int l = 0; l < (int)layers_.size(); ++l) planned = plan_layer_moves(l) || planned;
+    if (planned) copy_after_compute();   // (the stream is idle here: the copies may start at once)
     upload_slot_map();   // the evictions and landings of this boundary, and of host-path calls since the last one
+    if (trace_) {
+        trace_->add_boundary_ns((double)(now_ns() - boundary_start));
+        trace_->mark(HybridTrace::kMarkBoundaryEnd);
+    }
 }
+
+// The copies of the moves planned at the boundary are queued once the pass is on its way (CudaBackend calls this
+// right after a graph launch): ~600 copy calls when every layer adapts at once cost the host ~1-2 ms, which at the
+// boundary would leave the GPU idle. They wait only for the passes before the boundary (copy_after_compute there):
+// the pass running now already treats the evicted experts as misses (the slot map uploaded at the boundary).
+void HybridMoe::after_pass_issued() { copy_planned_moves(); }
 
 // A posted job of the ring: the cache records its routing; the CPU's pairs are computed, summed with their routing
 // weights per token in pair order, and published through the done word.
@@ -338,6 +361,7 @@ bool HybridMoe::run_device_job() {
     const int l = job.layer, T = job.T, k = job.k, P = T * k;
     const Layer& L = layers_[l];
     const int H = (int)L.gate.ne[0];
+    if (trace_) trace_->host_stamp(l, kTrSeen);
     try {
         if (profile_out_) profile_out_->add(l, job.ids, P);
         for (int p = 0; p < P; ++p)
@@ -350,7 +374,10 @@ bool HybridMoe::run_device_job() {
         ++counters_.passes;
         if (job.n_cpu > 0) {
             collect_cpu_share(job, H, dev_share_);
+            pin_pool_once();
+            if (trace_) trace_->host_stamp(l, kTrComputeStart);
             cpu_->compute(L.gate, L.up, L.down, job_x(slot), dev_share_.pairs, dev_share_.rows.data());
+            if (trace_) trace_->host_stamp(l, kTrComputeEnd);
             sum_cpu_share(job, dev_share_, H, job_out(slot, H));
             counters_.cpu_pairs += (int64_t)dev_share_.pairs.size();
             counters_.cpu_bytes += (int64_t)dev_share_.distinct * (int64_t)(L.gate_bytes + L.up_bytes + L.down_bytes);
@@ -361,6 +388,7 @@ bool HybridMoe::run_device_job() {
     }
     // Always published: the GPU waits for it (after an error the results are garbage and the host throws).
     if (job.n_cpu > 0) __atomic_store_n(&words_->done, seq, __ATOMIC_RELEASE);
+    if (trace_ && job.n_cpu > 0) trace_->host_stamp(l, kTrDone);
     dev_taken_ = seq;
     __atomic_store_n(&words_->consumed, seq, __ATOMIC_RELEASE);
     armed_until_ns_.store(now_ns() + kArmNs, std::memory_order_relaxed);

@@ -275,21 +275,38 @@ void HybridMoe::land_moves() {
     }
 }
 
-void HybridMoe::start_moves(int layer) {
+bool HybridMoe::plan_layer_moves(int layer) {
     std::vector<CacheMove> moves = cache_->plan_moves(layer);
-    if (moves.empty()) return;
+    if (moves.empty()) return false;
     for (const CacheMove& m : moves)   // the evicted experts are misses from now on (the new ones once landed)
         if (m.old_expert >= 0) mirror_slot(layer, m.old_expert);
+    planned_.push_back(PendingMoves{std::move(moves), nullptr});
+    return true;
+}
+
+void HybridMoe::copy_planned_moves() {
+    for (PendingMoves& p : planned_) {
+        for (const CacheMove& m : p.moves) copy_expert(layers_[m.layer], m.slot, m.new_expert, copy_stream_);
+        CUDA_CHECK(cudaEventCreateWithFlags(&p.done, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventRecord(p.done, copy_stream_));
+        pending_.push_back(std::move(p));
+    }
+    planned_.clear();
+}
+
+void HybridMoe::start_moves(int layer) {
+    if (!plan_layer_moves(layer)) return;
     // The copies overwrite slots that kernels queued so far may still read: they wait for the compute stream.
-    cudaEvent_t reads_done, done;
+    copy_after_compute();
+    copy_planned_moves();
+}
+
+void HybridMoe::copy_after_compute() {
+    cudaEvent_t reads_done;
     CUDA_CHECK(cudaEventCreateWithFlags(&reads_done, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(reads_done, stream_));
     CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, reads_done, 0));
     CUDA_CHECK(cudaEventDestroy(reads_done));   // released once the wait has consumed it
-    for (const CacheMove& m : moves) copy_expert(layers_[layer], m.slot, m.new_expert, copy_stream_);
-    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(done, copy_stream_));
-    pending_.push_back(PendingMoves{std::move(moves), done});
 }
 
 void HybridMoe::input_to_host(const MoeWeights& w, const float* x, int T) {

@@ -22,6 +22,7 @@
 
 #include "backend/cuda/device_pool.h"
 #include "backend/cuda/hybrid_device.h"
+#include "backend/cuda/hybrid_trace.h"
 #include "backend/cuda/kernels/kernels.h"
 #include "backend/cuda/kernels/matmul_tiled.h"
 #include "experts/cpu_expert_pool.h"
@@ -131,10 +132,13 @@ public:
     // At a pass boundary (Backend::begin_graph): the dispatcher has consumed every device job, landed cache moves
     // become hits and due moves start (the slot map the plan reads changes only here or in host-path calls).
     void between_passes();
+    // Right after a pass's graph was launched: the copies of the moves planned at the boundary (hybrid_device_join.cu).
+    void after_pass_issued();
 
     int64_t hits() const { return cache_ ? cache_->hits() : 0; }
     int64_t lookups() const { return cache_ ? cache_->lookups() : 0; }
     HybridCounters counters();   // also folds in the join timings that have completed
+    HybridTrace* trace() const { return trace_.get(); }   // STRATA_HYBRID_TRACE, else null
     std::vector<std::pair<std::string, std::string>> info() const;
     std::string summary() const;   // one line for logs: slots, hits, moves, CPU time
 
@@ -187,7 +191,10 @@ private:
     // Experts expert … expert+count−1 into slots slot … slot+count−1 (one copy per matrix).
     void copy_experts_to(const Layer& L, int expert, int count, uint8_t* d_gate, uint8_t* d_up, uint8_t* d_down,
                          int slot, cudaStream_t s);
-    void start_moves(int layer);
+    void start_moves(int layer);   // plan_layer_moves, then its copies at once (after the compute stream's work)
+    bool plan_layer_moves(int layer);   // the cache's moves of a layer into planned_ (evictions mirrored): any?
+    void copy_after_compute();          // the copy stream waits for the compute stream's work queued so far
+    void copy_planned_moves();          // planned_'s copies on the copy stream, each layer's done event → pending_
     void land_moves();   // moves whose copies finished become hits
     // Prompt chunks: the missed experts are copied into a staging arena and computed on the GPU (batches of
     // stage_slots_ experts, copies overlapping the previous batch's kernels), rows out[0 …) in the order of
@@ -199,6 +206,7 @@ private:
     void unpin_experts();
     void harvest_copy_timings(bool wait);
     void cpu_thread_main();
+    void pin_pool_once();        // the dispatcher thread, before its first computation (STRATA_CPU_PIN)
     void submit_cpu_job(CpuJob job);
     void wait_cpu_idle();        // the previous job has finished (and rethrows its error)
     void harvest_join_timings(bool wait);
@@ -227,6 +235,7 @@ private:
     uint32_t* d_route_counts_ = nullptr;        // [layer · E + expert], count_routing's counts (no cache)
     std::unique_ptr<CpuExpertPool> cpu_;
     std::vector<PendingMoves> pending_;
+    std::vector<PendingMoves> planned_;          // planned at a boundary, copies not yet queued (done unset)
     cudaEvent_t x_ready_ = nullptr;           // activations copied to the host
     cudaEvent_t staging_free_ = nullptr;      // the pinned staging buffers may be rewritten
     PinnedBuffer h_route_, h_x_{true}, h_miss_;   // h_x_ mapped: publish_to_host writes it
@@ -305,6 +314,8 @@ private:
     int share_log_n_ = 0;
     double share_log_pass_ns_ = 0, share_log_share_ = 0;
     unsigned long long share_log_wait_ns_ = 0;   // words_->wait_ns at the last line
+    bool pool_pinned_ = false;                   // pin_pool_once ran (the dispatcher thread only)
+    std::unique_ptr<HybridTrace> trace_;         // STRATA_HYBRID_TRACE=1 (hybrid_trace.h), else null
 };
 
 }  // namespace strata::cuda

@@ -4,6 +4,7 @@
 // an earlier pass.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/hybrid_device.h"
+#include "backend/cuda/hybrid_trace.h"
 #include "common/error.h"
 
 namespace strata::cuda {
@@ -19,46 +20,73 @@ __device__ __forceinline__ unsigned long long global_ns() {
     return t;
 }
 
+// STRATA_HYBRID_TRACE: the time of `event` in the current layer's row (one thread; nothing without a table).
+__device__ __forceinline__ void trace_stamp(const DeviceJoinState* st, int event, int layer) {
+    if (st->trace) st->trace[(size_t)layer * kTrGpuEvents + event] = global_ns();
+}
+__device__ __forceinline__ void trace_stamp(const DeviceJoinState* st, int event) {
+    trace_stamp(st, event, st->trace_layer);
+}
+
 // Polls *word until (int32)(*word − seq) ≥ −slack; on time-out sets timed_out and returns. Returns the ns waited;
-// *polled (optional): whether the first look found the word short of it.
+// *polled (optional): whether the first look found the word short of it; *last (optional): the value read last.
 __device__ unsigned long long wait_word(const uint32_t* word, uint32_t seq, int slack, uint32_t* timed_out,
-                                        bool* polled = nullptr) {
+                                        bool* polled = nullptr, uint32_t* last = nullptr) {
     const unsigned long long start = global_ns();
     if (polled) *polled = false;
-    while ((int32_t)(__ldcv(word) - seq) < -slack) {
-        if (polled) *polled = true;
-        __nanosleep(200);
+    uint32_t v;
+    while ((int32_t)((v = __ldcv(word)) - seq) < -slack) {
+        if (polled) *polled = true;   // no sleep: each look is a PCIe round trip (~1 µs) already
         if (global_ns() - start > kGiveUpNs) {
             *(volatile uint32_t*)timed_out = 1;
             break;
         }
     }
+    if (last) *last = v;
     return global_ns() - start;
 }
 
+// The routing and slots go to shared memory first (one load a thread, all in flight at once); thread 0 then places
+// the pairs from there (a single thread's dependent loads from global memory cost ~0.5 µs each), and the pairs'
+// tables and job fields are written by one thread a pair.
 __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
-    __shared__ uint32_t s_seq;
-    __shared__ int s_cpu;
-    __shared__ int32_t slot[kDevicePairs];
+    __shared__ int32_t slot[kDevicePairs], ids[kDevicePairs], place[kDevicePairs], stage_of[kDevicePairs];
     DeviceJoinWords* wd = a.words;
     const int P = a.T * a.k;
-    uint8_t* job_base = nullptr;
-    for (int p = threadIdx.x; p < P; p += blockDim.x) slot[p] = a.slot_map[a.ids[p]];   // all loads at once
+    if (threadIdx.x == 0) trace_stamp(a.state, kTrPlanStart, a.layer);
+    for (int p = threadIdx.x; p < P; p += blockDim.x) {
+        ids[p] = a.ids[p];
+        slot[p] = a.slot_map[ids[p]];
+    }
+    // Every thread reads seq before thread 0 moves it on (the barrier below). The ring slot is free once the
+    // dispatcher consumed the job kRingSlots before this one; the mapped word is read (a PCIe round trip) only when
+    // the value read last time does not already show that.
+    const uint32_t seq = a.state->seq + 1;
+    const bool slot_free = (int32_t)(a.state->consumed_seen - seq) >= -kRingSlots;
+    uint8_t* job_base = a.ring + (size_t)(seq % kRingSlots) * a.slot_bytes;
+    DeviceJob* job = reinterpret_cast<DeviceJob*>(job_base);
     __syncthreads();
+    // x goes to the host whether or not the CPU gets pairs (the dispatcher reads it only when it does): the copy
+    // then starts before the placement instead of after it.
+    const auto copy_x = [&] {
+        float* hx = job_x(job_base);
+        for (int i = threadIdx.x; i < a.T * a.H; i += blockDim.x) hx[i] = a.x[i];
+    };
+    if (slot_free) copy_x();
     if (threadIdx.x == 0) {
-        const uint32_t seq = a.state->seq + 1;
-        // The ring slot is free once the dispatcher consumed the job kRingSlots before this one.
-        wait_word(&wd->consumed, seq, kRingSlots, &wd->timed_out);
-        int32_t place[kDevicePairs];
+        a.state->trace_layer = a.layer;
+        if (!slot_free) {
+            uint32_t consumed = 0;
+            wait_word(&wd->consumed, seq, kRingSlots, &wd->timed_out, nullptr, &consumed);
+            a.state->consumed_seen = consumed;
+        }
         const bool staged = a.stage[0] != nullptr;
-        const int n_cpu = place_pairs(a.ids, slot, P, a.state->share, a.host[0] != nullptr, place, &a.state->carry,
+        const int n_cpu = place_pairs(ids, slot, P, a.state->share, a.host[0] != nullptr, place, &a.state->carry,
                                       staged ? kStageExperts : kDevicePairs);
         int32_t staged_expert[kStageExperts];
         int n_stage = 0;
-        job_base = a.ring + (size_t)(seq % kRingSlots) * a.slot_bytes;
-        DeviceJob* job = reinterpret_cast<DeviceJob*>(job_base);
         for (int p = 0; p < P; ++p) {
-            const int e = a.ids[p];
+            const int e = ids[p];
             int z = -1;   // the staging slot of a zero-copy expert (one per distinct expert)
             if (staged && place[p] == kPairZeroCopy) {
                 for (int i = 0; i < n_stage && z < 0; ++i)
@@ -72,14 +100,7 @@ __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
                     }
                 }
             }
-            for (int m = 0; m < 3; ++m)
-                a.state->tables[m][p] = place[p] == kPairCached ? a.arena[m] + (size_t)slot[p] * a.arena_stride[m]
-                                        : place[p] != kPairZeroCopy ? nullptr
-                                        : z >= 0                    ? a.stage[m] + (size_t)z * a.host_stride[m]
-                                                                    : a.host[m] + (size_t)e * a.host_stride[m];
-            job->ids[p] = e;
-            job->weights[p] = a.weights[p];
-            job->place[p] = place[p];
+            stage_of[p] = z;
         }
         job->layer = a.layer;
         job->T = a.T;
@@ -88,21 +109,27 @@ __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
         a.state->seq = seq;
         a.state->n_cpu = n_cpu;
         a.state->n_stage = n_stage;
-        s_seq = seq;
-        s_cpu = n_cpu;
     }
     __syncthreads();
-    const uint32_t seq = s_seq;
-    job_base = a.ring + (size_t)(seq % kRingSlots) * a.slot_bytes;
-    if (s_cpu > 0) {
-        float* hx = job_x(job_base);
-        for (int i = threadIdx.x; i < a.T * a.H; i += blockDim.x) hx[i] = a.x[i];
+    for (int p = threadIdx.x; p < P; p += blockDim.x) {
+        const int e = ids[p], z = stage_of[p];
+        for (int m = 0; m < 3; ++m)
+            a.state->tables[m][p] = place[p] == kPairCached ? a.arena[m] + (size_t)slot[p] * a.arena_stride[m]
+                                    : place[p] != kPairZeroCopy ? nullptr
+                                    : z >= 0                    ? a.stage[m] + (size_t)z * a.host_stride[m]
+                                                                : a.host[m] + (size_t)e * a.host_stride[m];
+        job->ids[p] = e;
+        job->weights[p] = a.weights[p];
+        job->place[p] = place[p];
     }
+    if (threadIdx.x == 0) trace_stamp(a.state, kTrPlanPlaced);
+    if (!slot_free) copy_x();
     __threadfence_system();   // the job's fields and x reach the host before its seq
     __syncthreads();
     if (threadIdx.x == 0) {
-        *(volatile uint32_t*)&reinterpret_cast<DeviceJob*>(job_base)->seq = seq;
+        *(volatile uint32_t*)&job->seq = seq;
         *(volatile uint32_t*)&wd->published = seq;
+        trace_stamp(a.state, kTrPlanEnd);
     }
 }
 
@@ -113,11 +140,19 @@ constexpr int kJoinThreads = 1024;
 __global__ void __launch_bounds__(kJoinThreads)
 hybrid_join_kernel(DeviceJoinState* state, uint8_t* ring, size_t slot_bytes, DeviceJoinWords* wd, int T, int H,
                    float* y) {
-    if (state->n_cpu == 0) return;
+    if (threadIdx.x == 0) trace_stamp(state, kTrJoinStart);
+    if (state->n_cpu == 0) {
+        if (threadIdx.x == 0) {
+            trace_stamp(state, kTrJoinSeen);
+            trace_stamp(state, kTrJoinEnd);
+        }
+        return;
+    }
     const uint32_t seq = state->seq;
     if (threadIdx.x == 0) {
         bool late = false;
         const unsigned long long ns = wait_word(&wd->done, seq, 0, &wd->timed_out, &late);
+        trace_stamp(state, kTrJoinSeen);
         state->wait_ns += ns;   // one join at a time: no other writer
         state->late_joins += late;
         *(volatile unsigned long long*)&wd->wait_ns = state->wait_ns;
@@ -142,6 +177,10 @@ hybrid_join_kernel(DeviceJoinState* state, uint8_t* ring, size_t slot_bytes, Dev
     } else {
         for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] += __ldcv(out + i);
     }
+    if (state->trace) {
+        __syncthreads();
+        if (threadIdx.x == 0) trace_stamp(state, kTrJoinEnd);
+    }
 }
 
 // Every thread of the grid copies 16-byte words of every (expert, matrix) copy in turn: with the whole grid's loads
@@ -149,6 +188,7 @@ hybrid_join_kernel(DeviceJoinState* state, uint8_t* ring, size_t slot_bytes, Dev
 __global__ void hybrid_stage_kernel(const DeviceJoinState* state, size_t gate_bytes, size_t up_bytes,
                                     size_t down_bytes) {
     const int n = state->n_stage;
+    if (blockIdx.x == 0 && threadIdx.x == 0) trace_stamp(state, kTrStageStart);
     const size_t bytes[3] = {gate_bytes, up_bytes, down_bytes};
     const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
     for (int z = 0; z < n; ++z)
@@ -159,6 +199,11 @@ __global__ void hybrid_stage_kernel(const DeviceJoinState* state, size_t gate_by
             for (size_t i = tid; i < n16; i += stride)
                 reinterpret_cast<uint4*>(dst)[i] = __ldcs(reinterpret_cast<const uint4*>(src) + i);
         }
+    if (state->trace) {   // the last block to finish leaves its time
+        __syncthreads();
+        if (threadIdx.x == 0)
+            atomicMax(state->trace + (size_t)state->trace_layer * kTrGpuEvents + kTrStageEnd, global_ns());
+    }
 }
 
 }  // namespace
