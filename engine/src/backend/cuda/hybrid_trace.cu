@@ -128,7 +128,9 @@ void HybridTrace::end_pass(cudaStream_t s) {
         add(kSum, h[kTrComputeEnd], h[kTrDone]);
         if (h[kTrComputeEnd] > 0) {
             ++cpu_layers_;
-            if (seen - join0 > 1000 && h[kTrSeen] > 0 && h[kTrDone] > 0) {   // the join waited for the CPU
+            // The CPU finished after the join began (on the offset clock): the join waited for it. (Every join
+            // takes ≥ ~1 µs for its first PCIe read, so its own wait cannot tell.)
+            if (h[kTrSeen] > 0 && h[kTrDone] > join0) {
                 ++late_;
                 add(kDoneToJoin, h[kTrDone], seen);
                 // Without the clock offset: the GPU's plan-end-to-seen time less the host's seen-to-done time is
@@ -182,7 +184,7 @@ void HybridTrace::log_means() {
                  " | plan ", r1(us(kPlan)), " + fence and publish ", r1(us(kPlanFence)), " | to stage ", r1(us(kToStage)), " | stage ", r1(us(kStage)), " (",
                  count_[kStage], " staged) | decode ", r1(us(kDecode)), " | join wait ", r1(us(kJoinWait)),
                  " | join rest ", r1(us(kJoinRest)), " || CPU (", cpu_layers_, " layers, ", late_,
-                 " late joins): plan end to job seen ", r1(us(kPublish)), " | seen to compute ", r1(us(kRecord)),
+                 " where the CPU finished after the join began): plan end to job seen ", r1(us(kPublish)), " | seen to compute ", r1(us(kRecord)),
                  " | compute ", r1(us(kCompute)), " | sum and done ", r1(us(kSum)),
                  " | done to join seeing it (late joins, clock offset) ", r1(us(kDoneToJoin)),
                  " | job to host + done to GPU (late joins, no offset) ", r1(us(kRoundTrip))));

@@ -67,10 +67,11 @@ __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
     DeviceJob* job = reinterpret_cast<DeviceJob*>(job_base);
     __syncthreads();
     // x goes to the host whether or not the CPU gets pairs (the dispatcher reads it only when it does): the copy
-    // then starts before the placement instead of after it.
+    // then starts before the placement instead of after it, by warps 1 … 7 (warp 0's thread 0 places the pairs).
     const auto copy_x = [&] {
+        if (threadIdx.x < 32) return;
         float* hx = job_x(job_base);
-        for (int i = threadIdx.x; i < a.T * a.H; i += blockDim.x) hx[i] = a.x[i];
+        for (int i = threadIdx.x - 32; i < a.T * a.H; i += blockDim.x - 32) hx[i] = a.x[i];
     };
     if (slot_free) copy_x();
     if (threadIdx.x == 0) {
@@ -113,11 +114,17 @@ __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
     __syncthreads();
     for (int p = threadIdx.x; p < P; p += blockDim.x) {
         const int e = ids[p], z = stage_of[p];
-        for (int m = 0; m < 3; ++m)
-            a.state->tables[m][p] = place[p] == kPairCached ? a.arena[m] + (size_t)slot[p] * a.arena_stride[m]
-                                    : place[p] != kPairZeroCopy ? nullptr
-                                    : z >= 0                    ? a.stage[m] + (size_t)z * a.host_stride[m]
-                                                                : a.host[m] + (size_t)e * a.host_stride[m];
+        for (int m = 0; m < 3; ++m) {
+            const uint8_t* t = place[p] == kPairCached ? a.arena[m] + (size_t)slot[p] * a.arena_stride[m]
+                               : place[p] != kPairZeroCopy ? nullptr
+                               : z >= 0                    ? a.stage[m] + (size_t)z * a.host_stride[m]
+                                                           : a.host[m] + (size_t)e * a.host_stride[m];
+            a.state->tables[m][p] = t;
+            if (m < 2) {
+                a.state->gate_up_first[m][p] = place[p] == kPairZeroCopy ? nullptr : t;
+                a.state->gate_up_second[m][p] = place[p] == kPairZeroCopy ? t : nullptr;
+            }
+        }
         job->ids[p] = e;
         job->weights[p] = a.weights[p];
         job->place[p] = place[p];
