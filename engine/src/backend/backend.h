@@ -51,6 +51,9 @@ public:
     virtual void to_host(float* host, const float* src, size_t n) = 0;
     virtual void fill(float* x, float value, size_t n) = 0;
     virtual void copy(float* dst, const float* src, size_t n) = 0;
+    // out[r] = the greedy choice of row r of x [rows, n]: the first largest value, NaN skipped (common/argmax.h).
+    // out: int32 values in the backend's memory (a float buffer of `rows` entries; to_host copies them bit for bit).
+    virtual void argmax_rows(const float* x, int rows, int n, int32_t* out) = 0;
 
     // y[t] = table row ids[t] (dequantized). table {H, V}; ids in the backend's memory (int32 values, checked by the
     // caller to lie in 0 … V − 1).

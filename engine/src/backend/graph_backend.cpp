@@ -15,7 +15,7 @@ enum Op : int {
     kToDevice = 1, kFill, kCopy, kEmbed, kMatmul, kRmsNorm, kL2Norm, kUnary, kMul, kAdd, kScale, kAddRow, kMulRow,
     kSliceCols, kConcatCols, kDeinterleave, kMeanRows, kRepeatStreams, kPleGate, kHyperMix, kHyperInject,
     kHyperRead, kCausalConv, kGdnRecurrent, kGdnBlock, kRope, kScatterRows, kPoolKeyBlocks, kAttentionCells,
-    kRouteTopk, kMoeExperts, kSharedExpert, kRopeMulti, kMoeWithShared,
+    kRouteTopk, kMoeExperts, kSharedExpert, kRopeMulti, kMoeWithShared, kArgmaxRows,
 };
 // Executable graphs kept (least recently used dropped first). The expert-cache path splits a pass into ~49 runs per
 // window size, and speculation adds windows of 2 … 4 tokens and the MTP head's passes: a few hundred in use.
@@ -209,6 +209,10 @@ void GraphBackend::fill(float* x, float value, size_t n) {
 
 void GraphBackend::copy(float* dst, const float* src, size_t n) {
     record(kCopy, [=, this] { inner_->copy(dst, src, n); }, (const void*)dst, (const void*)src, n);
+}
+
+void GraphBackend::argmax_rows(const float* x, int rows, int n, int32_t* out) {
+    record(kArgmaxRows, [=, this] { inner_->argmax_rows(x, rows, n, out); }, (const void*)x, rows, n, (const void*)out);
 }
 
 void GraphBackend::embed(const Weight& table, const int32_t* ids, int T, float* y) {

@@ -43,32 +43,6 @@ void penalise_window(const float* logits, int n_vocab, std::span<const int32_t> 
     }
 }
 
-int32_t argmax_first(const float* logits, int n_vocab) {
-    constexpr int kBlock = 512, kLanes = 16;
-    const float kLow = -std::numeric_limits<float>::infinity();
-    float best = kLow;
-    int best_block = -1;
-    for (int b0 = 0; b0 < n_vocab; b0 += kBlock) {
-        const int b1 = std::min(n_vocab, b0 + kBlock);
-        float lane[kLanes];
-        for (float& l : lane) l = kLow;
-        int i = b0;
-        for (; i + kLanes <= b1; i += kLanes)
-            for (int j = 0; j < kLanes; ++j) lane[j] = logits[i + j] > lane[j] ? logits[i + j] : lane[j];   // NaN: kept
-        float m = kLow;
-        for (int j = 0; j < kLanes; ++j) m = lane[j] > m ? lane[j] : m;
-        for (; i < b1; ++i) m = logits[i] > m ? logits[i] : m;
-        if (m > best) {   // strictly: the first block holding the maximum
-            best = m;
-            best_block = b0;
-        }
-    }
-    // From the first block holding the maximum (or from 0 when no value is above −inf): the first index equal to it.
-    for (int i = std::max(best_block, 0); i < n_vocab; ++i)
-        if (logits[i] == best) return i;
-    return 0;   // every value NaN
-}
-
 void top_candidates(const float* logits, int n_vocab, std::span<const Candidate> penalised, int k,
                     std::vector<Candidate>& out) {
     out.clear();

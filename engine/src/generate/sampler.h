@@ -7,6 +7,8 @@
 #include <span>
 #include <vector>
 
+#include "common/argmax.h"   // argmax_first: the greedy choice
+
 namespace strata {
 
 inline constexpr int kMaxTopK = 64;  // sampling never looks past the 64 most likely tokens
@@ -52,12 +54,6 @@ private:
     std::vector<Candidate> top_;        // scratch: the best candidates, best first
     std::vector<double> probs_;         // scratch
 };
-
-// Index of the largest logit, the lowest index among equal ones, NaN skipped (0 when every value is NaN): the
-// greedy choice, the same as top_candidates(…, 1, …) without penalties. A vocabulary row of 248K values in ~30 µs
-// (per-block maxima the compiler vectorises, then the first block holding the maximum), where the candidate heap
-// took ~300 µs a decode step.
-int32_t argmax_first(const float* logits, int n_vocab);
 
 // The k best candidates (highest logit first, ties to the lower id) of the logits row with the penalised
 // values replacing the raw ones. Exposed for tests.

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/argmax.h"
+
 namespace strata {
 
 // Thrown by TextGenerator::append when the cancel callback returns true between chunks.
@@ -63,6 +65,14 @@ public:
     virtual const float* append(std::span<const int32_t> tokens, const ProgressFn& progress,
                                 const CancelFn& cancel) = 0;
     virtual int chunk_tokens() const = 0;
+
+    // Greedy decoding without drafts: feeds `next` and returns the greedy choice after it (argmax_first of the
+    // logits append would return; the same session state). A model may compute it where the logits are (a GPU
+    // backend then sends one id to the host instead of a vocabulary row); the logits are not kept.
+    virtual int32_t append_choose(int32_t next) {
+        const float* logits = append(std::span<const int32_t>(&next, 1), {}, {});
+        return argmax_first(logits, vocab_size());
+    }
 
     // Greedy speculation: how many drafted tokens one pass may verify (0 = none).
     virtual int spec_depth() const { return 0; }

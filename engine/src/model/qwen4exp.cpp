@@ -22,7 +22,7 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
     for (int t = 0; t < T; ++t)
         STRATA_CHECK(ids[t] >= 0 && ids[t] < hp_.n_vocab, "token id ", ids[t], " is outside the vocabulary of ", hp_.n_vocab);
 
-    const int logit_rows = out.logits ? (out.all_logits ? T : 1) : 0;
+    const int logit_rows = out.logits || out.argmax ? (out.all_logits ? T : 1) : 0;
     std::vector<int32_t> pos(T);
     for (int t = 0; t < T; ++t) pos[t] = P + t;
 
@@ -49,7 +49,7 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
     GraphScope graph(be_, T <= kGraphMaxTokens);
     Scratch e(be_, (size_t)T * H), X(be_, (size_t)T * nH), u(be_, (size_t)T * H), y(be_, (size_t)T * H),
         inj(be_, (size_t)T * n), logits(be_, std::max<size_t>(1, (size_t)logit_rows * hp_.n_vocab)), d_ids(be_, T),
-        d_pos(be_, T), d_pos3(be_, mm ? (size_t)3 * T : 1);
+        d_pos(be_, T), d_pos3(be_, mm ? (size_t)3 * T : 1), choice(be_, std::max(1, logit_rows));
     const int32_t* pos_dev = upload_ints(be_, d_pos, pos);
     be_.embed(w_.token_embd, upload_ints(be_, d_ids, std::vector<int32_t>(ids, ids + T)), T, e);
     if (media && media->rows)   // image rows replace the placeholders' embeddings (runs of consecutive rows at once)
@@ -88,6 +88,7 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
         const float* X_first = X + (size_t)(T - logit_rows) * nH;
         hyper_read(be_, hp_, w_.output_hc, X_first, logit_rows, u, nullptr);
         be_.matmul(w_.output, u, logit_rows, logits);
+        if (out.argmax) be_.argmax_rows(logits, logit_rows, hp_.n_vocab, reinterpret_cast<int32_t*>(choice.get()));
     }
     graph.end();
     s.tokens.insert(s.tokens.end(), ids, ids + T);
@@ -99,7 +100,8 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
         s.rope_next = next;
     }
     if (out.wide) be_.to_host(out.wide, X, (size_t)T * nH);
-    if (logit_rows) be_.to_host(out.logits, logits, (size_t)logit_rows * hp_.n_vocab);
+    if (out.logits) be_.to_host(out.logits, logits, (size_t)logit_rows * hp_.n_vocab);
+    if (out.argmax) be_.to_host(reinterpret_cast<float*>(out.argmax), choice, (size_t)logit_rows);
 }
 
 }  // namespace strata

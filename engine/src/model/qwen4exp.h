@@ -29,6 +29,8 @@ public:
         float* logits = nullptr;       // [n_vocab] of the last token, or [T, n_vocab] with all_logits
         bool all_logits = false;
         float* wide = nullptr;         // [T, n·H]: the final wide residual of every token (input of the MTP head)
+        int32_t* argmax = nullptr;     // the greedy choice of the same rows (common/argmax.h), computed by the
+                                       // backend: with logits null only an id a row reaches the host
     };
     // Multimodal input of a pass (GENI prompts, MODEL.md §16); every array has T entries.
     struct Media {

@@ -117,7 +117,7 @@ std::vector<std::array<int32_t, 3>> Qwen4ExpGenerator::session_positions(int i0,
     return out;
 }
 
-void Qwen4ExpGenerator::feed(const int32_t* ids, int T, float* logits, bool all_logits) {
+void Qwen4ExpGenerator::feed(const int32_t* ids, int T, float* logits, bool all_logits, int32_t* choice) {
     const size_t nH = (size_t)model_.hparams().hc_dim();
     const size_t P = session_.tokens.size();
     // The prompt's plan covers its tokens; tokens after the prompt are text.
@@ -129,12 +129,12 @@ void Qwen4ExpGenerator::feed(const int32_t* ids, int T, float* logits, bool all_
         kv_keys_[P + t] = planned && plan_.keys[P + t] ? plan_.keys[P + t] : (uint64_t)(uint32_t)ids[t];
     const Qwen4Exp::Media* m = planned ? &media : nullptr;
     if (!mtp_) {
-        model_.forward(session_, ids, T, Qwen4Exp::Outputs{logits, all_logits, nullptr}, m);
+        model_.forward(session_, ids, T, Qwen4Exp::Outputs{logits, all_logits, nullptr, choice}, m);
         return;
     }
     const size_t old = mtp_rows_.size();
     mtp_rows_.resize(old + (size_t)T * nH);
-    model_.forward(session_, ids, T, Qwen4Exp::Outputs{logits, all_logits, mtp_rows_.data() + old}, m);
+    model_.forward(session_, ids, T, Qwen4Exp::Outputs{logits, all_logits, mtp_rows_.data() + old, choice}, m);
 }
 
 const float* Qwen4ExpGenerator::run_mtp(const int32_t* next) {
@@ -164,6 +164,18 @@ const float* Qwen4ExpGenerator::run_mtp(const int32_t* next) {
 
 const float* Qwen4ExpGenerator::append(std::span<const int32_t> tokens, const ProgressFn& progress,
                                        const CancelFn& cancel) {
+    append_tokens(tokens, progress, cancel, nullptr);
+    return logits_.data();
+}
+
+int32_t Qwen4ExpGenerator::append_choose(int32_t next) {
+    int32_t choice = 0;
+    append_tokens(std::span<const int32_t>(&next, 1), {}, {}, &choice);
+    return choice;
+}
+
+void Qwen4ExpGenerator::append_tokens(std::span<const int32_t> tokens, const ProgressFn& progress,
+                                      const CancelFn& cancel, int32_t* choice) {
     STRATA_CHECK(!tokens.empty(), "append needs at least one token");
     const int total = (int)tokens.size();
     const std::vector<int> at = checkpoint_points(tokens);
@@ -172,7 +184,7 @@ const float* Qwen4ExpGenerator::append(std::span<const int32_t> tokens, const Pr
         int T = std::min(chunk_, total - done);
         if (next < at.size() && at[next] < done + T) T = at[next] - done;   // end a chunk at the checkpoint
         const bool last = done + T == total;
-        feed(tokens.data() + done, T, last ? logits_.data() : nullptr, false);
+        feed(tokens.data() + done, T, last && !choice ? logits_.data() : nullptr, false, last ? choice : nullptr);
         if (mtp_) run_mtp(nullptr);     // keeps the head's KV in step with the trunk
         done += T;
         if (next < at.size() && done == at[next]) {
@@ -182,7 +194,6 @@ const float* Qwen4ExpGenerator::append(std::span<const int32_t> tokens, const Pr
         if (progress) progress(done, total);
         if (!last && cancel && cancel()) throw Cancelled{};
     }
-    return logits_.data();
 }
 
 std::vector<int> Qwen4ExpGenerator::checkpoint_points(std::span<const int32_t> tokens) const {

@@ -33,6 +33,7 @@ public:
     int prepare_prompt(const std::vector<int32_t>& prompt, std::vector<PromptImage> images = {}) override;
     int checkpoint_count() const { return (int)checkpoints_.size(); }
     const float* append(std::span<const int32_t> tokens, const ProgressFn& progress, const CancelFn& cancel) override;
+    int32_t append_choose(int32_t next) override;
     int chunk_tokens() const override { return chunk_; }
     // A checkpoint every n positions of a session (0 = none; --checkpoint-every, default 16384).
     void set_checkpoint_every(int n) { checkpoint_every_ = n; }
@@ -80,7 +81,11 @@ private:
     // Where append(tokens) takes checkpoints: indices i in (0, tokens.size()), after tokens[0, i) are fed; sorted.
     std::vector<int> checkpoint_points(std::span<const int32_t> tokens) const;
     // Runs the trunk over tokens and queues their wide residuals for the MTP head.
-    void feed(const int32_t* ids, int T, float* logits, bool all_logits);
+    // choice (optional): the greedy choice after the last token, computed by the backend.
+    void feed(const int32_t* ids, int T, float* logits, bool all_logits, int32_t* choice = nullptr);
+    // append's body: the last chunk's logits into logits_, or (choice set) only its greedy choice.
+    void append_tokens(std::span<const int32_t> tokens, const ProgressFn& progress, const CancelFn& cancel,
+                       int32_t* choice);
     // Runs the MTP head over the queued rows whose next token is known (all but the last unless `next` is given);
     // with `next`, returns the draft logits of the last row and keeps its wide output in draft_wide_.
     const float* run_mtp(const int32_t* next);

@@ -199,10 +199,12 @@ private:
         auto never = [] { return false; };
         auto quiet = [](int, int) {};
         // Drafts are verified against greedy choices only: sampling and penalties decode one token at a time.
-        const bool speculate = gen_.spec_depth() > 0 && req.sampling.greedy() && !req.sampling.has_penalties();
+        const bool plain_greedy = req.sampling.greedy() && !req.sampling.has_penalties();
+        const bool speculate = gen_.spec_depth() > 0 && plain_greedy;
+        int32_t chosen = -1;   // plain greedy without drafts: the next token, chosen by the generator (no logits)
         while (true) {
             if (cancel_requested()) { done.finish = serve::Finish::cancel; break; }
-            int32_t token = sampler.sample(logits, n_vocab, history);
+            const int32_t token = chosen >= 0 ? chosen : sampler.sample(logits, n_vocab, history);
             emit(serve::format_token(token));
             ++done.generated;
             if (req.sampling.has_penalties()) history.push_back(token);
@@ -222,6 +224,10 @@ private:
                 done.drafts_accepted += step.accepted;
                 logits = step.logits;
                 if (done.generated >= req.max_new) { done.finish = serve::Finish::length; break; }
+                continue;
+            }
+            if (plain_greedy) {
+                chosen = gen_.append_choose(token);
                 continue;
             }
             int32_t one[1] = {token};

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/argmax.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/platform.h"
@@ -75,6 +76,9 @@ void CpuBackend::to_device(float* dst, const float* host, size_t n) { std::memcp
 void CpuBackend::to_host(float* host, const float* src, size_t n) { std::memcpy(host, src, n * sizeof(float)); }
 void CpuBackend::fill(float* x, float value, size_t n) { std::fill(x, x + n, value); }
 void CpuBackend::copy(float* dst, const float* src, size_t n) { std::memmove(dst, src, n * sizeof(float)); }
+void CpuBackend::argmax_rows(const float* x, int rows, int n, int32_t* out) {
+    for (int r = 0; r < rows; ++r) out[r] = argmax_first(x + (size_t)r * n, n);
+}
 
 void CpuBackend::embed(const Weight& table, const int32_t* ids, int T, float* y) {
     OpProfile::Scope prof(profile_, "embed");

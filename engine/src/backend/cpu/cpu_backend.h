@@ -31,6 +31,7 @@ public:
     void to_device(float* dst, const float* host, size_t n) override;
     void to_host(float* host, const float* src, size_t n) override;
     void fill(float* x, float value, size_t n) override;
+    void argmax_rows(const float* x, int rows, int n, int32_t* out) override;
     void copy(float* dst, const float* src, size_t n) override;
 
     void embed(const Weight& table, const int32_t* ids, int T, float* y) override;

@@ -310,6 +310,12 @@ void CudaBackend::to_host(float* host, const float* src, size_t n) {
     if (impl_->hybrid && impl_->hybrid->trace()) impl_->hybrid->trace()->mark(cuda::HybridTrace::kMarkLogitsOnHost);
 }
 
+void CudaBackend::argmax_rows(const float* x, int rows, int n, int32_t* out) {
+    Impl::OpScope prof_op(*impl_, "argmax_rows");
+    cuda::argmax_rows(impl_->stream, x, rows, n, out);
+    impl_->done("argmax_rows");
+}
+
 void CudaBackend::fill(float* x, float value, size_t n) {
     Impl::OpScope prof_op(*impl_, "fill");
     cuda::fill(impl_->stream, x, value, n);

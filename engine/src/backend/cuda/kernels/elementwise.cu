@@ -1,6 +1,9 @@
 // The small data-movement and elementwise ops (fill, unary, mul, add, scale, add_row/mul_row, slice_cols,
 // concat_cols, deinterleave, mean_rows, repeat_streams) and the two MoE helpers (swiglu, moe_combine): one thread per output
 // element, grid-stride loops.
+#include <climits>
+#include <cmath>
+
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
 
@@ -114,6 +117,53 @@ __global__ void moe_combine_kernel(const float* down, const float* w, int T, int
 }
 
 }  // namespace
+
+namespace {
+constexpr int kArgmaxThreads = 1024;
+
+// (v, i) beats (bv, bi): a larger value, or an equal one at a lower index; NaN never wins (its compares are false).
+__device__ __forceinline__ bool argmax_better(float v, int i, float bv, int bi) {
+    return v > bv || (v == bv && i < bi);
+}
+
+// One block a row: each thread its strided share, then warps and the block by (value, index) (common/argmax.h).
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float* __restrict__ x, int n,
+                                                                     int32_t* __restrict__ out) {
+    __shared__ float sv[kArgmaxThreads / 32];
+    __shared__ int si[kArgmaxThreads / 32];
+    const float* row = x + (size_t)blockIdx.x * n;
+    float bv = -INFINITY;
+    int bi = INT_MAX;   // none yet: any non-NaN value (−inf included) beats it by its lower index
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = row[i];
+        if (argmax_better(v, i, bv, bi)) { bv = v; bi = i; }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float v = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int i = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (argmax_better(v, i, bv, bi)) { bv = v; bi = i; }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
+    __syncthreads();
+    if (warp == 0) {
+        bv = lane < (int)(blockDim.x >> 5) ? sv[lane] : -INFINITY;
+        bi = lane < (int)(blockDim.x >> 5) ? si[lane] : INT_MAX;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float v = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int i = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (argmax_better(v, i, bv, bi)) { bv = v; bi = i; }
+        }
+        if (lane == 0) out[blockIdx.x] = bi == INT_MAX ? 0 : bi;
+    }
+}
+}  // namespace
+
+void argmax_rows(cudaStream_t s, const float* x, int rows, int n, int32_t* out) {
+    if (rows <= 0) return;
+    argmax_rows_kernel<<<rows, kArgmaxThreads, 0, s>>>(x, n, out);
+    CUDA_CHECK_LAUNCH();
+}
 
 void fill(cudaStream_t s, float* x, float v, size_t n) {
     if (!n) return;

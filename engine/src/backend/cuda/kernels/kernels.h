@@ -51,6 +51,8 @@ void dequant_rows(cudaStream_t s, GgmlType type, const uint8_t* w, size_t row_by
 
 // ---- elementwise.cu ----
 void fill(cudaStream_t s, float* x, float v, size_t n);
+// out[r] = the first index of row r's largest value (NaN skipped, 0 when all are NaN), x [rows, n], out device int32.
+void argmax_rows(cudaStream_t s, const float* x, int rows, int n, int32_t* out);
 void unary(cudaStream_t s, Unary f, const float* x, size_t n, float scale, float* y);
 void mul(cudaStream_t s, const float* a, const float* b, size_t n, float* y);
 void add(cudaStream_t s, float* y, const float* x, size_t n);
