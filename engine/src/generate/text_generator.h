@@ -70,7 +70,8 @@ public:
     // logits append would return; the same session state). A model may compute it where the logits are (a GPU
     // backend then sends one id to the host instead of a vocabulary row); the logits are not kept.
     virtual int32_t append_choose(int32_t next) {
-        const float* logits = append(std::span<const int32_t>(&next, 1), {}, {});
+        const float* logits =
+            append(std::span<const int32_t>(&next, 1), [](int, int) {}, [] { return false; });
         return argmax_first(logits, vocab_size());
     }
 
