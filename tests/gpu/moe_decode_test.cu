@@ -159,48 +159,6 @@ void check(const Case& c, std::mt19937& rng) {
             const std::vector<float> ref = to_host(dref, want.size()), tab = to_host(dtab, want.size());
             report(name + (with_null ? " tables, 1/3 null" : " tables"), ok ? rel_err(tab, ref) : INFINITY, 0,
                    std::memcmp(ref.data(), tab.data(), want.size() * 4) == 0);
-            // The staging overlap's three steps (moe_shexp_decode_step, expert 0 standing in for the shared expert):
-            // the tables split into two gate/up halves give moe_shexp_decode's bits.
-            {
-                const cuda::MatmulArgs sg = args(c.gate, wg, c.H, c.I, 1, nullptr, 1),
-                                       su = args(c.gate, wu, c.H, c.I, 1, nullptr, 1),
-                                       sd = args(c.down, wd, c.I, c.H, 1, nullptr, 1);
-                std::vector<const uint8_t*> g1(P), u1(P), g2(P), u2(P);
-                for (int p = 0; p < P; ++p) {
-                    const bool second = p % 3 == 2 || (!with_null && p % 3 == 1);
-                    (second ? g2 : g1)[p] = tg[p];
-                    (second ? u2 : u1)[p] = tu[p];
-                }
-                const uint8_t** dh[4] = {to_device(g1), to_device(u1), to_device(g2), to_device(u2)};
-                const size_t sbytes = cuda::moe_decode_scratch_bytes(c.T * (c.k + 1), c.I);
-                void* sscratch = nullptr;
-                CUDA_CHECK(cudaMalloc(&sscratch, sbytes));
-                float* dall = to_device(std::vector<float>((size_t)c.T * c.H, NAN));
-                float* dsteps = to_device(std::vector<float>((size_t)c.T * c.H, NAN));
-                const bool sok = cuda::moe_shexp_decode_supported(tmg, tmu, tmd, sg, su, sd, c.T, c.k);
-                if (sok) {
-                    using cuda::MoeShexpStep;
-                    cuda::moe_shexp_decode(s, tmg, tmu, tmd, sg, su, sd, dg, ax, dx, dw0, c.T, c.k, sscratch, sbytes,
-                                           dall);
-                    cuda::MatmulArgs hg = tmg, hu = tmu;
-                    hg.mats = dh[0];
-                    hu.mats = dh[1];
-                    cuda::moe_shexp_decode_step(MoeShexpStep::gate_up_first, s, hg, hu, tmd, sg, su, sd, dg, ax, dx,
-                                                dw0, c.T, c.k, sscratch, sbytes, dsteps);
-                    hg.mats = dh[2];
-                    hu.mats = dh[3];
-                    cuda::moe_shexp_decode_step(MoeShexpStep::gate_up_second, s, hg, hu, tmd, sg, su, sd, dg, ax, dx,
-                                                dw0, c.T, c.k, sscratch, sbytes, dsteps);
-                    cuda::moe_shexp_decode_step(MoeShexpStep::down, s, hg, hu, tmd, sg, su, sd, dg, ax, dx, dw0, c.T,
-                                                c.k, sscratch, sbytes, dsteps);
-                }
-                const std::vector<float> all = to_host(dall, want.size()), steps = to_host(dsteps, want.size());
-                report(name + (with_null ? " tables + shared, 3 steps, 1/3 null" : " tables + shared, 3 steps"),
-                       sok ? rel_err(steps, all) : INFINITY, 0, std::memcmp(all.data(), steps.data(), want.size() * 4) == 0);
-                for (void* p : {(void*)dh[0], (void*)dh[1], (void*)dh[2], (void*)dh[3], sscratch, (void*)dall,
-                                (void*)dsteps})
-                    cudaFree(p);
-            }
             for (void* p : {(void*)dt[0], (void*)dt[1], (void*)dt[2], (void*)dw0, (void*)dref, (void*)dtab}) cudaFree(p);
         }
     }

@@ -41,7 +41,8 @@ def main():
     ap.add_argument("--models", required=True)
     a = ap.parse_args()
     ok = 0
-    models = sorted(glob.glob(os.path.join(a.models, "*.gguf")))
+    # (*-mtp.gguf are MTP heads that load beside a trunk: tests/gpu/prepare_models.py's mtp.json)
+    models = sorted(m for m in glob.glob(os.path.join(a.models, "*.gguf")) if not m.endswith("-mtp.gguf"))
     for m in models:
         cpu, cpu_done = serve_tokens(a.strata, m, "cpu")
         gpu, gpu_done = serve_tokens(a.strata, m, "cuda")

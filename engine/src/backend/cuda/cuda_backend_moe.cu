@@ -232,9 +232,8 @@ void CudaBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, i
     }
     Impl::OpScope prof_op(im, "moe_experts+shared");
     if (hybrid && !hybrid->caching()) hybrid->count_routing(w, d_ids, T * k, im.stream);   // a routing profile only
-    const bool overlap = joined && hybrid->stage_overlaps(w, T);
     if (joined) {   // each pair's matrix (slot, zero-copy host memory, or the CPU's) picked on the GPU
-        const auto tables = hybrid->plan_device(w, x, T, k, d_ids, d_w, overlap);
+        const auto tables = hybrid->plan_device(w, x, T, k, d_ids, d_w);
         ga.mats = tables[0];
         ua.mats = tables[1];
         da.mats = tables[2];
@@ -242,25 +241,8 @@ void CudaBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, i
     const size_t bytes = cuda::moe_decode_scratch_bytes(T * (k + 1), I);
     Impl::Buf scratch(im, bytes);
     const float* gvec = reinterpret_cast<const float*>(im.dev(w.shexp_gate_inp));
-    const cuda::ActQ8 act = im.quantized(x, T, H, cuda::act_block(ga.type));
-    if (overlap) {   // the cached pairs and the shared expert while the zero-copy experts are staged (hybrid_moe.h)
-        using cuda::MoeShexpStep;
-        hybrid->stage_begin(w);
-        const auto first = hybrid->gate_up_first(), second = hybrid->gate_up_second();
-        ga.mats = first[0];
-        ua.mats = first[1];
-        cuda::moe_shexp_decode_step(MoeShexpStep::gate_up_first, im.stream, ga, ua, da, sg, su, sd, gvec, act, x, d_w,
-                                    T, k, scratch.p, bytes, y);
-        hybrid->stage_end();
-        ga.mats = second[0];
-        ua.mats = second[1];
-        cuda::moe_shexp_decode_step(MoeShexpStep::gate_up_second, im.stream, ga, ua, da, sg, su, sd, gvec, act, x,
-                                    d_w, T, k, scratch.p, bytes, y);
-        cuda::moe_shexp_decode_step(MoeShexpStep::down, im.stream, ga, ua, da, sg, su, sd, gvec, act, x, d_w, T, k,
-                                    scratch.p, bytes, y);
-    } else {
-        cuda::moe_shexp_decode(im.stream, ga, ua, da, sg, su, sd, gvec, act, x, d_w, T, k, scratch.p, bytes, y);
-    }
+    cuda::moe_shexp_decode(im.stream, ga, ua, da, sg, su, sd, gvec, im.quantized(x, T, H, cuda::act_block(ga.type)), x,
+                           d_w, T, k, scratch.p, bytes, y);
     ++fused_gate_up_count;
     if (joined) hybrid->join_device(y, T);   // the CPU's pairs, added on the device
     im.wrote(y, (size_t)T * H * sizeof(float));

@@ -48,10 +48,6 @@ struct DeviceJoinState {
     float share;             // place_pairs' share of the missed experts read zero-copy (set between passes)
     float carry;             // place_pairs' rounding carry from layer to layer
     const uint8_t* tables[3][kDevicePairs];   // gate, up, down matrix of each pair (null: the CPU's pair)
-    // tables' gate and up split for the staging overlap: first = the cached pairs (computed while the stage kernel
-    // copies), second = the zero-copy pairs (after it); null elsewhere.
-    const uint8_t* gate_up_first[2][kDevicePairs];
-    const uint8_t* gate_up_second[2][kDevicePairs];
     int32_t n_stage;                          // zero-copy experts the stage kernel copies for the current call
     const uint8_t* stage_src[3][kStageExperts];   // host (device address) → staging slot, per matrix
     uint8_t* stage_dst[3][kStageExperts];

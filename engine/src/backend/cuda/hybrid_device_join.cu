@@ -117,13 +117,6 @@ void HybridMoe::prepare_device_path() {
             log_info("experts", "zero-copy experts are read in place (no staging slots: no VRAM, or odd sizes)");
         }
     }
-    const char* overlap_env = std::getenv("STRATA_HYBRID_OVERLAP");
-    overlap_on_ = zc_stage_[0] && !(overlap_env && std::strcmp(overlap_env, "0") == 0);
-    if (overlap_on_) {
-        CUDA_CHECK(cudaStreamCreateWithFlags(&overlap_stream_, cudaStreamNonBlocking));
-        CUDA_CHECK(cudaEventCreateWithFlags(&planned_ev_, cudaEventDisableTiming));
-        CUDA_CHECK(cudaEventCreateWithFlags(&staged_ev_, cudaEventDisableTiming));
-    }
     if (share_auto_ && zero_copy_any_) {
         if (share_balance_on_) pcie_rate_ = measure_pcie_rate();
         gpu_miss_share_ = share_balance_on_ ? share_bal_.share : share_ctl_.next();
@@ -263,7 +256,7 @@ bool HybridMoe::device_path(int T, int k) const {
 }
 
 std::array<const uint8_t* const*, 3> HybridMoe::plan_device(const MoeWeights& w, const float* x, int T, int k,
-                                                             const int32_t* d_ids, const float* d_w, bool overlap) {
+                                                             const int32_t* d_ids, const float* d_w) {
     const int l = layer_of(w);
     STRATA_ASSERT(l >= 0 && device_path(T, k));
     const Layer& L = layers_[l];
@@ -291,25 +284,9 @@ std::array<const uint8_t* const*, 3> HybridMoe::plan_device(const MoeWeights& w,
     a.words = words_dev_;
     a.state = state_;
     hybrid_plan(stream_, a);
-    STRATA_ASSERT(!overlap || staged);
-    if (staged && !overlap) hybrid_stage(stream_, state_, L.gate_bytes, L.up_bytes, L.down_bytes);
+    if (staged) hybrid_stage(stream_, state_, L.gate_bytes, L.up_bytes, L.down_bytes);
     return {state_->tables[0], state_->tables[1], state_->tables[2]};
 }
-
-bool HybridMoe::stage_overlaps(const MoeWeights& w, int T) const {
-    const int l = layer_of(w);
-    return overlap_on_ && T == 1 && l >= 0 && zero_copy_[l][0] != nullptr;
-}
-
-void HybridMoe::stage_begin(const MoeWeights& w) {
-    const Layer& L = layers_[layer_of(w)];
-    CUDA_CHECK(cudaEventRecord(planned_ev_, stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(overlap_stream_, planned_ev_, 0));
-    hybrid_stage(overlap_stream_, state_, L.gate_bytes, L.up_bytes, L.down_bytes);
-    CUDA_CHECK(cudaEventRecord(staged_ev_, overlap_stream_));
-}
-
-void HybridMoe::stage_end() { CUDA_CHECK(cudaStreamWaitEvent(stream_, staged_ev_, 0)); }
 
 void HybridMoe::join_device(float* y, int T) {
     hybrid_join(stream_, state_, ring_dev_, slot_bytes_, words_dev_, T, (int)layers_[0].gate.ne[0], y);

@@ -116,12 +116,6 @@ HybridMoe::~HybridMoe() {
         }
     }
     for (PendingMoves& p : pending_) cudaEventDestroy(p.done);
-    if (overlap_stream_) {
-        cudaStreamSynchronize(overlap_stream_);
-        cudaEventDestroy(planned_ev_);
-        cudaEventDestroy(staged_ev_);
-        cudaStreamDestroy(overlap_stream_);
-    }
     for (JoinTiming& t : timings_) { cudaEventDestroy(t.hits_done); cudaEventDestroy(t.misses_in); }
     for (JoinTiming& t : free_timings_) { cudaEventDestroy(t.hits_done); cudaEventDestroy(t.misses_in); }
     for (JoinTiming& t : copy_timings_) { cudaEventDestroy(t.hits_done); cudaEventDestroy(t.misses_in); }

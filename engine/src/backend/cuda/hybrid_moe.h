@@ -125,22 +125,8 @@ public:
     bool device_path(int T, int k) const;
     // Its plan for layer w (stream-ordered): returns the gate, up and down matrix tables (device) that moe_decode
     // reads; the CPU's pairs are null there and reach y through join_device.
-    // overlap: the caller runs the stage itself (stage_begin / stage_end) to compute the cached pairs meanwhile.
     std::array<const uint8_t* const*, 3> plan_device(const MoeWeights& w, const float* x, int T, int k,
-                                                      const int32_t* d_ids, const float* d_w, bool overlap = false);
-    // The staging overlap (STRATA_HYBRID_OVERLAP, on by default): for a layer whose zero-copy experts are staged,
-    // the stage kernel runs on a side stream from stage_begin (after the plan) to stage_end (the compute stream
-    // waits for it), and the caller computes the gate/up of gate_up_first's pairs in between, then those of
-    // gate_up_second and the down over all (moe_shexp_decode_step): the same kernels and bits as without it.
-    bool stage_overlaps(const MoeWeights& w, int T) const;
-    void stage_begin(const MoeWeights& w);
-    void stage_end();
-    std::array<const uint8_t* const*, 2> gate_up_first() const {
-        return {state_->gate_up_first[0], state_->gate_up_first[1]};
-    }
-    std::array<const uint8_t* const*, 2> gate_up_second() const {
-        return {state_->gate_up_second[0], state_->gate_up_second[1]};
-    }
+                                                      const int32_t* d_ids, const float* d_w);
     // y[T, H] += the CPU's share of the last planned call (waits on the stream for it; nothing without CPU pairs).
     void join_device(float* y, int T);
     // At a pass boundary (Backend::begin_graph): the dispatcher has consumed every device job, landed cache moves
@@ -307,9 +293,6 @@ private:
     CpuShare dev_share_;                        // the dispatcher's CPU pairs of one job (experts/device_jobs.h)
     bool zero_copy_any_ = false;                // some layer's experts are mapped for zero-copy reads
     uint8_t* zc_stage_[3] = {nullptr, nullptr, nullptr};   // zero-copy staging slots: gate, up, down (kStageExperts each)
-    bool overlap_on_ = false;                   // the staging overlap (stage_overlaps)
-    cudaStream_t overlap_stream_ = nullptr;     // its side stream and the fork / join events
-    cudaEvent_t planned_ev_ = nullptr, staged_ev_ = nullptr;
     MissShareControl share_ctl_;                // auto share (STRATA_SHARE_CONTROL=climb): fed each pass's time
     // Auto share by MissShareBalance (the default; STRATA_SHARE_CONTROL=climb: share_ctl_), fed each pass with the
     // layers that had missed experts (miss_jobs_, counted by the dispatcher), the joins that waited for the CPU

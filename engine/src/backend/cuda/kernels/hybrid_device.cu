@@ -114,17 +114,11 @@ __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
     __syncthreads();
     for (int p = threadIdx.x; p < P; p += blockDim.x) {
         const int e = ids[p], z = stage_of[p];
-        for (int m = 0; m < 3; ++m) {
-            const uint8_t* t = place[p] == kPairCached ? a.arena[m] + (size_t)slot[p] * a.arena_stride[m]
-                               : place[p] != kPairZeroCopy ? nullptr
-                               : z >= 0                    ? a.stage[m] + (size_t)z * a.host_stride[m]
-                                                           : a.host[m] + (size_t)e * a.host_stride[m];
-            a.state->tables[m][p] = t;
-            if (m < 2) {
-                a.state->gate_up_first[m][p] = place[p] == kPairZeroCopy ? nullptr : t;
-                a.state->gate_up_second[m][p] = place[p] == kPairZeroCopy ? t : nullptr;
-            }
-        }
+        for (int m = 0; m < 3; ++m)
+            a.state->tables[m][p] = place[p] == kPairCached ? a.arena[m] + (size_t)slot[p] * a.arena_stride[m]
+                                    : place[p] != kPairZeroCopy ? nullptr
+                                    : z >= 0                    ? a.stage[m] + (size_t)z * a.host_stride[m]
+                                                                : a.host[m] + (size_t)e * a.host_stride[m];
         job->ids[p] = e;
         job->weights[p] = a.weights[p];
         job->place[p] = place[p];

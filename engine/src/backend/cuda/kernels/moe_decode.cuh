@@ -229,25 +229,19 @@ DecodeScratch split_scratch(void* scratch, size_t bytes, int P, int I) {
 // weights wts; with sh.gate the T shared pairs follow (weights σ(x · sh.gvec) from the gate/up kernel's extra
 // column). gate / up / down also give the formats and shapes of the shared matrices. act.q null: the gate/up kernel
 // quantizes x itself.
-// step (MoeShexpStep, moe_gate_up.h): all = both launches; gate_up_first / down = one of them; gate_up_second = the
-// gate/up launch over the routed pairs only (the shared pairs and their gate column left to gate_up_first).
-enum class DecodeStep { all, gate_up_first, gate_up_second, down };
-
 void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
                 const float* x, const float* wts, int T, int k, const SharedPairs& sh, bool accumulate,
-                void* scratch, size_t bytes, float* y, DecodeStep step = DecodeStep::all) {
+                void* scratch, size_t bytes, float* y) {
     const int P = T * k, pairs = P + (sh.gate ? T : 0), I = (int)gate.rows;
-    const DecodeScratch d = split_scratch(scratch, bytes, pairs, I);   // one layout for every step
-    if (step != DecodeStep::down) with_block_format(gate.type, [&](auto f) {
+    const DecodeScratch d = split_scratch(scratch, bytes, pairs, I);
+    with_block_format(gate.type, [&](auto f) {
         using F = decltype(f);
         if constexpr (QInt<F>::kHas) {
-            const bool routed_only = step == DecodeStep::gate_up_second;
-            const SharedPairs gsh = routed_only ? SharedPairs{} : sh;
-            const dim3 grid((unsigned)(I / q8::kHBlock) + (gsh.gvec ? 1u : 0u), (unsigned)(routed_only ? P : pairs));
+            const dim3 grid((unsigned)(I / q8::kHBlock) + (sh.gvec ? 1u : 0u), (unsigned)pairs);
             const int rows_a_warp = gate_up_rows();
             auto launch = [&](auto kernel, size_t smem) {
                 kernel<<<grid, q8::kHBlock / rows_a_warp * 32, smem, s>>>(
-                    gate.w, up.w, gate.row_bytes, I, gate.n, gate.mat_stride, gate.ids, gate.act_div, P, gsh, act.q,
+                    gate.w, up.w, gate.row_bytes, I, gate.n, gate.mat_stride, gate.ids, gate.act_div, P, sh, act.q,
                     act.d, x, d.gates, d.hq, d.hd, gate.mats, up.mats);
             };
             auto launch_rows = [&](auto fq, size_t smem) {
@@ -267,7 +261,7 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
             CUDA_CHECK_LAUNCH();
         }
     });
-    if (step == DecodeStep::all || step == DecodeStep::down) with_block_format(down.type, [&](auto f) {
+    with_block_format(down.type, [&](auto f) {
         using F = decltype(f);
         if constexpr (QInt<F>::kHas && F::ABLK == q8::kHBlock) {
             const int split = down_split();
@@ -343,20 +337,6 @@ void moe_shexp_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& 
                  ggml_type_name(down.type), " experts with their shared expert is not a decode-path call");
     run_decode(s, gate, up, down, act, x, wts, T, k, SharedPairs{sgate.w, sup.w, sdown.w, gvec}, false, scratch,
                scratch_bytes, y);
-}
-
-void moe_shexp_decode_step(MoeShexpStep step, cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up,
-                           const MatmulArgs& down, const MatmulArgs& sgate, const MatmulArgs& sup,
-                           const MatmulArgs& sdown, const float* gvec, ActQ8 act, const float* x, const float* wts,
-                           int T, int k, void* scratch, size_t scratch_bytes, float* y) {
-    STRATA_CHECK(moe_shexp_decode_supported(gate, up, down, sgate, sup, sdown, T, k) && gvec && gate.mats,
-                 "cuda moe_shexp_decode_step: ", T, " tokens × ", k, " of ", ggml_type_name(gate.type), " / ",
-                 ggml_type_name(down.type), " experts through matrix tables is not a decode-path call");
-    const DecodeStep d = step == MoeShexpStep::gate_up_first    ? DecodeStep::gate_up_first
-                         : step == MoeShexpStep::gate_up_second ? DecodeStep::gate_up_second
-                                                                : DecodeStep::down;
-    run_decode(s, gate, up, down, act, x, wts, T, k, SharedPairs{sgate.w, sup.w, sdown.w, gvec}, false, scratch,
-               scratch_bytes, y, d);
 }
 
 }  // namespace strata::cuda

@@ -61,16 +61,4 @@ void moe_shexp_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& 
                       ActQ8 act, const float* x, const float* wts, int T, int k, void* scratch, size_t scratch_bytes,
                       float* y);
 
-// moe_shexp_decode over matrix tables in three launches, for a caller that fills some pairs' matrices late (the
-// hybrid path copies its zero-copy experts into VRAM meanwhile): gate_up_first = gate/up of the routed pairs whose
-// gate.mats / up.mats are set and of the shared expert; gate_up_second = gate/up of the routed pairs set in a second
-// pair of tables (gate.mats / up.mats of that call; no shared pairs); down = the weighted sum over down.mats and the
-// shared expert. The same scratch and arguments for all three. Each pair's h comes from the same kernel either way,
-// so when every routed pair is set in exactly one of the two gate/up tables y has moe_shexp_decode's bits.
-enum class MoeShexpStep { gate_up_first, gate_up_second, down };
-void moe_shexp_decode_step(MoeShexpStep step, cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up,
-                           const MatmulArgs& down, const MatmulArgs& sgate, const MatmulArgs& sup,
-                           const MatmulArgs& sdown, const float* gvec, ActQ8 act, const float* x, const float* wts,
-                           int T, int k, void* scratch, size_t scratch_bytes, float* y);
-
 }  // namespace strata::cuda
