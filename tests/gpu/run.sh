@@ -4,6 +4,7 @@
 #   cuda_ops_test      every Backend op, CUDA vs CPU, random inputs, all weight formats      -> ops.json
 #   parity.py          whole tiny models, 64 greedy tokens, CUDA vs CPU tokens and logits   -> parity.json
 #   cache_parity.py    the same with an expert cache of 0/30/100% of the experts (CPU misses) -> cache_parity.json
+#   serve_greedy_check.py  greedy tokens through `strata --serve` (the backend's argmax op), CUDA vs CPU -> serve_greedy.txt
 #   compute-sanitizer  memcheck (with leak check) on strata generate (also with a 30% expert cache that moves
 #                      experts) and on cuda_ops_test                                     -> sanitizer.log
 #   cuda_matmul_speed  matmul GB/s: 512 MB matrices at T = 1..8, real dense and expert shapes -> speed.json
@@ -53,6 +54,11 @@ step cache_parity
 PYTHONUNBUFFERED=1 timeout 300 python3 tests/gpu/cache_parity.py --strata "$BIN/strata" --models "$MODELS" \
     --out "$OUT/cache_parity.json" && record cache_parity ok || record cache_parity FAIL
 
+step serve_greedy
+PYTHONUNBUFFERED=1 timeout 200 python3 tests/gpu/serve_greedy_check.py --strata "$BIN/strata" --models "$MODELS" \
+    > "$OUT/serve_greedy.txt" 2>&1 && record serve_greedy ok || record serve_greedy FAIL
+tail -1 "$OUT/serve_greedy.txt"
+
 step compute-sanitizer
 if [ "${SKIP_SANITIZER:-0}" = 1 ]; then record sanitizer skipped; else
 SAN="compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3"
@@ -87,7 +93,7 @@ step summary
 {
   echo "{"
   first=1
-  for k in build decode_host ops parity cache_parity sanitizer speed; do
+  for k in build decode_host ops parity cache_parity serve_greedy sanitizer speed; do
     [ $first = 1 ] || echo ","
     first=0
     printf '  "%s": "%s"' "$k" "${STEP[$k]:-not run}"
@@ -95,4 +101,4 @@ step summary
   echo; echo "}"
 } > "$OUT/summary.json"
 cat "$OUT/summary.json"
-for k in build decode_host ops parity cache_parity sanitizer speed; do [ "${STEP[$k]:-}" = ok ] || exit 1; done
+for k in build decode_host ops parity cache_parity serve_greedy sanitizer speed; do [ "${STEP[$k]:-}" = ok ] || exit 1; done
