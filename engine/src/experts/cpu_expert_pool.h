@@ -22,10 +22,6 @@ public:
     void compute(const Weight& gate, const Weight& up, const Weight& down, const float* x,
                  const std::vector<ExpertPair>& pairs, float* out);
 
-    // Pins the calling thread (which then must be the one calling compute) and the workers to cores first_core …
-    // first_core + workers() − 1.
-    void pin(int first_core) { pool_.pin_each(first_core); }
-
     // dst[0, bytes) = src[0, bytes), split across the workers (filling pinned memory from the mapped file).
     void copy(void* dst, const void* src, size_t bytes);
 

@@ -1,10 +1,9 @@
 #include "model/qwen4exp_generator.h"
 
-#include "generate/sampler.h"
-
 #include <algorithm>
 #include <cmath>
 
+#include "common/argmax.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "generate/prompt_lookup.h"
@@ -16,9 +15,6 @@ int pick_context(const Hparams& hp, int n_ctx) {
     if (n_ctx > 0) return n_ctx;
     return std::min(hp.n_ctx_train, 32768);
 }
-
-// The first maximum, as torch.argmax and the greedy sampler (generate/sampler.h).
-int32_t argmax(const float* v, int n) { return argmax_first(v, n); }
 
 // Whether softmax(v)[best] >= min_p, best the argmax: Σ_{i≠best} exp(v_i − v_best) <= 1/min_p − 1, summed until it
 // is over (most terms are below e^−30 and cost one compare, so a 248K vocabulary takes a fraction of a millisecond).
@@ -292,7 +288,7 @@ TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max
     const float* dl = run_mtp(&next);
     const std::vector<int32_t>& stops = hp.stop_ids;
     for (int j = 0; j < want; ++j) {
-        const int32_t d = argmax(dl, V);
+        const int32_t d = argmax_first(dl, V);
         if (std::find(stops.begin(), stops.end(), d) != stops.end()) break;   // a stop is never fed
         // An unsure draft is likely rejected, and a rejection costs a rollback and another pass: stop there.
         if (!confident(dl, V, d, draft_min_p_)) break;
@@ -345,7 +341,7 @@ TextGenerator::GreedyStep Qwen4ExpGenerator::verify_window(const std::vector<int
     const size_t rows_before = mtp_rows_.size();
     feed(window.data(), m + 1, verify_logits_.data(), true);
     int a = 0;
-    while (a < m && argmax(verify_logits_.data() + (size_t)a * V, V) == window[a + 1]) ++a;
+    while (a < m && argmax_first(verify_logits_.data() + (size_t)a * V, V) == window[a + 1]) ++a;
     step.accepted = a;
     step.fed.assign(window.begin(), window.begin() + a + 1);
     if (a < m) {

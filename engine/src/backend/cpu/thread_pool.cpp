@@ -47,14 +47,6 @@ ThreadPool::~ThreadPool() {
     for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::pin_each(int first_core) {
-    const std::vector<int> cpus = first_cpu_of_each_core();
-    if (cpus.empty()) return;
-    parallel_for(n_threads_, [&](int64_t begin, int64_t) {
-        pin_current_thread(cpus[(size_t)(first_core + begin) % cpus.size()]);
-    });
-}
-
 static void run_piece(const ThreadPool::RangeFn& fn, int64_t n, int index, int n_threads) {
     int64_t begin = n * index / n_threads, end = n * (index + 1) / n_threads;
     if (begin < end) fn(begin, end);

@@ -39,10 +39,6 @@ public:
 
     static int default_threads();   // physical cores minus one, at least 1
 
-    // Pins the thread that runs piece i of parallel_for(size(), …) — the calling thread for i = 0, then each worker
-    // — to core first_core + i (wrapping): for a pool whose caller is not the thread that built it.
-    void pin_each(int first_core);
-
 private:
     void worker(int index);
     int n_threads_;

@@ -374,7 +374,6 @@ bool HybridMoe::run_device_job() {
         ++counters_.passes;
         if (job.n_cpu > 0) {
             collect_cpu_share(job, H, dev_share_);
-            pin_pool_once();
             if (trace_) trace_->host_stamp(l, kTrComputeStart);
             cpu_->compute(L.gate, L.up, L.down, job_x(slot), dev_share_.pairs, dev_share_.rows.data());
             if (trace_) trace_->host_stamp(l, kTrComputeEnd);

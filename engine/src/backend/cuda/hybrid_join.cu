@@ -2,8 +2,6 @@
 // publishes it in a mapped flag the stream waits on, and the counters (CUDA events around the wait time the GPU's
 // idle time). The rest of the class is in hybrid_moe.cu.
 #include <chrono>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/hybrid_moe.h"
@@ -56,7 +54,6 @@ void HybridMoe::cpu_thread_main() {
                     fail("experts: the activations of CPU job ", job.seq, " never reached the host");
             }
             wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            pin_pool_once();
             cpu_->compute(job.layer->gate, job.layer->up, job.layer->down, job.h_x, job.misses, job.h_out);
         } catch (...) {
             err = std::current_exception();
@@ -69,15 +66,6 @@ void HybridMoe::cpu_thread_main() {
         if (err && !job_error_) job_error_ = err;
         cv_.notify_all();
     }
-}
-
-// STRATA_CPU_PIN=1: the dispatcher (the pool's calling thread) and the pool's workers on cores 1 … workers, core 0
-// left to the main thread. Before the first job: the pool exists only after prepare().
-void HybridMoe::pin_pool_once() {
-    if (pool_pinned_) return;
-    pool_pinned_ = true;
-    const char* env = std::getenv("STRATA_CPU_PIN");
-    if (env && std::strcmp(env, "1") == 0) cpu_->pin(1);
 }
 
 void HybridMoe::submit_cpu_job(CpuJob job) {

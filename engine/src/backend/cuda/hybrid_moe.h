@@ -206,7 +206,6 @@ private:
     void unpin_experts();
     void harvest_copy_timings(bool wait);
     void cpu_thread_main();
-    void pin_pool_once();        // the dispatcher thread, before its first computation (STRATA_CPU_PIN)
     void submit_cpu_job(CpuJob job);
     void wait_cpu_idle();        // the previous job has finished (and rethrows its error)
     void harvest_join_timings(bool wait);
@@ -314,7 +313,6 @@ private:
     int share_log_n_ = 0;
     double share_log_pass_ns_ = 0, share_log_share_ = 0;
     unsigned long long share_log_wait_ns_ = 0;   // words_->wait_ns at the last line
-    bool pool_pinned_ = false;                   // pin_pool_once ran (the dispatcher thread only)
     std::unique_ptr<HybridTrace> trace_;         // STRATA_HYBRID_TRACE=1 (hybrid_trace.h), else null
 };
 

@@ -1,6 +1,6 @@
 // The small data-movement and elementwise ops (fill, unary, mul, add, scale, add_row/mul_row, slice_cols,
 // concat_cols, deinterleave, mean_rows, repeat_streams) and the two MoE helpers (swiglu, moe_combine): one thread per output
-// element, grid-stride loops.
+// element, grid-stride loops; argmax_rows: a block a row.
 #include <climits>
 #include <cmath>
 
