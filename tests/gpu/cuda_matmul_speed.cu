@@ -8,7 +8,8 @@
 //   decode   the decode pass's dense shapes (GDN in_proj as one matrix, ssm_out, hc_down, router F32, BF16) T = 1..8
 //   moe      routed experts (top-10 of 512, T = 1) and the shared expert (T = 1..8) as whole calls, per format mix
 // Each case runs back to back `iters` times between two events; small cases include the launch cost (as decode does).
-// usage: cuda_matmul_speed [results.json] [--quick] [--prompt | --decode]   (only the prompt / decode+moe groups)
+// usage: cuda_matmul_speed [results.json] [--quick] [--prompt | --decode | --head]   (only the prompt / decode+moe
+//        groups / the output head)
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -144,6 +145,17 @@ void bench_big(cudaStream_t s, bool quick) {
     free_acts(a);
 }
 
+// The output head (a and y as bench_dense makes them: 4 rows of 10240 activations, 4 x 248320 outputs).
+void bench_head(cudaStream_t s, Acts& a, float* y) {
+    for (GgmlType t : {GgmlType::Q6_K, GgmlType::Q5_K}) {
+        uint8_t* w = upload_rows(t, 248320, 2560);
+        for (int T : {1, 4})
+            time_case(s, "dense", "output 2560->248320 T=" + std::to_string(T), dense_args(t, w, 2560, 248320), a, T,
+                      T, y, ggml_row_bytes(t, 2560) * 248320, 20);
+        cudaFree(w);
+    }
+}
+
 void bench_dense(cudaStream_t s) {
     struct Shape {
         const char* name;
@@ -171,13 +183,7 @@ void bench_dense(cudaStream_t s) {
                       y, ggml_row_bytes(t, 640) * 2560, 200);
         cudaFree(w);
     }
-    for (GgmlType t : {GgmlType::Q6_K, GgmlType::Q5_K}) {   // output head
-        uint8_t* w = upload_rows(t, 248320, 2560);
-        for (int T : {1, 4})
-            time_case(s, "dense", "output 2560->248320 T=" + std::to_string(T), dense_args(t, w, 2560, 248320), a, T,
-                      T, y, ggml_row_bytes(t, 2560) * 248320, 20);
-        cudaFree(w);
-    }
+    bench_head(s, a, y);
     cudaFree(y);
     free_acts(a);
 }
@@ -418,11 +424,12 @@ void bench_prompt(cudaStream_t s) {
 
 int main(int argc, char** argv) {
     const char* out = nullptr;
-    bool quick = false, prompt_only = false, decode_only = false;
+    bool quick = false, prompt_only = false, decode_only = false, head_only = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--quick") == 0) quick = true;
         else if (std::strcmp(argv[i], "--prompt") == 0) prompt_only = true;
         else if (std::strcmp(argv[i], "--decode") == 0) decode_only = true;
+        else if (std::strcmp(argv[i], "--head") == 0) head_only = true;
         else out = argv[i];
     }
     try {
@@ -434,7 +441,14 @@ int main(int argc, char** argv) {
         cudaStream_t s;
         CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
         json = std::string("{\"bench\": \"cuda_matmul_speed\", \"device\": \"") + prop.name + "\", \"results\": [\n";
-        if (decode_only) {
+        if (head_only) {
+            Acts a = make_acts(4, 10240);
+            float* y = nullptr;
+            CUDA_CHECK(cudaMalloc(&y, (size_t)4 * 248320 * 4));
+            bench_head(s, a, y);
+            CUDA_CHECK(cudaFree(y));
+            free_acts(a);
+        } else if (decode_only) {
             bench_decode(s);
             bench_moe(s);
         } else {

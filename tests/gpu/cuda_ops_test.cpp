@@ -48,6 +48,66 @@ void test_matmul_and_embed() {
     }
 }
 
+// The head's shape at one token: Q6_K, many rows (matmul_q6k_t1.cuh's kernel when the rows are a multiple of 4; the
+// general kernel otherwise), against the CPU, and the path taken. Real width (2560) and a narrower one.
+void test_matmul_q6k_rows() {
+    for (int n : {2560, 512})
+        for (int rows : {8192, 4100, 4102}) {
+            const Weight& w = make_weight(GgmlType::Q6_K, n, rows, 1, "q6k_rows");
+            const std::vector<float> x = randn((size_t)n);
+            std::vector<float> want((size_t)rows);
+            cpu->matmul(w, x.data(), 1, want.data());
+            Dev dx(x), dy((size_t)rows);
+            const int64_t before = CudaBackend::q6k_t1_matmuls();
+            gpu->matmul(w, dx, 1, dy);
+            const std::string name = "matmul Q6_K rows=" + std::to_string(rows) + " n=" + std::to_string(n) + mode;
+            report(name, dy.get(), want, 1e-5);
+            const bool staged = rows % 4 == 0 && mode.empty();   // f32 activations take the f32 kernels
+            report(name + " path", {(float)(CudaBackend::q6k_t1_matmuls() - before)}, {staged ? 1.0f : 0.0f}, 0.0);
+        }
+}
+
+// Backend::argmax_rows against the CPU's (common/argmax.h: the largest value, the lowest index among equal ones, NaN
+// never chosen, all-NaN rows give 0): one long row (the multi-block kernel, run twice: it resets its own count) with
+// the maximum repeated across blocks' slices, at the last index, NaN and ±inf present; several short rows.
+void test_argmax_rows() {
+    auto run = [&](const std::string& name, const std::vector<float>& x, int rows, int n) {
+        std::vector<int32_t> want(rows);
+        cpu->argmax_rows(x.data(), rows, n, want.data());
+        Dev dx(x), dout((size_t)rows);
+        for (int rep = 0; rep < 2; ++rep) {
+            gpu->argmax_rows(dx, rows, n, reinterpret_cast<int32_t*>(dout.p));
+            const std::vector<float> got_bits = dout.get();
+            std::vector<float> got(rows), wantf(rows);
+            for (int r = 0; r < rows; ++r) {
+                int32_t id;
+                std::memcpy(&id, &got_bits[r], 4);
+                got[r] = (float)id;
+                wantf[r] = (float)want[r];
+            }
+            report("argmax_rows " + name + (rep ? " again" : ""), got, wantf, 0.0);
+        }
+    };
+    const int V = 248320;
+    std::vector<float> x = randn(V);
+    x[V - 1] = 9.0f;
+    run("long row max at the end", x, 1, V);
+    x[123456] = 9.0f;
+    x[7] = 9.0f;   // ties in different slices: the lowest index wins
+    x[5000] = NAN;
+    x[6000] = INFINITY;
+    x[6001] = INFINITY;
+    x[200000] = -INFINITY;
+    run("long row ties nan inf", x, 1, V);
+    std::vector<float> nan_row(40000, NAN);
+    run("long row all NaN", nan_row, 1, 40000);
+    std::vector<float> ninf_row(40000, -INFINITY);
+    run("long row all -inf", ninf_row, 1, 40000);
+    std::vector<float> short_rows = randn(3 * 1000);
+    short_rows[1000 + 17] = short_rows[1000 + 900] = 50.0f;
+    run("three short rows", short_rows, 3, 1000);
+}
+
 // E experts, k per token, for each T: T = 8, more pairs than one token's top-k, so pairs sharing an expert are
 // grouped; T >= 32, pairs sorted by expert on the device and run by the tiled kernels.
 void test_moe_shape(int E, int k, std::initializer_list<int> Ts) {
@@ -283,6 +343,15 @@ void test_fused_quant_bits() {
                       run(unfused, x, out, [&](float* dx, float* dy) { unfused.matmul(w, dx, T, dy); }));
             }
         }
+    }
+    {   // the Q6_K head kernel (matmul_q6k_t1.cuh): quantizing x itself or reading quantize_act's
+        const int n = 2560, rows = 4100;
+        const Weight& w = make_weight(GgmlType::Q6_K, n, rows, 1, "fq_q6k_rows");
+        unfused.upload_weight(w);
+        const std::vector<float> x = randn(n);
+        check("Q6_K rows=4100 n=2560 T=1",
+              run(*gpu, x, rows, [&](float* dx, float* dy) { gpu->matmul(w, dx, 1, dy); }),
+              run(unfused, x, rows, [&](float* dx, float* dy) { unfused.matmul(w, dx, 1, dy); }));
     }
     const int E = 8, k = 3, H = 256, I = 256;
     for (GgmlType t : {GgmlType::IQ2_XS, GgmlType::Q2_0, GgmlType::Q4_K}) {
@@ -761,6 +830,7 @@ int main(int argc, char** argv) {
             gpu = &gpu_f32;
             mode = " f32act";
             group("matmul", test_matmul_and_embed);
+            group("matmul_q6k_rows", test_matmul_q6k_rows);
             group("moe", test_moe);
             group("shared_expert", test_shared_expert);
             group("hyper_read", test_hyper_read);
@@ -773,6 +843,8 @@ int main(int argc, char** argv) {
         mode = "";
         std::printf("device: %s\n", gpu->device_name().c_str());
         group("matmul", test_matmul_and_embed);
+        group("matmul_q6k_rows", test_matmul_q6k_rows);
+        group("argmax_rows", test_argmax_rows);
         group("moe", test_moe);
         group("shared_expert", test_shared_expert);
         group("route_topk", test_route_topk);

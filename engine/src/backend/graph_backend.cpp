@@ -2,6 +2,9 @@
 #include "backend/graph_backend.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/error.h"
@@ -23,7 +26,17 @@ constexpr size_t kMaxGraphs = 1024;
 constexpr size_t kArenaChunkFloats = size_t(4) << 20;   // 16 MB pieces of the recording arena
 }  // namespace
 
-GraphBackend::GraphBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)), cap_(inner_->graph_capture()) {}
+namespace {
+int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+}  // namespace
+
+GraphBackend::GraphBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)), cap_(inner_->graph_capture()) {
+    const char* t = std::getenv("STRATA_GRAPH_TIMING");
+    timing_.on = t && std::strcmp(t, "1") == 0;
+}
 
 GraphBackend::~GraphBackend() {
     if (counts_.captures)
@@ -61,6 +74,7 @@ bool GraphBackend::begin_graph() {
     inner_->begin_graph();     // the inner backend's own bookkeeping (the CUDA profile's pass); it records nothing
     recording_ = true;
     arena_chunk_ = arena_used_ = 0;     // the last pass's scratch is dead by now
+    if (timing_.on) timing_.begin_ns = now_ns();
     return true;
 }
 
@@ -147,6 +161,7 @@ void GraphBackend::flush() {
         }
     } reset{*this};
     if (ops_.empty()) return;
+    if (timing_.on) flush_start_ns_ = now_ns();
     ++uses_;
     Entry* hit = nullptr;
     auto range = execs_.equal_range(sig_.hash);
@@ -158,7 +173,11 @@ void GraphBackend::flush() {
         ups.reserve(uploads_.size());
         for (const auto& [off, n] : uploads_) ups.push_back({upload_bytes_.data() + off, n});
         ++counts_.launches;
-        if (hit->exec && cap_->launch(hit->exec, ups)) return;
+        const int64_t t_lookup = timing_.on ? now_ns() : 0;
+        if (hit->exec && cap_->launch(hit->exec, ups)) {
+            if (timing_.on) note_timing(t_lookup, now_ns());
+            return;
+        }
         for (auto& op : ops_) op();     // an unrepeatable run, or a backend that keeps no graphs
         return;
     }
@@ -182,6 +201,24 @@ void GraphBackend::flush() {
         execs_.erase(oldest);
     }
     execs_.emplace(sig_.hash, Entry{sig_.words, exec, uses_});
+}
+
+void GraphBackend::note_timing(int64_t t_lookup, int64_t t_launched) {
+    Timing& t = timing_;
+    if (!t.begin_ns) return;   // a flush before an op that runs directly: no begin_graph of its own
+    t.record_us += (double)(flush_start_ns_ - t.begin_ns) / 1e3;
+    t.lookup_us += (double)(t_lookup - flush_start_ns_) / 1e3;
+    t.launch_us += (double)(t_launched - t_lookup) / 1e3;
+    t.ops += (int64_t)ops_.size();
+    t.begin_ns = 0;
+    if (++t.runs < 256) return;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "host µs a replayed run (mean of %lld): recording %.1f, lookup %.1f, launch call %.1f; %.0f ops a run",
+                  (long long)t.runs, t.record_us / t.runs, t.lookup_us / t.runs, t.launch_us / t.runs,
+                  (double)t.ops / t.runs);
+    log_info("graphs", line);
+    t = Timing{true};
 }
 
 // ---- ops ----

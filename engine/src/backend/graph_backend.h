@@ -159,6 +159,17 @@ private:
     std::unordered_multimap<uint64_t, Entry> execs_;     // by signature hash
     uint64_t uses_ = 0;
     Counts counts_;
+    // STRATA_GRAPH_TIMING=1: the host's time a replayed run, logged as means every 256 replays: recording (begin_graph
+    // to the flush: the model's host code and the ops' closures and signatures), the flush up to the launch call, the
+    // launch call itself (refilled uploads and cudaGraphLaunch), and the ops recorded a run.
+    struct Timing {
+        bool on = false;
+        int64_t begin_ns = 0;
+        int64_t runs = 0, ops = 0;
+        double record_us = 0, lookup_us = 0, launch_us = 0;
+    } timing_;
+    int64_t flush_start_ns_ = 0;
+    void note_timing(int64_t t_lookup, int64_t t_launched);
 };
 
 }  // namespace strata

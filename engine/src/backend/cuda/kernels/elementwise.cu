@@ -1,6 +1,7 @@
 // The small data-movement and elementwise ops (fill, unary, mul, add, scale, add_row/mul_row, slice_cols,
 // concat_cols, deinterleave, mean_rows, repeat_streams) and the two MoE helpers (swiglu, moe_combine): one thread per output
-// element, grid-stride loops; argmax_rows: a block a row.
+// element, grid-stride loops; argmax_rows: a block a row, or for one long row (the logits) many blocks and the
+// last one to finish.
 #include <climits>
 #include <cmath>
 
@@ -157,10 +158,87 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float
         if (lane == 0) out[blockIdx.x] = bi == INT_MAX ? 0 : bi;
     }
 }
+// (bv, bi) of the whole block in thread 0 (warps, then warp 0 over the warps' bests). Every thread calls it.
+__device__ __forceinline__ void block_best(float& bv, int& bi) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        const float v = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int i = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (argmax_better(v, i, bv, bi)) { bv = v; bi = i; }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
+    __syncthreads();
+    if (warp == 0) {
+        bv = lane < (int)(blockDim.x >> 5) ? sv[lane] : -INFINITY;
+        bi = lane < (int)(blockDim.x >> 5) ? si[lane] : INT_MAX;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float v = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int i = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (argmax_better(v, i, bv, bi)) { bv = v; bi = i; }
+        }
+    }
+}
+
+// One long row (a decode pass's 248K logits; one block took tens of µs, its loads one after another): each block
+// takes a contiguous slice, writes its best, and the last block to arrive picks among them and resets the count
+// (so a replayed graph finds it at 0). The order (value, then lower index) is total, so any split gives the same id.
+constexpr int kArgmaxSplitBlocks = 128;
+constexpr int kArgmaxSplitThreads = 256;
+constexpr int kArgmaxSplitMinN = 32768;
+__device__ float g_argmax_part_v[kArgmaxSplitBlocks];
+__device__ int g_argmax_part_i[kArgmaxSplitBlocks];
+__device__ unsigned g_argmax_arrived = 0;
+
+__global__ void __launch_bounds__(kArgmaxSplitThreads) argmax_long_row_kernel(const float* __restrict__ x, int n,
+                                                                              int32_t* __restrict__ out) {
+    __shared__ bool last;
+    const int chunk = (n + (int)gridDim.x - 1) / (int)gridDim.x;
+    const int begin = (int)blockIdx.x * chunk, end = min(n, begin + chunk);
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+#pragma unroll 4
+    for (int i = begin + (int)threadIdx.x; i < end; i += blockDim.x) {
+        const float v = x[i];
+        if (argmax_better(v, i, bv, bi)) { bv = v; bi = i; }
+    }
+    block_best(bv, bi);
+    if (threadIdx.x == 0) {
+        g_argmax_part_v[blockIdx.x] = bv;
+        g_argmax_part_i[blockIdx.x] = bi;
+        __threadfence();
+        last = atomicAdd(&g_argmax_arrived, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last || threadIdx.x >= 32) return;
+    __threadfence();
+    bv = -INFINITY;
+    bi = INT_MAX;
+    for (int b = (int)threadIdx.x; b < (int)gridDim.x; b += 32) {
+        const float v = __ldcg(&g_argmax_part_v[b]);
+        const int i = __ldcg(&g_argmax_part_i[b]);
+        if (argmax_better(v, i, bv, bi)) { bv = v; bi = i; }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float v = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int i = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (argmax_better(v, i, bv, bi)) { bv = v; bi = i; }
+    }
+    if (threadIdx.x == 0) {
+        out[0] = bi == INT_MAX ? 0 : bi;
+        g_argmax_arrived = 0;
+    }
+}
 }  // namespace
 
 void argmax_rows(cudaStream_t s, const float* x, int rows, int n, int32_t* out) {
     if (rows <= 0) return;
+    if (rows == 1 && n >= kArgmaxSplitMinN) {
+        argmax_long_row_kernel<<<kArgmaxSplitBlocks, kArgmaxSplitThreads, 0, s>>>(x, n, out);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     argmax_rows_kernel<<<rows, kArgmaxThreads, 0, s>>>(x, n, out);
     CUDA_CHECK_LAUNCH();
 }

@@ -41,6 +41,7 @@ struct MatmulArgs {
 // x: f32 activations; act: the same rows quantized, used for block formats unless act.q is null (then block formats
 // multiply with x as well: the f32-activation mode).
 void matmul(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y);
+int64_t matmul_q6k_t1_calls();   // launches of the Q6_K one-row kernel for many rows (the head), since start
 // matmul with Q8 activations where each kernel block quantizes the x rows it reads itself (same arithmetic as
 // quantize_act, so the same bits as quantize_act + matmul) instead of a separate quantize launch. Only for block
 // formats, P ≤ 8 activation rows that fit in shared memory; returns false (nothing launched) otherwise.

@@ -12,6 +12,7 @@
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
 #include "backend/cuda/kernels/matmul_q8.cuh"
+#include "backend/cuda/kernels/matmul_q6k_t1.cuh"
 #include "backend/cuda/kernels/matmul_tiled.h"
 #include "backend/cuda/kernels/moe_decode.cuh"
 #include "backend/cuda/kernels/moe_gate_up.h"
@@ -327,6 +328,39 @@ bool t1_staged(const MatmulArgs& m, size_t smem) {
            smem <= kFusedSmemMax;
 }
 
+// The Q6_K kernel for one activation row and many rows (the output head; matmul_q6k_t1.cuh) when the rows stage in
+// 16-byte copies: rows a multiple of kQ6Rows, kQ6Rows rows a multiple of 16 bytes, W 16-byte aligned.
+// STRATA_CUDA_Q6K_T1=0 turns it off (A/B); read once.
+constexpr int64_t kQ6kT1MinRows = 4096;
+bool q6k_t1(const MatmulArgs& m) {
+    static const bool on = [] {
+        const char* v = std::getenv("STRATA_CUDA_Q6K_T1");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+    return on && !m.ids && m.type == GgmlType::Q6_K && m.rows >= kQ6kT1MinRows && m.rows % kQ6Rows == 0 &&
+           (kQ6Rows * m.row_bytes) % 16 == 0 && (uintptr_t)m.w % 16 == 0 && m.n % 256 == 0 &&
+           q6k_t1_smem_bytes(m.n, m.row_bytes) <= 200 * 1024;
+}
+
+std::atomic<int64_t> g_q6k_t1_calls{0};   // launches, for the tests' path checks
+
+template <bool FQ>
+void launch_q6k_t1(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, float* y) {
+    const size_t smem = q6k_t1_smem_bytes(m.n, m.row_bytes);
+    // The opt-in above 48 KiB a block, per size (the head's ~71 KB); raised once for the largest asked.
+    static std::atomic<size_t> opted{0};
+    if (smem > opted.load(std::memory_order_relaxed)) {
+        CUDA_CHECK(cudaFuncSetAttribute(matmul_q6k_t1_kernel<FQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        opted.store(smem, std::memory_order_relaxed);
+    }
+    static std::atomic<unsigned> resident{0};   // one row length (one smem size) in practice
+    const unsigned r = resident_blocks(s, matmul_q6k_t1_kernel<FQ>, resident, smem);
+    const int64_t groups = m.rows / kQ6Rows;
+    const unsigned grid = (unsigned)std::min<int64_t>((groups + kWarps - 1) / kWarps, r);
+    matmul_q6k_t1_kernel<FQ><<<grid, kWarps * 32, smem, s>>>(m.w, m.row_bytes, m.rows, m.n, act.q, act.d, x, y);
+    g_q6k_t1_calls.fetch_add(1, std::memory_order_relaxed);
+}
+
 // The Q8-activation kernels: FQ = false reads act, FQ = true quantizes x in each block (smem bytes for that).
 template <class F, bool FQ>
 void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y, size_t smem) {
@@ -334,6 +368,11 @@ void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, i
         if (P > kGroupAbove) launch_q8_ids<F, kGroupTile, FQ>(s, m, x, act, P, y, smem);
         else launch_q8_ids<F, 1, FQ>(s, m, x, act, P, y, smem);
     } else if (P == 1) {
+        if constexpr (std::is_same_v<F, FmtQ6_K>)
+            if (q6k_t1(m)) {
+                launch_q6k_t1<FQ>(s, m, x, act, y);
+                return;
+            }
         if (splitk(m, P, m.n / 32)) {   // fused quantization: fewer blocks, each quantizing x once for many rows
             const unsigned grid = FQ ? (unsigned)std::min<int64_t>(m.rows, kSplitKFusedBlocks) : (unsigned)m.rows;
             matmul_q8_splitk_kernel<F, FQ><<<grid, kWarps * 32, smem, s>>>(m.w, m.row_bytes, m.rows, m.n, act.q,
@@ -448,6 +487,8 @@ int act_block(GgmlType t) {
                      "cuda matmul: unsupported weight type ", ggml_type_name(t));
     return blk;
 }
+
+int64_t matmul_q6k_t1_calls() { return g_q6k_t1_calls.load(); }
 
 void quantize_act(cudaStream_t s, int block, const float* x, int rows, int n, ActQ8 a) {
     STRATA_CHECK(n % block == 0, "cuda quantize_act: row length ", n, " is not a multiple of the block ", block);
