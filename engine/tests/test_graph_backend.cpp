@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -126,5 +127,24 @@ int main() {
 #ifndef STRATA_SANITIZED
     CHECK(c.direct_ops >= 8);
 #endif
+
+    // The same with each pass in one piece (STRATA_GRAPH_SPLIT=0): the same logits, and fewer runs than the default
+    // split ("32,192": a decode pass of the demo's ~100 ops is two runs), so the split above did happen.
+#ifdef _WIN32
+    _putenv_s("STRATA_GRAPH_SPLIT", "0");
+#else
+    setenv("STRATA_GRAPH_SPLIT", "0", 1);
+#endif
+    GraphBackend whole(std::make_unique<NoGraphsCapture>());
+    const auto got_whole = run(whole, path);
+    CHECK(got_whole.size() == want.size());
+    for (size_t i = 0; i < std::min(got_whole.size(), want.size()); ++i)
+        CHECK_MSG(got_whole[i].size() == want[i].size() &&
+                      std::memcmp(got_whole[i].data(), want[i].data(), got_whole[i].size() * sizeof(float)) == 0,
+                  "pass %zu (one piece a pass): logits differ from the plain CPU backend", i);
+    const GraphBackend::Counts w = whole.counts();
+    std::printf("one piece a pass: %lld seen before, %lld new\n", (long long)w.launches, (long long)w.captures);
+    CHECK_MSG(c.launches + c.captures > w.launches + w.captures, "split runs %lld, whole runs %lld",
+              (long long)(c.launches + c.captures), (long long)(w.launches + w.captures));
     return test::exit_code();
 }

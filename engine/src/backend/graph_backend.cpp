@@ -36,6 +36,29 @@ int64_t now_ns() {
 GraphBackend::GraphBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)), cap_(inner_->graph_capture()) {
     const char* t = std::getenv("STRATA_GRAPH_TIMING");
     timing_.on = t && std::strcmp(t, "1") == 0;
+    const char* split = std::getenv("STRATA_GRAPH_SPLIT");
+    split_at_ = parse_split(split ? split : "32,192");
+}
+
+// "32,192" -> {32, 192}: increasing op counts; "0" or an empty list: no split.
+std::vector<size_t> GraphBackend::parse_split(const std::string& spec) {
+    std::vector<size_t> at;
+    size_t pos = 0;
+    while (pos < spec.size()) {
+        size_t end = spec.find(',', pos);
+        if (end == std::string::npos) end = spec.size();
+        const std::string item = spec.substr(pos, end - pos);
+        char* rest = nullptr;
+        const unsigned long v = std::strtoul(item.c_str(), &rest, 10);
+        STRATA_CHECK(!item.empty() && rest && *rest == 0, "STRATA_GRAPH_SPLIT: '", spec,
+                     "' is not a list of op counts (e.g. 32,192; 0 for one piece)");
+        if (v > 0) {
+            STRATA_CHECK(at.empty() || v > at.back(), "STRATA_GRAPH_SPLIT: op counts must increase: '", spec, "'");
+            at.push_back(v);
+        }
+        pos = end + 1;
+    }
+    return at;
 }
 
 GraphBackend::~GraphBackend() {
@@ -73,6 +96,7 @@ bool GraphBackend::begin_graph() {
     if (recording_) return false;
     inner_->begin_graph();     // the inner backend's own bookkeeping (the CUDA profile's pass); it records nothing
     recording_ = true;
+    piece_ = pass_ops_ = 0;
     arena_chunk_ = arena_used_ = 0;     // the last pass's scratch is dead by now
     if (timing_.on) timing_.begin_ns = now_ns();
     return true;
@@ -109,6 +133,10 @@ void GraphBackend::record(int code, std::function<void()> issue, const A&... arg
     sig_.add((uint64_t)code);
     (sign(args), ...);
     ops_.push_back(std::move(issue));
+    if (piece_ < split_at_.size() && ++pass_ops_ == split_at_[piece_]) {
+        ++piece_;
+        flush();   // this piece runs while the host records the next
+    }
 }
 
 void GraphBackend::direct(const std::function<void()>& issue) {
@@ -201,24 +229,28 @@ void GraphBackend::flush() {
         execs_.erase(oldest);
     }
     execs_.emplace(sig_.hash, Entry{sig_.words, exec, uses_});
+    if (timing_.on) timing_.begin_ns = recording_ ? now_ns() : 0;   // a capture's time is not recording time
 }
 
 void GraphBackend::note_timing(int64_t t_lookup, int64_t t_launched) {
     Timing& t = timing_;
-    if (!t.begin_ns) return;   // a flush before an op that runs directly: no begin_graph of its own
-    t.record_us += (double)(flush_start_ns_ - t.begin_ns) / 1e3;
-    t.lookup_us += (double)(t_lookup - flush_start_ns_) / 1e3;
-    t.launch_us += (double)(t_launched - t_lookup) / 1e3;
-    t.ops += (int64_t)ops_.size();
-    t.begin_ns = 0;
-    if (++t.runs < 256) return;
+    if (t.begin_ns) {   // 0: a run flushed outside a recorded pass
+        t.record_us += (double)(flush_start_ns_ - t.begin_ns) / 1e3;
+        t.lookup_us += (double)(t_lookup - flush_start_ns_) / 1e3;
+        t.launch_us += (double)(t_launched - t_lookup) / 1e3;
+        t.ops += (int64_t)ops_.size();
+        ++t.runs;
+    }
+    t.begin_ns = recording_ ? t_launched : 0;   // the next piece of this pass records from here
+    if (t.runs < 256) return;
     char line[256];
     std::snprintf(line, sizeof line,
-                  "host µs a replayed run (mean of %lld): recording %.1f, lookup %.1f, launch call %.1f; %.0f ops a run",
-                  (long long)t.runs, t.record_us / t.runs, t.lookup_us / t.runs, t.launch_us / t.runs,
-                  (double)t.ops / t.runs);
+                  "host µs a replayed run (mean of %lld; a pass is %zu runs): recording %.1f, lookup %.1f, launch call "
+                  "%.1f; %.0f ops a run",
+                  (long long)t.runs, split_at_.size() + 1, t.record_us / t.runs, t.lookup_us / t.runs,
+                  t.launch_us / t.runs, (double)t.ops / t.runs);
     log_info("graphs", line);
-    t = Timing{true};
+    t = Timing{true, t.begin_ns};
 }
 
 // ---- ops ----
