@@ -169,6 +169,9 @@ private:
         int64_t begin_ns = 0;
         int64_t runs = 0, ops = 0;
         double record_us = 0, lookup_us = 0, launch_us = 0;
+        int64_t firsts = 0;                  // first pieces of passes, and their own record and launch times
+        double first_record_us = 0, first_launch_us = 0;
+        bool first_of_pass = false;
     } timing_;
     int64_t flush_start_ns_ = 0;
     void note_timing(int64_t t_lookup, int64_t t_launched);

@@ -85,7 +85,12 @@ void HybridTrace::stamp_on_stream(cudaStream_t s, int event) {
     CUDA_CHECK_LAUNCH();
 }
 
-void HybridTrace::mark(int which) { marks_[which] = realtime_ns() - offset_ns_; }
+void HybridTrace::mark(int which) {
+    const long long now = realtime_ns() - offset_ns_;
+    // A pass is launched in pieces (GraphBackend's split): "launched" is the first piece's launch after the boundary.
+    if (which == kMarkLaunched && marks_[kMarkLaunched] > marks_[kMarkBoundaryEnd]) return;
+    marks_[which] = now;
+}
 
 void HybridTrace::host_stamp(int layer, int event) {
     if (layer < 0 || layer >= layers_) return;
@@ -176,7 +181,7 @@ void HybridTrace::log_means() {
              fmt("trace, mean µs a layer over ", passes_, " passes (", r1(per_layer), " layers a pass, first plan to "
                  "last join ", r1(pass_ns_ / passes_ / 1e6 * 100) / 100, " ms; last join to the next pass's first plan ",
                  gap_n_ ? r1(gap_ns_ / gap_n_ / 1e3) : 0.0, " µs, of which the host's pass boundary ",
-                 r1(boundary_ns_ / passes_ / 1e3), " µs; boundary end to graph launched ", r1(us(kLaunchCall)),
+                 r1(boundary_ns_ / passes_ / 1e3), " µs; boundary end to the first graph piece launched ", r1(us(kLaunchCall)),
                  ", launched to first plan ", r1(us(kLaunchToPlan)), " (to the embedding ", r1(us(kLaunchToEmbed)),
                  ", embedding to first plan ", r1(us(kEmbedToPlan)), "), last join to logits on the host ",
                  r1(us(kJoinToLogits)), ", logits to the next boundary ", r1(us(kLogitsToBoundary)),
