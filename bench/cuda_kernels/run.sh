@@ -7,8 +7,9 @@
 #         current default                                                 -> speed_decode.json / .log
 #         STRATA_CUDA_MOE_DECODE=0 STRATA_CUDA_SPLITK=0 (kernels before)   -> speed_decode_before.json / .log
 #   3. compare.py before / after side by side                             -> compare_decode.txt (printed)
-#   4. --decode with STRATA_CUDA_T1_ROWS=1 and with STRATA_CUDA_T1_STAGED=1 (T = 1 candidates for many rows: 4 rows
-#      per warp / rows staged in shared memory by 16-byte loads), each against the default -> compare_t1_*.txt
+#   4. --decode with STRATA_CUDA_T1_ROWS=1 (4 rows per warp) and with STRATA_CUDA_T1_STAGED=0 (the general kernel
+#      instead of rows staged in shared memory by 16-byte loads, the default for many rows since 2026-12-04), each
+#      against the default -> compare_t1_rows_1.txt, compare_t1_staged_0.txt
 # FULL=1 also runs the whole benchmark (big matrices, dense, experts, prompt; ~2 min) -> speed_full.json.
 # cuda_ops_test (every op CUDA vs CPU) is the lead's separate step (tests/gpu/run.sh, round.sh).
 # usage: OUT=dir bash bench/cuda_kernels/run.sh [BUILD_DIR]   (default build-gpu: cmake -DSTRATA_CUDA=ON, built)
@@ -25,10 +26,10 @@ cmake --build "$BUILD" -j "$(nproc)" --target cuda_matmul_speed moe_decode_test 
   { tail -30 "$OUT/build.log"; echo "build FAILED"; exit 1; }
 BIN=$BUILD/engine
 
-echo "== moe_decode_test ($(date +%T)), also with STRATA_CUDA_T1_ROWS=1 and STRATA_CUDA_T1_STAGED=1"
-for v in "" T1_ROWS T1_STAGED; do
-  log=$OUT/moe_decode${v:+_$v}.log
-  env ${v:+STRATA_CUDA_$v=1} timeout 60 "$BIN/moe_decode_test" ${v:+--t1} > "$log" 2>&1 || status=1
+echo "== moe_decode_test ($(date +%T)), also with STRATA_CUDA_T1_ROWS=1 and STRATA_CUDA_T1_STAGED=0"
+for v in "" T1_ROWS=1 T1_STAGED=0; do
+  log=$OUT/moe_decode${v:+_${v/=/_}}.log
+  env ${v:+STRATA_CUDA_$v} timeout 60 "$BIN/moe_decode_test" ${v:+--t1} > "$log" 2>&1 || status=1
   grep -E "FAIL|error" "$log" | head -20
   echo "${v:-default}: $(tail -1 "$log")"
 done
@@ -44,10 +45,10 @@ STRATA_CUDA_MOE_DECODE=0 STRATA_CUDA_SPLITK=0 timeout 60 "$BIN/cuda_matmul_speed
   --decode > "$OUT/speed_decode_before.log" 2>&1 || status=1
 python3 bench/cuda_kernels/compare.py "$OUT/speed_decode_before.json" "$OUT/speed_decode.json" \
   > "$OUT/compare_decode.txt" 2>&1 && grep -E "^(group|decode|moe)" "$OUT/compare_decode.txt" | grep -E "group|T=1|moe"
-for v in T1_ROWS T1_STAGED; do   # the two T = 1 candidates for many rows, each against the default
-  lower=$(echo "$v" | tr 'A-Z' 'a-z')
-  echo "== the same with STRATA_CUDA_$v=1 ($(date +%T))"
-  env "STRATA_CUDA_$v=1" timeout 60 "$BIN/cuda_matmul_speed" "$OUT/speed_decode_$lower.json" --decode \
+for v in T1_ROWS=1 T1_STAGED=0; do   # the other T = 1 kernels for many rows, each against the default
+  lower=$(echo "${v/=/_}" | tr 'A-Z' 'a-z')
+  echo "== the same with STRATA_CUDA_$v ($(date +%T))"
+  env "STRATA_CUDA_$v" timeout 60 "$BIN/cuda_matmul_speed" "$OUT/speed_decode_$lower.json" --decode \
     > "$OUT/speed_decode_$lower.log" 2>&1 || status=1
   python3 bench/cuda_kernels/compare.py "$OUT/speed_decode.json" "$OUT/speed_decode_$lower.json" \
     > "$OUT/compare_$lower.txt" 2>&1 && grep -E "^decode .*T=1 " "$OUT/compare_$lower.txt"

@@ -67,6 +67,42 @@ void test_matmul_q6k_rows() {
         }
 }
 
+// One-row matmuls of many rows (over 8,192: the GDN in_proj's 16,480) in every integer format, through a backend that
+// quantizes x with quantize_act first (the engine's default; the fused-quantization kernels are checked elsewhere):
+// matmul_q8_staged_kernel where rows · row bytes is a multiple of 16 (the path check), the Q6_K head kernel for Q6_K.
+void test_matmul_many_rows() {
+    setenv("STRATA_CUDA_FUSED_QUANT", "0", 1);
+    CudaBackend unfused(0);
+    setenv("STRATA_CUDA_FUSED_QUANT", "1", 1);
+    auto run = [&](GgmlType t, int n, int rows) {
+        const Weight& w = make_weight(t, n, rows, 1, "many_rows");
+        unfused.upload_weight(w);
+        const std::vector<float> x = randn((size_t)n);
+        std::vector<float> want((size_t)rows), got((size_t)rows);
+        cpu->matmul(w, x.data(), 1, want.data());
+        float* dx = unfused.alloc(x.size());
+        float* dy = unfused.alloc(got.size());
+        unfused.to_device(dx, x.data(), x.size());
+        const int64_t staged_before = CudaBackend::t1_staged_matmuls();
+        unfused.matmul(w, dx, 1, dy);
+        unfused.to_host(got.data(), dy, got.size());
+        unfused.release(dx);
+        unfused.release(dy);
+        const std::string name = std::string("matmul many rows ") + ggml_type_name(t) + " n=" + std::to_string(n) +
+                                 " rows=" + std::to_string(rows);
+        report(name, got, want, 1e-5);
+        const bool staged = t != GgmlType::Q6_K && ((size_t)rows * ggml_row_bytes(t, n)) % 16 == 0;
+        report(name + " path", {(float)(CudaBackend::t1_staged_matmuls() - staged_before)}, {staged ? 1.0f : 0.0f},
+               0.0);
+    };
+    for (GgmlType t : gputest::all_formats()) {
+        if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16) continue;
+        run(t, 512, 8200);
+    }
+    for (GgmlType t : {GgmlType::Q2_0, GgmlType::IQ2_XS, GgmlType::IQ3_XXS, GgmlType::Q4_K})
+        run(t, 2560, 16480);   // the GDN in_proj
+}
+
 // Backend::argmax_rows against the CPU's (common/argmax.h: the largest value, the lowest index among equal ones, NaN
 // never chosen, all-NaN rows give 0): one long row (the multi-block kernel, run twice: it resets its own count) with
 // the maximum repeated across blocks' slices, at the last index, NaN and ±inf present; several short rows.
@@ -845,6 +881,7 @@ int main(int argc, char** argv) {
         group("matmul", test_matmul_and_embed);
         group("matmul_q6k_rows", test_matmul_q6k_rows);
         group("argmax_rows", test_argmax_rows);
+        group("matmul_many_rows", test_matmul_many_rows);
         group("moe", test_moe);
         group("shared_expert", test_shared_expert);
         group("route_topk", test_route_topk);

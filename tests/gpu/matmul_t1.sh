@@ -8,7 +8,7 @@
 #      and a STRATA_CUDA_PROFILE=1 run with both on (per-op table, when the engine prints one) -> $OUT/t1_decode_*
 # Writes $OUT/matmul_t1.json (op check failures, decode tok/s, same tokens, the --decode kernel table); prints a short
 # summary. Switches: STRATA_CUDA_MOE_DECODE (two-launch experts, default on), STRATA_CUDA_SPLITK (default on),
-# STRATA_CUDA_T1_ROWS / STRATA_CUDA_T1_STAGED (T = 1 kernels for many rows, default off: kernel A/B only).
+# STRATA_CUDA_T1_ROWS (4 rows a warp, default off) / STRATA_CUDA_T1_STAGED (rows staged in shared memory, default on).
 # usage: bash tests/gpu/matmul_t1.sh BUILD_DIR [SYN_MODEL]   (default /tmp/syn-q2_0.gguf; step 3 skipped when absent)
 set -u
 cd "$(dirname "$0")/../.."

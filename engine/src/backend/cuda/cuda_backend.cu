@@ -28,6 +28,8 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
     impl_->device = device;
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaMalloc(&impl_->argmax_state, cuda::argmax_state_bytes()));
+    CUDA_CHECK(cudaMemset(impl_->argmax_state, 0, cuda::argmax_state_bytes()));
     impl_->prof = std::make_unique<cuda::GpuOpProfile>(impl_->stream);
     cuda::upload_iq_tables();
     cuda::hyper_read_upload_tables();
@@ -70,6 +72,7 @@ CudaBackend::~CudaBackend() {
     impl_->hybrid.reset();
     impl_->drop_moe_input();
     cudaFree(impl_->zero_ids);
+    cudaFree(impl_->argmax_state);
     for (auto& [host, up] : impl_->weights)
         if (up.owner) cudaFree(up.dev);
     for (auto& [host, d] : impl_->f32) cudaFree(d);
@@ -312,7 +315,7 @@ void CudaBackend::to_host(float* host, const float* src, size_t n) {
 
 void CudaBackend::argmax_rows(const float* x, int rows, int n, int32_t* out) {
     Impl::OpScope prof_op(*impl_, "argmax_rows");
-    cuda::argmax_rows(impl_->stream, x, rows, n, out);
+    cuda::argmax_rows(impl_->stream, x, rows, n, out, impl_->argmax_state);
     impl_->done("argmax_rows");
 }
 

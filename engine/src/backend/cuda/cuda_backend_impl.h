@@ -32,6 +32,7 @@ inline std::atomic<int64_t> fused_gate_up_count{0};
 struct CudaBackend::Impl {
     int device = 0;
     cudaStream_t stream = nullptr;
+    void* argmax_state = nullptr;   // cuda::argmax_rows's meeting place for a long row's blocks (this stream's)
     cuda::DevicePool pool;
     struct Upload {
         size_t bytes;

@@ -42,6 +42,7 @@ struct MatmulArgs {
 // multiply with x as well: the f32-activation mode).
 void matmul(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y);
 int64_t matmul_q6k_t1_calls();   // launches of the Q6_K one-row kernel for many rows (the head), since start
+int64_t matmul_t1_staged_calls();   // launches of the staged one-row kernel for many rows (matmul_q8_staged_kernel)
 // matmul with Q8 activations where each kernel block quantizes the x rows it reads itself (same arithmetic as
 // quantize_act, so the same bits as quantize_act + matmul) instead of a separate quantize launch. Only for block
 // formats, P ≤ 8 activation rows that fit in shared memory; returns false (nothing launched) otherwise.
@@ -53,7 +54,10 @@ void dequant_rows(cudaStream_t s, GgmlType type, const uint8_t* w, size_t row_by
 // ---- elementwise.cu ----
 void fill(cudaStream_t s, float* x, float v, size_t n);
 // out[r] = the first index of row r's largest value (NaN skipped, 0 when all are NaN), x [rows, n], out device int32.
-void argmax_rows(cudaStream_t s, const float* x, int rows, int n, int32_t* out);
+// state: argmax_state_bytes() of device memory, zeroed once, used by one stream at a time (a long single row is
+// split over many blocks that meet there); null: one block a row.
+size_t argmax_state_bytes();
+void argmax_rows(cudaStream_t s, const float* x, int rows, int n, int32_t* out, void* state);
 void unary(cudaStream_t s, Unary f, const float* x, size_t n, float scale, float* y);
 void mul(cudaStream_t s, const float* a, const float* b, size_t n, float* y);
 void add(cudaStream_t s, float* y, const float* x, size_t n);

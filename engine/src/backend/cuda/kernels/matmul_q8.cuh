@@ -193,7 +193,7 @@ __device__ __forceinline__ float group_sum(float v) {
 // them) into its part of shared memory with 16-byte loads, all issued before any is stored, then decodes them from
 // there, 8 lanes a row (lane s: chunks s, s + 8, …), against the activation row that the block copied to shared
 // memory once. Needs W 16-byte aligned and rows · row_bytes a multiple of 16 (so no load passes the matrix's end);
-// dynamic shared memory staged_smem_bytes(). An A/B candidate (STRATA_CUDA_T1_STAGED=1) until measured.
+// dynamic shared memory staged_smem_bytes(). The default for such matmuls since r29 (STRATA_CUDA_T1_STAGED=0: off).
 constexpr int kStagedRows = 4;
 constexpr int kStagedBatch = 8;   // 16-byte words per lane in flight
 
