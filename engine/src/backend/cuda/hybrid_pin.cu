@@ -38,6 +38,26 @@ void read_ahead(const void* p, size_t bytes) {
     (void)bytes;
 #endif
 }
+// STRATA_PIN_HUGEPAGES=1: the pinned pieces ask for transparent huge pages (madvise before they are filled), so the
+// CPU pool's streams cross fewer TLB pages. An A/B switch (the H200 host's CPU rate varied 16-30 GB/s between runs of
+// one binary, 2026-12-04); read once.
+bool pin_hugepages() {
+    static const bool on = [] {
+        const char* v = std::getenv("STRATA_PIN_HUGEPAGES");
+        return v && std::strcmp(v, "1") == 0;
+    }();
+    return on;
+}
+
+// MiB of this process's anonymous memory on transparent huge pages (/proc/self/smaps_rollup), -1 when unknown.
+int64_t anon_hugepages_mib() {
+    std::ifstream f("/proc/self/smaps_rollup");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("AnonHugePages:", 0) == 0) return std::atoll(line.c_str() + 14) >> 10;
+    return -1;
+}
+
 // Bytes of host RAM the experts may pin: MemAvailable (page cache included) less a reserve for the OS and the rest
 // of the engine (the larger of 4 GiB and 10% of RAM); STRATA_PIN_MAX_MIB overrides. Unknown (no /proc): no limit.
 int64_t pin_budget() {
@@ -118,6 +138,7 @@ void HybridMoe::pin_experts() {
                     p = nullptr;
                     st = cudaErrorMemoryAllocation;
                 } else {
+                    if (pin_hugepages()) madvise(p, bytes, MADV_HUGEPAGE);   // advice only: failure changes nothing
                     fill(static_cast<uint8_t*>(p));
                     const auto tr = std::chrono::steady_clock::now();
                     st = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
@@ -173,7 +194,9 @@ void HybridMoe::pin_experts() {
                             (int)(pinned_bytes_ / std::max(pin_s_, 1e-9) / 1e8) / 10.0, " GB/s), ", pin_threads_,
                             " loader threads; locking ", (int)(alloc_s * 1000), " ms, copies ",
                             (int)(fill_s * 1000), " ms (summed over threads; ",
-                            register_pieces ? "filled, then cudaHostRegister" : "cudaHostAlloc, then filled", ")"));
+                            register_pieces ? "filled, then cudaHostRegister" : "cudaHostAlloc, then filled", "); ",
+                            anon_hugepages_mib(), " MiB of the process on huge pages",
+                            pin_hugepages() ? " (STRATA_PIN_HUGEPAGES=1)" : ""));
 }
 
 void HybridMoe::unpin_experts() {
