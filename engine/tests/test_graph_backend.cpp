@@ -109,13 +109,15 @@ int main() {
     auto inner = std::make_unique<NoGraphsCapture>();
     NoGraphsCapture* fake = inner.get();
     GraphBackend graphs(std::move(inner));
-    const auto got = run(graphs, path);
-
-    CHECK(got.size() == want.size());
-    for (size_t i = 0; i < std::min(got.size(), want.size()); ++i)
-        CHECK_MSG(got[i].size() == want[i].size() &&
-                      std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)) == 0,
-                  "pass %zu: logits differ from the plain CPU backend", i);
+    // Every pass's logits bit for bit as the plain CPU backend gave them.
+    auto check_same = [&](const std::vector<std::vector<float>>& got, const char* what) {
+        CHECK(got.size() == want.size());
+        for (size_t i = 0; i < std::min(got.size(), want.size()); ++i)
+            CHECK_MSG(got[i].size() == want[i].size() &&
+                          std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)) == 0,
+                      "pass %zu (%s): logits differ from the plain CPU backend", i, what);
+    };
+    check_same(run(graphs, path), "split into pieces");
     // 12 + 3 + 8 short passes recorded; decode steps at one shape must mostly repeat a signature seen before. The
     // select passes run direct ops (indexer scores, cell choice) between recorded runs.
     const GraphBackend::Counts c = graphs.counts();
@@ -136,12 +138,7 @@ int main() {
     setenv("STRATA_GRAPH_SPLIT", "0", 1);
 #endif
     GraphBackend whole(std::make_unique<NoGraphsCapture>());
-    const auto got_whole = run(whole, path);
-    CHECK(got_whole.size() == want.size());
-    for (size_t i = 0; i < std::min(got_whole.size(), want.size()); ++i)
-        CHECK_MSG(got_whole[i].size() == want[i].size() &&
-                      std::memcmp(got_whole[i].data(), want[i].data(), got_whole[i].size() * sizeof(float)) == 0,
-                  "pass %zu (one piece a pass): logits differ from the plain CPU backend", i);
+    check_same(run(whole, path), "one piece a pass");
     const GraphBackend::Counts w = whole.counts();
     std::printf("one piece a pass: %lld seen before, %lld new\n", (long long)w.launches, (long long)w.captures);
     CHECK_MSG(c.launches + c.captures > w.launches + w.captures, "split runs %lld, whole runs %lld",

@@ -127,11 +127,33 @@ __device__ __forceinline__ bool argmax_better(float v, int i, float bv, int bi) 
     return v > bv || (v == bv && i < bi);
 }
 
+// (bv, bi) of the whole warp in every lane.
+__device__ __forceinline__ void warp_best(float& bv, int& bi) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float v = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int i = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (argmax_better(v, i, bv, bi)) { bv = v; bi = i; }
+    }
+}
+
+// (bv, bi) of the whole block in thread 0 (warps, then warp 0 over the warps' bests). Every thread calls it.
+__device__ __forceinline__ void block_best(float& bv, int& bi) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    warp_best(bv, bi);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
+    __syncthreads();
+    if (warp == 0) {
+        bv = lane < (int)(blockDim.x >> 5) ? sv[lane] : -INFINITY;
+        bi = lane < (int)(blockDim.x >> 5) ? si[lane] : INT_MAX;
+        warp_best(bv, bi);
+    }
+}
+
 // One block a row: each thread its strided share, then warps and the block by (value, index) (common/argmax.h).
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float* __restrict__ x, int n,
                                                                      int32_t* __restrict__ out) {
-    __shared__ float sv[kArgmaxThreads / 32];
-    __shared__ int si[kArgmaxThreads / 32];
     const float* row = x + (size_t)blockIdx.x * n;
     float bv = -INFINITY;
     int bi = INT_MAX;   // none yet: any non-NaN value (−inf included) beats it by its lower index
@@ -139,46 +161,8 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float
         const float v = row[i];
         if (argmax_better(v, i, bv, bi)) { bv = v; bi = i; }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float v = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int i = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (argmax_better(v, i, bv, bi)) { bv = v; bi = i; }
-    }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
-    __syncthreads();
-    if (warp == 0) {
-        bv = lane < (int)(blockDim.x >> 5) ? sv[lane] : -INFINITY;
-        bi = lane < (int)(blockDim.x >> 5) ? si[lane] : INT_MAX;
-        for (int o = 16; o > 0; o >>= 1) {
-            const float v = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int i = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (argmax_better(v, i, bv, bi)) { bv = v; bi = i; }
-        }
-        if (lane == 0) out[blockIdx.x] = bi == INT_MAX ? 0 : bi;
-    }
-}
-// (bv, bi) of the whole block in thread 0 (warps, then warp 0 over the warps' bests). Every thread calls it.
-__device__ __forceinline__ void block_best(float& bv, int& bi) {
-    __shared__ float sv[32];
-    __shared__ int si[32];
-    for (int o = 16; o > 0; o >>= 1) {
-        const float v = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int i = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (argmax_better(v, i, bv, bi)) { bv = v; bi = i; }
-    }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
-    __syncthreads();
-    if (warp == 0) {
-        bv = lane < (int)(blockDim.x >> 5) ? sv[lane] : -INFINITY;
-        bi = lane < (int)(blockDim.x >> 5) ? si[lane] : INT_MAX;
-        for (int o = 16; o > 0; o >>= 1) {
-            const float v = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int i = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (argmax_better(v, i, bv, bi)) { bv = v; bi = i; }
-        }
-    }
+    block_best(bv, bi);
+    if (threadIdx.x == 0) out[blockIdx.x] = bi == INT_MAX ? 0 : bi;
 }
 
 // One long row (a decode pass's 248K logits: one block of 1,024 threads took ~190 µs on the H200, r27): each block
@@ -224,11 +208,7 @@ __global__ void __launch_bounds__(kArgmaxSplitThreads) argmax_long_row_kernel(co
         const int i = __ldcg(&state->part_i[b]);
         if (argmax_better(v, i, bv, bi)) { bv = v; bi = i; }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float v = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int i = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (argmax_better(v, i, bv, bi)) { bv = v; bi = i; }
-    }
+    warp_best(bv, bi);
     if (threadIdx.x == 0) {
         out[0] = bi == INT_MAX ? 0 : bi;
         state->arrived = 0;
