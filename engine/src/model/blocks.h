@@ -68,7 +68,9 @@ private:
 void hyper_read(Backend& be, const Hparams& hp, const HyperWeights& w, const float* X, int T, float* u, float* inj);
 
 // Gated DeltaNet: y [T, H] from u [T, H]; updates the conv history and recurrent state.
-void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& st, const float* u, int T, float* y);
+// add (may be null): y also added into the residual streams (Backend::gdn_block).
+void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& st, const float* u, int T, float* y,
+               const StreamAdd* add);
 
 // M-RoPE positions of a pass (MODEL.md §4, §16) for qsa_block: this pass's (t, h, w) rows [3, T] on the device and
 // on the host, and the positions of the session's earlier tokens (the pooled block keys rotate by the position of
@@ -86,7 +88,9 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
                int P, const int32_t* pos, float* y, const QsaRope* mrope = nullptr);
 
 // MoE with shared expert: y [T, H] from u [T, H].
-void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float* u, int T, float* y);
+// add (may be null): y also added into the residual streams (Backend::moe_experts_with_shared).
+void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float* u, int T, float* y,
+               const StreamAdd* add);
 
 // PLE: X += PLE(X) for the tokens ids (history = the session's earlier tokens).
 void ple_block(Backend& be, const Hparams& hp, const PleWeights& w, GgufFile& file, LayerState& st,
