@@ -246,8 +246,7 @@ void test_shared_expert() {
                 // two); otherwise the two ops above. The same result within the same tolerance.
                 Dev dy3((size_t)T * H);
                 const int64_t merged_before = CudaBackend::fused_gate_ups();
-                gpu->moe_experts_with_shared(m, du, T, k, reinterpret_cast<const int32_t*>(d_ids.p), d_wts, dy3,
-                                             nullptr);
+                gpu->moe_experts_with_shared(m, du, T, k, reinterpret_cast<const int32_t*>(d_ids.p), d_wts, dy3);
                 const int64_t merged_ops = CudaBackend::fused_gate_ups() - merged_before;
                 report("moe_experts_with_shared " + name, dy3.get(), want, tol);
                 // (the decode kernels take Q2_0's down matrix; IQ2_XS's and Q4_K's here are Q4_K, whose 256-value
@@ -255,23 +254,6 @@ void test_shared_expert() {
                 const bool merges = T == 1 && mode.empty() && t == GgmlType::Q2_0 && Is == 256;
                 report("moe_experts_with_shared path " + name, {(float)merged_ops}, {merges ? 1.0f : (float)two_ops},
                        0.0);
-                {   // The residual streams' add (StreamAdd): the op with it == the op, then hyper_inject, bit for
-                    // bit; inside the down kernel (no hyper_inject launch) where the op merges.
-                    const int n = 2;
-                    const std::vector<float> X0 = randn((size_t)T * n * H), inj = randn((size_t)T * n);
-                    Dev dX1(X0), dX2(X0), dinj(inj), dy4((size_t)T * H), dy5((size_t)T * H);
-                    const StreamAdd add{dX1, dinj, n, H};
-                    const int64_t injects_before = CudaBackend::inject_launches();
-                    gpu->moe_experts_with_shared(m, du, T, k, reinterpret_cast<const int32_t*>(d_ids.p), d_wts, dy4,
-                                                 &add);
-                    const int64_t injects = CudaBackend::inject_launches() - injects_before;
-                    gpu->moe_experts_with_shared(m, du, T, k, reinterpret_cast<const int32_t*>(d_ids.p), d_wts, dy5,
-                                                 nullptr);
-                    gpu->hyper_inject(dX2, dinj, dy5, T, n, H);
-                    report_same_bits("moe_experts_with_shared stream add " + name, dX1.get(), dX2.get());
-                    report("moe_experts_with_shared stream add path " + name, {(float)injects},
-                           {merges ? 0.0f : 1.0f}, 0.0);
-                }
                 // Merged or not, the GPU's two results differ only in the order of the shared term's additions.
                 report("moe_experts_with_shared == two ops " + name, dy3.get(), dy2.get(), 1e-5);
             }
@@ -566,33 +548,9 @@ void test_gdn_block(const std::string& suffix = "", bool expect_fused = true) {
                                                             std::vector<float>((size_t)T * c.H)};
             const int64_t fused_before = CudaBackend::fused_gdn_blocks();
             compare(name, inputs, {3, 1, 2},
-                    [&](Backend& b, auto& p) { b.gdn_block(w, shape, p[0], T, p[1], p[2], p[3], nullptr); }, tol);
+                    [&](Backend& b, auto& p) { b.gdn_block(w, shape, p[0], T, p[1], p[2], p[3]); }, tol);
             const int64_t fused = CudaBackend::fused_gdn_blocks() - fused_before;
             report(name + " path", {(float)fused}, {expect_fused ? 1.0f : 0.0f}, 0.0);
-            if (T <= 3) {   // The residual streams' add (StreamAdd): against the CPU, and on this backend the op with
-                            // it == the op, then hyper_inject, bit for bit; inside the out projection's split-K kernel
-                            // (no hyper_inject launch) at T = 1 with Q8 activations and a long enough o.
-                const int n = 3;
-                std::vector<std::vector<float>> with_add = inputs;
-                with_add.push_back(randn((size_t)T * n * c.H));   // X
-                with_add.push_back(randn((size_t)T * n));         // inj
-                compare(name + " stream add", with_add, {3, 4},
-                        [&](Backend& b, auto& p) {
-                            const StreamAdd add{p[4], p[5], n, c.H};
-                            b.gdn_block(w, shape, p[0], T, p[1], p[2], p[3], &add);
-                        }, tol);
-                Dev du(inputs[0]), dh1(inputs[1]), dS1(inputs[2]), dy1((size_t)T * c.H), dX1(with_add[4]),
-                    dh2(inputs[1]), dS2(inputs[2]), dy2((size_t)T * c.H), dX2(with_add[4]), dinj(with_add[5]);
-                const StreamAdd add{dX1, dinj, n, c.H};
-                const int64_t injects_before = CudaBackend::inject_launches();
-                gpu->gdn_block(w, shape, du, T, dh1, dS1, dy1, &add);
-                const int64_t injects = CudaBackend::inject_launches() - injects_before;
-                gpu->gdn_block(w, shape, du, T, dh2, dS2, dy2, nullptr);
-                gpu->hyper_inject(dX2, dinj, dy2, T, n, c.H);
-                report_same_bits(name + " stream add == op + hyper_inject", dX1.get(), dX2.get());
-                const bool folded = T == 1 && mode.empty() && expect_fused && vd / 32 >= 64;
-                report(name + " stream add path", {(float)injects}, {folded ? 0.0f : 1.0f}, 0.0);
-            }
         }
     }
 }
@@ -649,7 +607,7 @@ void test_gdn_quant_bits() {
                 std::swap(gpu, b);     // Dev allocates on `gpu`
                 {
                     Dev du(u), dh(hist), dS(S), dy((size_t)T * c.H);
-                    gpu->gdn_block(w, shape, du, T, dh, dS, dy, nullptr);
+                    gpu->gdn_block(w, shape, du, T, dh, dS, dy);
                     got[i] = {dy.get(), dS.get(), dh.get()};
                 }
                 std::swap(gpu, b);

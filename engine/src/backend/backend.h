@@ -16,14 +16,6 @@ enum class Unary { silu, sigmoid, softplus, exp };
 
 class GraphCapture;     // backend/graph_capture.h
 
-// Residual streams a sub-block's output y [T, H] is added into: X[t, s·H + j] += inj[t, s] · y[t, j] for s < n
-// (MODEL.md §5; Backend::hyper_inject). X [T, n·H], inj [T, n], in the backend's memory.
-struct StreamAdd {
-    float* X = nullptr;
-    const float* inj = nullptr;
-    int n = 0, H = 0;
-};
-
 class Backend {
 public:
     virtual ~Backend() = default;
@@ -121,10 +113,8 @@ public:
         int nk = 0, nv = 0, d = 0, conv_kernel = 0;
         float rms_eps = 0.0f;
     };
-    // add (may be null): the sub-block's output also goes into the residual streams, X[t, s·H + j] += inj[t, s] ·
-    // y[t, j] (hyper_inject's arithmetic), which a GPU backend folds into the op's last kernel.
     virtual void gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
-                           float* y, const StreamAdd* add);
+                           float* y);
     // RoPE (NeoX halves) on the first n_rot dims of each head. x [T, n_heads·hd]; positions pos [T] in the backend's
     // memory (int32 values).
     virtual void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) = 0;
@@ -174,9 +164,8 @@ public:
     // The MoE block's experts: moe_experts into y, then shared_expert added. The default issues exactly those two ops;
     // a GPU backend may compute both in the same launches (another order of additions: the same rounding, not
     // necessarily the same bits).
-    // add (may be null): as gdn_block's.
     virtual void moe_experts_with_shared(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
-                                         const float* weights, float* y, const StreamAdd* add);
+                                         const float* weights, float* y);
 };
 
 }  // namespace strata

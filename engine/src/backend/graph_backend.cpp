@@ -127,13 +127,6 @@ void GraphBackend::sign(const GdnShape& s) {
     sign(s.rms_eps);
 }
 
-void GraphBackend::sign(const StreamAdd& a) {
-    sign((const void*)a.X);
-    sign((const void*)a.inj);
-    sign(a.n);
-    sign(a.H);
-}
-
 template <class... A>
 void GraphBackend::record(int code, std::function<void()> issue, const A&... args) {
     if (!recording_) {
@@ -400,10 +393,9 @@ void GraphBackend::gdn_recurrent(const float* q, const float* k, const float* v,
 }
 
 void GraphBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
-                             float* y, const StreamAdd* add) {
-    const StreamAdd a = add ? *add : StreamAdd{};   // by value: the caller's struct is gone when the run is issued
-    record(kGdnBlock, [=, this, &w] { inner_->gdn_block(w, s, u, T, conv_hist, S, y, add ? &a : nullptr); },
-           (const void*)&w, s, (const void*)u, T, (const void*)conv_hist, (const void*)S, (const void*)y, a);
+                             float* y) {
+    record(kGdnBlock, [=, this, &w] { inner_->gdn_block(w, s, u, T, conv_hist, S, y); }, (const void*)&w, s, (const void*)u,
+           T, (const void*)conv_hist, (const void*)S, (const void*)y);
 }
 
 void GraphBackend::rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) {
@@ -481,16 +473,14 @@ void GraphBackend::shared_expert(const MoeWeights& w, const float* u, int T, flo
 
 // One op, so that the inner backend may merge the two (a direct run when the routing is read on the host).
 void GraphBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
-                                           const float* weights, float* y, const StreamAdd* add) {
+                                           const float* weights, float* y) {
     moe_direct_ = cap_ && cap_->moe_on_host(T, k);
     if (moe_direct_) {
-        direct([&] { inner_->moe_experts_with_shared(w, x, T, k, ids, weights, y, add); });
+        direct([&] { inner_->moe_experts_with_shared(w, x, T, k, ids, weights, y); });
         return;
     }
-    const StreamAdd a = add ? *add : StreamAdd{};
-    record(kMoeWithShared,
-           [=, this, &w] { inner_->moe_experts_with_shared(w, x, T, k, ids, weights, y, add ? &a : nullptr); },
-           (const void*)&w, (const void*)x, T, k, (const void*)ids, (const void*)weights, (const void*)y, a);
+    record(kMoeWithShared, [=, this, &w] { inner_->moe_experts_with_shared(w, x, T, k, ids, weights, y); },
+           (const void*)&w, (const void*)x, T, k, (const void*)ids, (const void*)weights, (const void*)y);
 }
 
 }  // namespace strata

@@ -83,7 +83,7 @@ public:
     void gdn_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int T,
                        int nk, int nv, int dk, int dv, float* S, float* o) override;
     void gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
-                   float* y, const StreamAdd* add) override;
+                   float* y) override;
     void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) override;
     void rope_multi(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos3, int sec_h,
                     int sec_w) override;
@@ -102,7 +102,7 @@ public:
                      float* y) override;
     void shared_expert(const MoeWeights& w, const float* u, int T, float* y) override;
     void moe_experts_with_shared(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
-                                 const float* weights, float* y, const StreamAdd* add) override;
+                                 const float* weights, float* y) override;
 
 private:
     // The signature of a recorded run: op codes and arguments as 64-bit words, with a running hash.
@@ -135,7 +135,6 @@ private:
     void sign(float v);
     void sign(Unary f) { sig_.add((uint64_t)f); }
     void sign(const GdnShape& s);
-    void sign(const StreamAdd& a);   // a null add signs as all zeros
     // Issues an op that must not be inside a graph: the run recorded so far goes first.
     void direct(const std::function<void()>& issue);
     void flush();        // replays or captures the recorded run

@@ -8,7 +8,7 @@
 namespace strata {
 
 void Backend::gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
-                        float* y, const StreamAdd* add) {
+                        float* y) {
     Backend& be = *this;
     const int nk = s.nk, nv = s.nv, d = s.d;
     const int kd = nk * d, vd = nv * d, cd = 2 * kd + vd;
@@ -41,18 +41,16 @@ void Backend::gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, 
     be.unary(Unary::sigmoid, z, (size_t)T * vd, 1.0f, z);
     be.mul(o, z, (size_t)T * vd, o);
     be.matmul(w.out, o, T, y);
-    if (add) be.hyper_inject(add->X, add->inj, y, T, add->n, add->H);
 }
 
-void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& st, const float* u, int T, float* y,
-               const StreamAdd* add) {
+void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& st, const float* u, int T, float* y) {
     Backend::GdnShape s;
     s.nk = hp.ssm_n_key_head;
     s.nv = hp.ssm_n_value_head;
     s.d = hp.ssm_head_dim;
     s.conv_kernel = hp.ssm_conv_kernel;
     s.rms_eps = hp.rms_eps;
-    be.gdn_block(w, s, u, T, st.conv_hist, st.ssm, y, add);
+    be.gdn_block(w, s, u, T, st.conv_hist, st.ssm, y);
 }
 
 }  // namespace strata

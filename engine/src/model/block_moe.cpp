@@ -21,20 +21,18 @@ void Backend::shared_expert(const MoeWeights& w, const float* u, int T, float* y
 }
 
 void Backend::moe_experts_with_shared(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
-                                      const float* weights, float* y, const StreamAdd* add) {
+                                      const float* weights, float* y) {
     moe_experts(w, x, T, k, ids, weights, y);
     shared_expert(w, x, T, y);
-    if (add) hyper_inject(add->X, add->inj, y, T, add->n, add->H);
 }
 
-void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float* u, int T, float* y,
-               const StreamAdd* add) {
+void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float* u, int T, float* y) {
     const int E = hp.n_expert, k = hp.n_expert_used;
     Scratch logits(be, (size_t)T * E), ids(be, (size_t)T * k), weights(be, (size_t)T * k);
     int32_t* ids_dev = reinterpret_cast<int32_t*>(ids.get());     // int32 values in float-sized slots
     be.matmul(w.router, u, T, logits);
     be.route_topk(logits, T, E, k, ids_dev, weights);
-    be.moe_experts_with_shared(w, u, T, k, ids_dev, weights, y, add);
+    be.moe_experts_with_shared(w, u, T, k, ids_dev, weights, y);
 }
 
 }  // namespace strata

@@ -68,9 +68,7 @@ private:
 void hyper_read(Backend& be, const Hparams& hp, const HyperWeights& w, const float* X, int T, float* u, float* inj);
 
 // Gated DeltaNet: y [T, H] from u [T, H]; updates the conv history and recurrent state.
-// add (may be null): y also added into the residual streams (Backend::gdn_block).
-void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& st, const float* u, int T, float* y,
-               const StreamAdd* add);
+void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& st, const float* u, int T, float* y);
 
 // M-RoPE positions of a pass (MODEL.md §4, §16) for qsa_block: this pass's (t, h, w) rows [3, T] on the device and
 // on the host, and the positions of the session's earlier tokens (the pooled block keys rotate by the position of
@@ -88,9 +86,7 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
                int P, const int32_t* pos, float* y, const QsaRope* mrope = nullptr);
 
 // MoE with shared expert: y [T, H] from u [T, H].
-// add (may be null): y also added into the residual streams (Backend::moe_experts_with_shared).
-void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float* u, int T, float* y,
-               const StreamAdd* add);
+void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float* u, int T, float* y);
 
 // PLE: X += PLE(X) for the tokens ids (history = the session's earlier tokens).
 void ple_block(Backend& be, const Hparams& hp, const PleWeights& w, GgufFile& file, LayerState& st,

@@ -72,8 +72,8 @@ void MtpHead::forward(const float* wide_in, const int32_t* next_ids, int T, int 
     qsa_block(be, hp, block_.qsa, kv_->layers[0], 0, u, T, P0, pos_dev, y, pos3 ? &mrope : nullptr);   // dense
     be.hyper_inject(X, inj, y, T, n, H);
     hyper_read(be, hp, block_.hc_ffn, X, T, u, inj);
-    const StreamAdd add{X, inj, n, H};
-    moe_block(be, hp, block_.moe, u, T, y, &add);
+    moe_block(be, hp, block_.moe, u, T, y);
+    be.hyper_inject(X, inj, y, T, n, H);
 
     if (logits) {
         hyper_read(be, hp, nextn_.head, X, T, u, nullptr);

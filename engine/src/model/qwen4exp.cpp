@@ -75,19 +75,14 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
         LayerState& st = s.layers[il];
         if (L.has_ple) ple_block(be_, hp_, L.ple, *file_, st, s.tokens, ids, T, X);
 
-        // Each sub-block's output goes back into every stream, X_s += inj_s · y: inside the sub-block's last op
-        // where it takes the add (a GPU backend folds it into that kernel), else as its own op.
-        const StreamAdd add{X, inj, n, H};
         hyper_read(be_, hp_, L.hc_attn, X, T, u, inj);
-        if (L.recurrent) {
-            gdn_block(be_, hp_, L.gdn, st, u, T, y, &add);
-        } else {
-            qsa_block(be_, hp_, L.qsa, st, hp_.compress_ratios[il], u, T, P, pos_dev, y, mm ? &mrope : nullptr);
-            be_.hyper_inject(X, inj, y, T, n, H);
-        }
+        if (L.recurrent) gdn_block(be_, hp_, L.gdn, st, u, T, y);
+        else qsa_block(be_, hp_, L.qsa, st, hp_.compress_ratios[il], u, T, P, pos_dev, y, mm ? &mrope : nullptr);
+        be_.hyper_inject(X, inj, y, T, n, H);
 
         hyper_read(be_, hp_, L.hc_ffn, X, T, u, inj);
-        moe_block(be_, hp_, L.moe, u, T, y, &add);
+        moe_block(be_, hp_, L.moe, u, T, y);
+        be_.hyper_inject(X, inj, y, T, n, H);
     }
     if (logit_rows) {
         const float* X_first = X + (size_t)(T - logit_rows) * nH;

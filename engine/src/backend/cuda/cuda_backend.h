@@ -81,7 +81,6 @@ public:
     static int64_t fused_hyper_reads();   // hyper_read calls (all CUDA backends) that took the three-kernel path
     static int64_t q6k_t1_matmuls();      // Q6_K one-row matmuls (the head) that took their staged kernel
     static int64_t t1_staged_matmuls();   // one-row matmuls of many rows that took matmul_q8_staged_kernel
-    static int64_t inject_launches();     // hyper_inject launches (a stream add not folded into another kernel)
     void causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) override;
     void gdn_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int T,
                        int nk, int nv, int dk, int dv, float* S, float* o) override;
@@ -91,7 +90,7 @@ public:
     // share one activation quantization, and run as one matmul per run of weights uploaded together. The primitive
     // ops with STRATA_CUDA_FUSED_GDN=0 or shapes the kernels do not take.
     void gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
-                   float* y, const StreamAdd* add) override;
+                   float* y) override;
     static int64_t fused_gdn_blocks();        // gdn_block calls (all CUDA backends) that took the fused path
     static int64_t gdn_quantized_outputs();   // of those, calls whose recurrence kernel quantized o
     void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) override;
@@ -116,7 +115,7 @@ public:
     // One decode token (all experts on the GPU, or the device join): the shared expert as one more pair of the routed
     // experts' two launches (cuda::moe_shexp_decode); the two ops otherwise. STRATA_CUDA_MERGE_SHEXP=0 turns it off.
     void moe_experts_with_shared(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
-                                 const float* weights, float* y, const StreamAdd* add) override;
+                                 const float* weights, float* y) override;
     static int64_t fused_gate_ups();   // gate+up+swiglu launches as one kernel (moe_gate_up), all CUDA backends
 
 private:

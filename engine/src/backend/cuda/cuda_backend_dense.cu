@@ -158,7 +158,6 @@ void CudaBackend::hyper_read(const HyperWeights& w, const float* X, int T, int n
 int64_t CudaBackend::fused_hyper_reads() { return cuda::hyper_read_fused_calls(); }
 int64_t CudaBackend::q6k_t1_matmuls() { return cuda::matmul_q6k_t1_calls(); }
 int64_t CudaBackend::t1_staged_matmuls() { return cuda::matmul_t1_staged_calls(); }
-int64_t CudaBackend::inject_launches() { return cuda::hyper_inject_launches(); }
 
 void CudaBackend::rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) {
     Impl::OpScope prof_op(*impl_, "rope");

@@ -26,7 +26,7 @@ void CudaBackend::gdn_recurrent(const float* q, const float* k, const float* v, 
 }
 
 void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
-                            float* y, const StreamAdd* add) {
+                            float* y) {
     const int nk = s.nk, nv = s.nv, d = s.d, K = s.conv_kernel;
     const int kd = nk * d, vd = nv * d, cd = 2 * kd + vd;
     auto values = [](const Weight& v) { return v.present() ? v.ne[0] * v.n_rows() : 0; };
@@ -34,7 +34,7 @@ void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float*
                        values(w.dt_bias) == nv && values(w.a) == nv && values(w.norm) > 0 && w.qkv.n_rows() == cd &&
                        w.gate.n_rows() == vd && w.beta.n_rows() == nv && w.alpha.n_rows() == nv;
     if (!fused) {
-        Backend::gdn_block(w, s, u, T, conv_hist, S, y, add);
+        Backend::gdn_block(w, s, u, T, conv_hist, S, y);
         return;
     }
     Impl::OpScope prof_op(*impl_, "gdn_block");
@@ -112,7 +112,7 @@ void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float*
     }
     {
         Impl::OpScope step(*impl_, "gdn_block out_proj");
-        impl_->matmul_rows(args(w.out), o.as<float>(), T, T, y, nullptr, add);   // and the streams' add
+        impl_->matmul_rows(args(w.out), o.as<float>(), T, T, y);
     }
     impl_->done("gdn_block");
 }

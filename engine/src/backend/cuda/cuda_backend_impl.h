@@ -279,43 +279,20 @@ struct CudaBackend::Impl {
         return v && std::strcmp(v, "1") == 0;
     }();
 
-    // A sub-block's add into the residual streams (StreamAdd) inside its last kernel where that kernel supports it;
-    // STRATA_CUDA_STREAM_ADD=0: always a hyper_inject launch of its own (read when the backend is made).
-    const bool fold_add = [] {
-        const char* v = std::getenv("STRATA_CUDA_STREAM_ADD");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
-
     // y[p] = W_p · x[p / act_div] for P activation rows; quantizes x first for block formats as the CPU path does.
     // order: the pairs sorted by expert (prompt-sized moe_experts), run by the tiled kernels. Decode-sized calls
     // (P ≤ 8 rows, or expert pairs of ≤ 8 tokens) quantize inside the matmul kernel (cuda::matmul_fused_quant) and
     // skip the quantize launch, unless x's quantization is already cached from an unfused call.
-    // add (dense matmuls only, may be null): y also added into the residual streams, in the matmul's own kernel
-    // where it can (the split-K kernels; STRATA_CUDA_STREAM_ADD=0 never), else by a hyper_inject launch after it.
-    void matmul_rows(const cuda::MatmulArgs& args, const float* x, int act_rows, int P, float* y,
-                     const cuda::ExpertOrder* order = nullptr, const StreamAdd* add = nullptr) {
-        STRATA_CHECK(!add || (!order && !args.ids && add->H == args.rows), "cuda matmul: a stream add needs a dense "
-                     "matmul whose rows are the streams' width");
-        cuda::MatmulArgs m = args;
-        if (add && fold_add) {
-            m.add_X = add->X;
-            m.add_inj = add->inj;
-            m.add_n = add->n;
-        }
-        bool added = false;
+    void matmul_rows(const cuda::MatmulArgs& m, const float* x, int act_rows, int P, float* y,
+                     const cuda::ExpertOrder* order = nullptr) {
+        const int blk = cuda::act_block(m.type);
         auto run = [&](cuda::ActQ8 act) {
             if (order) cuda::matmul_tiled_experts(stream, m, *order, x, act, P, y);
-            else added = cuda::matmul(stream, m, x, act, P, y);
+            else cuda::matmul(stream, m, x, act, P, y);
         };
-        auto finish = [&] {
-            wrote(y, (size_t)P * m.rows * sizeof(float));
-            if (add && !added) cuda::hyper_inject(stream, add->X, add->inj, y, P, add->n, add->H);
-            if (add) wrote(add->X, (size_t)P * add->n * add->H * sizeof(float));
-        };
-        const int blk = cuda::act_block(m.type);
         if (!blk || f32_act) {
             run(cuda::ActQ8{});
-            finish();
+            wrote(y, (size_t)P * m.rows * sizeof(float));
             return;
         }
         STRATA_CHECK(m.n % blk == 0, "cuda matmul: ", m.n, " inputs are not a multiple of the activation block ", blk,
@@ -323,7 +300,7 @@ struct CudaBackend::Impl {
         ActCache& c = act_cache;
         const bool cached = c.q && c.epoch == act_epoch && c.x == x && c.rows == act_rows && c.n == m.n && c.blk == blk;
         if (!cached && !order && fused_quant && cuda::matmul_fused_quant(stream, m, x, P, y)) {
-            finish();
+            wrote(y, (size_t)P * m.rows * sizeof(float));
             return;
         }
         if (!cached) {
@@ -334,7 +311,7 @@ struct CudaBackend::Impl {
             cuda::quantize_act(stream, blk, x, act_rows, m.n, cuda::ActQ8{static_cast<int8_t*>(q), static_cast<float*>(d)});
         }
         run(cuda::ActQ8{static_cast<int8_t*>(c.q), static_cast<float*>(c.d)});
-        finish();
+        wrote(y, (size_t)P * m.rows * sizeof(float));
     }
 };
 

@@ -192,7 +192,7 @@ void CudaBackend::shared_expert_into(const MoeWeights& w, const float* u, int T,
 }
 
 void CudaBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, int T, int k, const int32_t* d_ids,
-                                          const float* d_w, float* y, const StreamAdd* add) {
+                                          const float* d_w, float* y) {
     static const bool merge_on = [] {
         const char* v = std::getenv("STRATA_CUDA_MERGE_SHEXP");
         return !(v && std::strcmp(v, "0") == 0);
@@ -205,7 +205,7 @@ void CudaBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, i
                        w.shexp_gate_inp.type == GgmlType::F32 && w.shexp_gate_inp.ne[0] == H &&
                        w.shexp_gate_inp.n_rows() == 1 && (!hybrid || !hybrid->caching() || joined);
     if (!merge) {   // (the routed experts may not be on the device: an expert cache that joins on the host)
-        Backend::moe_experts_with_shared(w, x, T, k, d_ids, d_w, y, add);
+        Backend::moe_experts_with_shared(w, x, T, k, d_ids, d_w, y);
         return;
     }
     auto expert_args = [&](const Weight& e, int rows, int n, int act_div) {
@@ -227,7 +227,7 @@ void CudaBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, i
     static const uint8_t* const kNoTable[1] = {nullptr};
     if (joined) ga.mats = ua.mats = da.mats = kNoTable;   // tables stand in for w + ids: the plan's, set below
     if (!cuda::moe_shexp_decode_supported(ga, ua, da, sg, su, sd, T, k)) {
-        Backend::moe_experts_with_shared(w, x, T, k, d_ids, d_w, y, add);
+        Backend::moe_experts_with_shared(w, x, T, k, d_ids, d_w, y);
         return;
     }
     Impl::OpScope prof_op(im, "moe_experts+shared");
@@ -238,13 +238,6 @@ void CudaBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, i
         ua.mats = tables[1];
         da.mats = tables[2];
     }
-    // The streams' add in the down kernel's store, unless the CPU's pairs are still to be added (the device join).
-    const bool add_in_kernel = add && !joined && im.fold_add;
-    if (add_in_kernel) {
-        da.add_X = add->X;
-        da.add_inj = add->inj;
-        da.add_n = add->n;
-    }
     const size_t bytes = cuda::moe_decode_scratch_bytes(T * (k + 1), I);
     Impl::Buf scratch(im, bytes);
     const float* gvec = reinterpret_cast<const float*>(im.dev(w.shexp_gate_inp));
@@ -253,8 +246,6 @@ void CudaBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, i
     ++fused_gate_up_count;
     if (joined) hybrid->join_device(y, T);   // the CPU's pairs, added on the device
     im.wrote(y, (size_t)T * H * sizeof(float));
-    if (add && !add_in_kernel) cuda::hyper_inject(im.stream, add->X, add->inj, y, T, add->n, add->H);
-    if (add) im.wrote(add->X, (size_t)T * add->n * add->H * sizeof(float));
     im.done("moe_experts+shared");
 }
 

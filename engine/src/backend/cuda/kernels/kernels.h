@@ -37,17 +37,10 @@ struct MatmulArgs {
     // Decode-path experts only (moe_decode): device table of each pair's matrix instead of w + ids[p]·mat_stride;
     // a null entry skips the pair (its product is added elsewhere: the hybrid path's CPU pairs).
     const uint8_t* const* mats = nullptr;
-    // The output also added into residual streams (Backend::gdn_block's StreamAdd): add_X[t, s·rows + r] +=
-    // add_inj[t, s] · y[t, r] for s < add_n, fused into the kernel's store where it supports it (see matmul's return).
-    float* add_X = nullptr;
-    const float* add_inj = nullptr;
-    int add_n = 0;
 };
 // x: f32 activations; act: the same rows quantized, used for block formats unless act.q is null (then block formats
 // multiply with x as well: the f32-activation mode).
-// Returns whether the kernel also did m's stream add (add_X set; the split-K kernels at one activation row do);
-// false: the caller adds y into the streams itself.
-bool matmul(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y);
+void matmul(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y);
 int64_t matmul_q6k_t1_calls();   // launches of the Q6_K one-row kernel for many rows (the head), since start
 int64_t matmul_t1_staged_calls();   // launches of the staged one-row kernel for many rows (matmul_q8_staged_kernel)
 // matmul with Q8 activations where each kernel block quantizes the x rows it reads itself (same arithmetic as
@@ -103,7 +96,6 @@ void l2_norm(cudaStream_t s, const float* x, int rows, int width, int group, flo
 // ---- hyper.cu: hyper-connection read mix and write, the PLE gate ----
 void hyper_mix(cudaStream_t s, const float* xn, const float* m, int T, int n, int H, float* u);
 void hyper_inject(cudaStream_t s, float* X, const float* inj, const float* y, int T, int n, int H);
-int64_t hyper_inject_launches();   // hyper_inject launches since start (all streams)
 void ple_gate(cudaStream_t s, const float* K, const float* Q, const float* v, int T, int n, int H, float* gv);
 
 // ---- hyper_read.cu ---- Backend::hyper_read in three kernels. Weights in their stored formats on the device (inject

@@ -365,9 +365,8 @@ void launch_q6k_t1(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 ac
 }
 
 // The Q8-activation kernels: FQ = false reads act, FQ = true quantizes x in each block (smem bytes for that).
-// Returns whether m's stream add was done too (the split-K kernel's store).
 template <class F, bool FQ>
-bool launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y, size_t smem) {
+void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y, size_t smem) {
     if (m.ids) {
         if (P > kGroupAbove) launch_q8_ids<F, kGroupTile, FQ>(s, m, x, act, P, y, smem);
         else launch_q8_ids<F, 1, FQ>(s, m, x, act, P, y, smem);
@@ -375,14 +374,13 @@ bool launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, i
         if constexpr (std::is_same_v<F, FmtQ6_K>)
             if (q6k_t1(m)) {
                 launch_q6k_t1<FQ>(s, m, x, act, y);
-                return false;
+                return;
             }
         if (splitk(m, P, m.n / 32)) {   // fused quantization: fewer blocks, each quantizing x once for many rows
             const unsigned grid = FQ ? (unsigned)std::min<int64_t>(m.rows, kSplitKFusedBlocks) : (unsigned)m.rows;
             matmul_q8_splitk_kernel<F, FQ><<<grid, kWarps * 32, smem, s>>>(m.w, m.row_bytes, m.rows, m.n, act.q,
-                                                                           act.d, x, y, m.add_X, m.add_inj,
-                                                                           m.add_X ? m.add_n : 0);
-            return true;
+                                                                           act.d, x, y);
+            return;
         }
         if constexpr (QInt<F>::kHas) {
             const size_t staged = staged_smem_bytes(m.n, F::ABLK, m.row_bytes);
@@ -393,13 +391,13 @@ bool launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, i
                 matmul_q8_staged_kernel<F><<<grid, kWarps * 32, staged, s>>>(m.w, m.row_bytes, m.rows, m.n, act.q,
                                                                             act.d, y);
                 g_t1_staged_calls.fetch_add(1, std::memory_order_relaxed);
-                return false;
+                return;
             }
         }
         if constexpr (QInt<F>::kHas)
             if (t1_rows()) {
                 launch_q8_rows<F, 1, FQ>(s, m, x, act, P, y, smem);
-                return false;
+                return;
             }
         launch_q8_dense<F, 1, FQ>(s, m, x, act, P, y, smem);
     } else if constexpr (QInt<F>::kHas) {
@@ -411,19 +409,15 @@ bool launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, i
         else if (P <= 4) launch_q8_dense<F, 4, FQ>(s, m, x, act, P, y, smem);
         else launch_q8_dense<F, kTile, FQ>(s, m, x, act, P, y, smem);
     }
-    return false;
 }
 
-
 template <class F>
-bool launch_block(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y) {
+void launch_block(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y) {
     STRATA_CHECK(m.n % F::QK == 0, "cuda matmul: row length ", m.n, " is not a multiple of the ", ggml_type_name(m.type),
                  " block of ", F::QK);
-    bool added = false;
     if (!act.q) launch_block_f32act<F>(s, m, x, P, y);
-    else added = launch_q8<F, false>(s, m, x, act, P, y, 0);
+    else launch_q8<F, false>(s, m, x, act, P, y, 0);
     CUDA_CHECK_LAUNCH();
-    return added;
 }
 
 // Shared memory one block of the fused kernels needs for P pairs (0 when they are not used for this call): a
@@ -510,25 +504,22 @@ void quantize_act(cudaStream_t s, int block, const float* x, int rows, int n, Ac
     CUDA_CHECK_LAUNCH();
 }
 
-bool matmul(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y) {
+void matmul(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y) {
     STRATA_CHECK(P > 0 && P <= 65535 * (m.ids ? 1 : kTile), "cuda matmul: ", P, " activation rows is out of range");
-    if (m.rows == 0) return false;
-    if (matmul_tiled(s, m, x, act, P, y)) return false;   // prompt-sized P on one matrix (matmul_tiled.cu)
+    if (m.rows == 0) return;
+    if (matmul_tiled(s, m, x, act, P, y)) return;   // prompt-sized P on one matrix (matmul_tiled.cu)
     switch (m.type) {
-    case GgmlType::F32: launch_plain<kF32>(s, m, x, P, y); return false;
-    case GgmlType::F16: launch_plain<kF16>(s, m, x, P, y); return false;
-    case GgmlType::BF16: launch_plain<kBF16>(s, m, x, P, y); return false;
+    case GgmlType::F32: launch_plain<kF32>(s, m, x, P, y); return;
+    case GgmlType::F16: launch_plain<kF16>(s, m, x, P, y); return;
+    case GgmlType::BF16: launch_plain<kBF16>(s, m, x, P, y); return;
     default: break;
     }
-    bool added = false;
-    if (!with_block_format(m.type, [&](auto f) { added = launch_block<decltype(f)>(s, m, x, act, P, y); }))
+    if (!with_block_format(m.type, [&](auto f) { launch_block<decltype(f)>(s, m, x, act, P, y); }))
         fail("cuda matmul: unsupported weight type ", ggml_type_name(m.type));
-    return added;
 }
 
 bool matmul_fused_quant(cudaStream_t s, const MatmulArgs& m, const float* x, int P, float* y) {
-    // (a stream add takes the unfused path, which reports whether its kernel did the add)
-    if (m.rows == 0 || P <= 0 || P > 65535 || act_block(m.type) == 0 || m.add_X) return false;
+    if (m.rows == 0 || P <= 0 || P > 65535 || act_block(m.type) == 0) return false;
     bool done = false;
     with_block_format(m.type, [&](auto f) {
         using F = decltype(f);

@@ -142,14 +142,11 @@ matmul_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, 
 // row per block, the block's threads take the row's chunks t, t + 128, … (split-K over its 4 warps, so a short row
 // count still fills the GPU), the warps' sums added in warp order (deterministic). Rows looped over the grid.
 // FQ: the block quantizes x (one row) into shared memory first, as matmul_q8_kernel.
-// add_X (may be null): y[row] also added into the streams, add_X[s·rows + row] += add_inj[s] · y[row] (s < add_n),
-// with hyper_inject's fma.
 template <class F, bool FQ = false>
 __global__ void __launch_bounds__(kWarps * 32)
 matmul_q8_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
                         const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x,
-                        float* __restrict__ y, float* __restrict__ add_X, const float* __restrict__ add_inj,
-                        int add_n) {
+                        float* __restrict__ y) {
     __shared__ uint4 smem[GridSmem<F>::kWords];
     __shared__ float partial[kWarps];
     const void* grid = stage_grid<F>(smem);
@@ -178,7 +175,6 @@ matmul_q8_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
 #pragma unroll
             for (int w = 0; w < kWarps; ++w) sum += partial[w];
             y[row] = sum;
-            for (int s = 0; s < add_n; ++s) add_X[s * rows + row] = fmaf(add_inj[s], sum, add_X[s * rows + row]);
         }
         __syncthreads();   // partial is rewritten by the next row
     }

@@ -115,16 +115,14 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
 // matrix when ids is null), plus with Ws the shared pair P + t: gates[t] · (Ws[r] · h[P + t]); accumulate: y[t, r] +=
 // the sum instead of =. The SPLIT warps of a row take the (pair, chunk) units s, s + 32·SPLIT, … of all the token's
 // pairs (warp i of the row from unit 32·i), so a row of n = 640 (20 chunks a pair) keeps every lane busy; the warps'
-// sums are added in warp order. add_n > 0 (not with accumulate): y[t, r] also added into the residual streams,
-// add_X[t, s·rows + r] += add_inj[t, s] · y[t, r] for s < add_n, with hyper_inject's fma.
+// sums are added in warp order.
 template <class F, int SPLIT = kDownSplit>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
 moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int rows, int n, size_t mat_stride,
                         const int32_t* __restrict__ ids, const int8_t* __restrict__ hq, const float* __restrict__ hd,
                         const float* __restrict__ wts, int k, int P, const uint8_t* __restrict__ Ws,
                         const float* __restrict__ gates, bool accumulate, float* __restrict__ y,
-                        const uint8_t* const* __restrict__ mats, float* __restrict__ add_X,
-                        const float* __restrict__ add_inj, int add_n) {
+                        const uint8_t* const* __restrict__ mats) {
     using Q = QInt<F>;
     constexpr int kLanes = 32 / kDownRows;
     static_assert(kDownRows == 1 || SPLIT == 1, "a row split over warps is one row a warp");
@@ -169,10 +167,6 @@ moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int row
     if (lane % kLanes == 0 && row < rows) {
         float* yr = y + (size_t)t * rows + row;
         *yr = accumulate ? *yr + acc : acc;
-        for (int s = 0; s < add_n; ++s) {
-            float* xr = add_X + ((size_t)t * add_n + s) * rows + row;
-            *xr = fmaf(add_inj[t * add_n + s], acc, *xr);
-        }
     }
 }
 
@@ -273,12 +267,10 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
             const int split = down_split();
             const unsigned per_block = q8::kDecodeWarps / split * q8::kDownRows;
             const dim3 grid((unsigned)((down.rows + per_block - 1) / per_block), (unsigned)T);
-            STRATA_CHECK(!down.add_X || !accumulate, "cuda moe_decode: a stream add of an accumulated output");
             auto launch = [&](auto kernel) {
                 kernel<<<grid, q8::kDecodeWarps * 32, 0, s>>>(down.w, down.row_bytes, (int)down.rows, down.n,
                                                              down.mat_stride, down.ids, d.hq, d.hd, wts, k, P, sh.down,
-                                                             d.gates, accumulate, y, down.mats, down.add_X,
-                                                             down.add_inj, down.add_X ? down.add_n : 0);
+                                                             d.gates, accumulate, y, down.mats);
             };
             if (split == 4) launch(q8::moe_down_combine_kernel<F, 4>);
             else if (split == 2) launch(q8::moe_down_combine_kernel<F, 2>);
