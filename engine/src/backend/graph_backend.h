@@ -1,9 +1,10 @@
 // GraphBackend: a Backend over another one that offers GraphCapture (a GPU backend). Between begin_graph and
 // end_graph it issues nothing at once: it records each op (a closure) and a signature of the op and every argument
-// but the uploaded host data. At the end of the run (end_graph, or before an op that must run directly) it looks
-// the signature up: a graph captured earlier from the same signature is launched again with this run's upload
-// data; otherwise the recorded ops are captured into a new graph, which runs. The host then spends per decode
-// step about what recording costs instead of ~800 kernel launches.
+// but the uploaded host data. At the end of the run (end_graph, before an op that must run directly, or at a split
+// point: a pass goes out in pieces, see split_at_) it looks the signature up: a graph captured earlier from the
+// same signature is launched again with this run's upload data; otherwise the recorded ops are captured into a new
+// graph, which runs. The host then spends per decode step about what recording costs instead of ~800 kernel
+// launches.
 //
 // Why a replay equals issuing the ops: the signature holds every op with all its arguments (device addresses,
 // sizes, weights, scalars), so the same signature means the same kernels on the same memory; what differs between
