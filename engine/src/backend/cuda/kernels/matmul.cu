@@ -318,9 +318,9 @@ bool splitk(const MatmulArgs& m, int P, int units) {
 }
 
 // Single-row matmuls of many rows (over kSplitKMaxRows: the GDN in_proj 2560 -> 16480) in the integer formats copy
-// their rows to shared memory with 16-byte loads first (matmul_q8_staged_kernel). On by default since r29 (H200,
-// decode at 1K all on the GPU: 224.5 / 226.5 tok/s against 213.7 / 222.1 without); STRATA_CUDA_T1_STAGED=0 turns it
-// off. Read once.
+// their rows to shared memory with 16-byte loads first (matmul_q8_staged_kernel). On by default since 2026-12-04
+// (H200, decode at 1K all on the GPU: r29 224.5 / 226.5 tok/s against 213.7 / 222.1 without, r31 221.0 / 221.6
+// against 219.7: a small gain at most, never slower); STRATA_CUDA_T1_STAGED=0 turns it off. Read once.
 std::atomic<int64_t> g_t1_staged_calls{0};   // launches, for the tests' path checks
 bool t1_staged(const MatmulArgs& m, size_t smem) {
     static const bool on = [] {
