@@ -335,6 +335,16 @@ bool t1_staged(const MatmulArgs& m, size_t smem) {
 // 16-byte copies: rows a multiple of kQ6Rows, kQ6Rows rows a multiple of 16 bytes, W 16-byte aligned.
 // STRATA_CUDA_Q6K_T1=0 turns it off (A/B); read once.
 constexpr int64_t kQ6kT1MinRows = 4096;
+// Shared memory a block may opt in to on this device (99 KB on sm_86 / 89 / 120, 227 KB on sm_90); asked once.
+size_t smem_optin_bytes() {
+    static const size_t bytes = [] {
+        int dev = 0, v = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        return (size_t)v;
+    }();
+    return bytes;
+}
 bool q6k_t1(const MatmulArgs& m) {
     static const bool on = [] {
         const char* v = std::getenv("STRATA_CUDA_Q6K_T1");
@@ -342,7 +352,7 @@ bool q6k_t1(const MatmulArgs& m) {
     }();
     return on && !m.ids && m.type == GgmlType::Q6_K && m.rows >= kQ6kT1MinRows && m.rows % kQ6Rows == 0 &&
            (kQ6Rows * m.row_bytes) % 16 == 0 && (uintptr_t)m.w % 16 == 0 && m.n % 256 == 0 &&
-           q6k_t1_smem_bytes(m.n, m.row_bytes) <= 200 * 1024;
+           q6k_t1_smem_bytes(m.n, m.row_bytes) <= smem_optin_bytes();
 }
 
 std::atomic<int64_t> g_q6k_t1_calls{0};   // launches, for the tests' path checks
