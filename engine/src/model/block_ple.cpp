@@ -1,7 +1,9 @@
 // PLE, hashed n-gram per-layer embeddings (MODEL.md §6, GGUF.md §2.5): n-gram ids of the token history with
 // EOS segments, table rows read from the file by positioned reads (never mapped), key/value gate and the dilated
 // causal conv with its carried history.
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 
 #include "common/error.h"
 #include "model/blocks.h"
@@ -38,7 +40,11 @@ void ple_rows(const Hparams& hp, const std::vector<int32_t>& tokens, size_t t, u
 void ple_block(Backend& be, const Hparams& hp, const PleWeights& w, GgufFile& file, LayerState& st,
                const std::vector<int32_t>& history, const int32_t* ids, int T, float* X) {
     const int n = hp.hc_count, H = hp.n_embd, nH = n * H, G = hp.ple_n_heads(), dh = hp.ple_row_width, Dp = G * dh;
-    std::vector<int32_t> tokens(history);
+    // The n-grams reach back ple_ngram − 1 tokens: only that tail of the history is needed (not a copy of all of
+    // it every pass). Its start counts as the sequence start only when it is the history's start.
+    const size_t back = (size_t)std::max(0, hp.ple_ngram - 1);
+    const size_t start = history.size() > back ? history.size() - back : 0;
+    std::vector<int32_t> tokens(history.begin() + (ptrdiff_t)start, history.end());
     tokens.insert(tokens.end(), ids, ids + T);
 
     // Gather the G rows of every token: positioned reads of one row each, dequantized on the host.
@@ -48,7 +54,7 @@ void ple_block(Backend& be, const Hparams& hp, const PleWeights& w, GgufFile& fi
     std::vector<float> e_host((size_t)T * Dp);
     std::vector<uint64_t> rows(G);
     for (int t = 0; t < T; ++t) {
-        ple_rows(hp, tokens, history.size() + t, rows.data());
+        ple_rows(hp, tokens, history.size() - start + t, rows.data());
         for (int g = 0; g < G; ++g) {
             file.read_tensor_bytes(table, rows[g] * row_bytes, row_bytes, raw.data());
             dequantize_row(table.type, raw.data(), e_host.data() + (size_t)t * Dp + (size_t)g * dh, dh);
