@@ -6,6 +6,10 @@ default quantized activations (the join only exists there). For every model of a
   zc0         no slot, every decode miss read zero-copy from pinned host memory (STRATA_GPU_MISS_SHARE=1)
               (both: tokens identical to gpu, logits within --tol; whether they are bit-identical is recorded: the
               prompt's chunk runs the host path's staged kernels)
+  zc0pf0      zc0 without the prefetch of predicted misses (STRATA_PREFETCH=0; zc0 has it): every pair runs the same
+              decode kernels over the same bytes whether they came from a prefetch slot or a staging slot, so zc0's
+              logits must equal zc0pf0's bit for bit; and over all models the prefetch must have served some pairs
+              (its summary line), or the check would not have tested it
   (the device join is the engine's default; every run but host30 takes it)
   host30      ~30% cached, moves every 2 passes, the CPU computing the misses, host join (STRATA_HYBRID_DEVICE=0)
   dev30       the same with the device join, no zero-copy (STRATA_GPU_MISS_SHARE=0): tokens identical to host30;
@@ -37,6 +41,8 @@ from parity import PROMPT, compare, manifest_of, model_args  # noqa: E402
 
 DEV = {"STRATA_HYBRID_DEVICE": "1"}   # the default; named so the runs say which join they take
 CACHE = re.compile(r"expert cache: (\d+) slots of (\d+) experts; hits (\d+) of (\d+) look-ups")
+PREFETCH = re.compile(r"prefetch: (\d+) predictions, (\d+) experts copied, (\d+) dropped \(the next plan came first\); "
+                      r"of (\d+) pairs missed in the cache (\d+) \([^)]*\) were among the candidates and (\d+) \(")
 
 
 def run(args, model: str, logits: str, extra: list[str], env: dict) -> dict:
@@ -54,6 +60,10 @@ def run(args, model: str, logits: str, extra: list[str], env: dict) -> dict:
     m = CACHE.search(p.stderr)
     if m:
         out["cache"] = dict(zip(["slots", "experts", "hits", "lookups"], map(int, m.groups())))
+    m = PREFETCH.search(p.stderr)
+    if m:
+        out["prefetch"] = dict(zip(["predictions", "copied", "dropped", "missed", "predicted", "used"],
+                                   map(int, m.groups())))
     if not speculative:
         a = np.fromfile(logits, dtype=np.float32)
         out["logits"] = a.reshape(len(out["tokens"]), a.size // len(out["tokens"]))
@@ -71,6 +81,7 @@ def check_model(args, path: str, tmp: str) -> dict:
     runs = {
         "cache100": (["--expert-cache", f"{experts}-slots"], DEV),
         "zc0": (["--expert-cache", "0-slots"], {**DEV, "STRATA_GPU_MISS_SHARE": "1"}),
+        "zc0pf0": (["--expert-cache", "0-slots"], {**DEV, "STRATA_GPU_MISS_SHARE": "1", "STRATA_PREFETCH": "0"}),
         "host30": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], {"STRATA_HYBRID_DEVICE": "0"}),
         "dev30": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], {**DEV, "STRATA_GPU_MISS_SHARE": "0"}),
         "dev30zc": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], {**DEV, "STRATA_GPU_MISS_SHARE": "0.5"}),
@@ -85,6 +96,7 @@ def check_model(args, path: str, tmp: str) -> dict:
     row = {"experts": experts, "slots30": s30, "runs": {}}
     device = all(res[n].get("device_join") for n in ("cache100", "zc0", "dev30", "dev30zc", "dev30auto"))
     row["device_join"] = device
+    row["prefetch_used"] = sum((r.get("prefetch") or {}).get("used", 0) for r in res.values())
     # The q8-activation rounding between pairs on the GPU and on the CPU: the bound for runs that place pairs
     # differently from their reference.
     envelope = None
@@ -97,9 +109,9 @@ def check_model(args, path: str, tmp: str) -> dict:
             row["runs"][name] = {"ok": False, "error": r["error"]}
             ok = False
             continue
-        base = (ref if name in ("cache100", "zc0") else res["host30mtp"] if name == "dev30mtp"
+        base = (ref if name in ("cache100", "zc0", "zc0pf0") else res["host30mtp"] if name == "dev30mtp"
                 else None if name in ("host30", "host30mtp") else res["host30"])
-        entry = {"cache": r.get("cache"), "device_join": r["device_join"]}
+        entry = {"cache": r.get("cache"), "device_join": r["device_join"], "prefetch": r.get("prefetch")}
         if base is not None and base.get("ok") and "logits" not in r:   # speculative: the same tokens
             same = r["tokens"] == base["tokens"]
             entry.update(tokens_identical=same, against="host30mtp")
@@ -117,6 +129,11 @@ def check_model(args, path: str, tmp: str) -> dict:
             entry["ok"] = c["ok"] if device else True
         else:
             entry["ok"] = True
+        pf0 = res.get("zc0pf0") or {}
+        if name == "zc0" and device and pf0.get("ok") and "logits" in r and "logits" in pf0:
+            same = r["logits"].shape == pf0["logits"].shape and np.array_equal(r["logits"], pf0["logits"])
+            entry["bit_identical_to_zc0pf0"] = bool(same)
+            entry["ok"] = entry["ok"] and bool(same)
         ok = ok and entry["ok"]
         row["runs"][name] = entry
     row["ok"] = ok
@@ -143,11 +160,14 @@ def main(argv=None) -> int:
             if row.get("error"):
                 print("  error:", row["error"], flush=True)
     passed = sum(1 for r in results if r["ok"])
+    used = sum(r.get("prefetch_used", 0) for r in results)
     with open(args.out, "w") as f:
         json.dump({"prompt": PROMPT, "tokens": args.tokens, "tol": args.tol, "models": len(results),
-                   "passed": passed, "device_join_models": gated, "results": results}, f, indent=1)
-    print(f"device join parity: {passed}/{len(results)} models pass, {gated} ran the device join")
-    return 0 if passed == len(results) and gated > 0 else 1
+                   "passed": passed, "device_join_models": gated, "prefetch_used_pairs": used, "results": results},
+                  f, indent=1)
+    print(f"device join parity: {passed}/{len(results)} models pass, {gated} ran the device join; "
+          f"{used} pairs ran on prefetched copies")
+    return 0 if passed == len(results) and gated > 0 and used > 0 else 1
 
 
 if __name__ == "__main__":

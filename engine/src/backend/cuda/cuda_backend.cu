@@ -274,7 +274,20 @@ void CudaBackend::prepare_weights(const ModelWeights& mw) {
     };
     f32(mw.output_hc.norm);
     for (const LayerWeights& L : mw.layers) visit_f32(L, f32);
-    if (hy) hy->prepare();     // the cache takes what VRAM the weights above left
+    if (hy) {
+        std::vector<const float*> routers;   // the prefetch worker's view of each MoE layer's router (F32 [E, H])
+        for (const LayerWeights& L : mw.layers) {
+            const MoeWeights& m = L.moe;
+            if (!m.gate_exps.present()) continue;
+            const bool f32 = m.router.present() && m.router.data && m.router.type == GgmlType::F32 &&
+                             m.router.ne[0] == m.gate_exps.ne[0] && m.router.n_rows() == m.gate_exps.ne[2];
+            const uint8_t* d = f32 ? impl_->dev(m.router) : nullptr;   // (the worker reads rows as float4s)
+            routers.push_back(d && reinterpret_cast<uintptr_t>(d) % 16 == 0 && m.router.ne[0] % 4 == 0
+                                  ? reinterpret_cast<const float*>(d) : nullptr);
+        }
+        hy->set_routers(std::move(routers));
+        hy->prepare();     // the cache takes what VRAM the weights above left
+    }
 }
 
 void CudaBackend::prepare_weights_extra(const LayerWeights& block, const NextnWeights& nextn) {

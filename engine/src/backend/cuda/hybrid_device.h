@@ -2,8 +2,9 @@
 // layer is stream-ordered work without the host, so a decode pass with an expert cache replays as one CUDA graph.
 //
 //   plan (1 block)  reads the routing and the layer's slot map (a device copy of the host's, renewed only between
-//                   passes), picks for every (token, expert) pair: a cached slot, a zero-copy read of the expert from
-//                   pinned host memory, or the CPU; writes the GPU's matrix tables and posts the job (routing, the
+//                   passes), picks for every (token, expert) pair: a cached slot (or a prefetch slot the worker of
+//                   expert_prefetch.h filled for this call), a zero-copy read of the expert from pinned host memory,
+//                   or the CPU; writes the GPU's matrix tables and posts the job (routing, the
 //                   choice, x when the CPU has pairs) into a ring of mapped slots, its seq last.
 //   stage (grid)    with staging slots: copies the call's zero-copy experts from pinned host memory into them with
 //                   16-byte loads (~50 GB/s over PCIe Gen5 on the H200 host, against ~36 when the decode kernels
@@ -20,6 +21,7 @@
 
 #include <cuda_runtime.h>
 
+#include "backend/cuda/expert_prefetch.h"
 #include "backend/cuda/kernels/moe_gate_up.h"
 #include "experts/device_jobs.h"   // DeviceJob, the ring slot layout
 #include "experts/pair_places.h"
@@ -73,12 +75,18 @@ struct PlanArgs {
     size_t slot_bytes;
     DeviceJoinWords* words;      // mapped (device address)
     DeviceJoinState* state;      // device
+    PrefetchBoard* pf;           // the prefetch worker's board (expert_prefetch.h), or null
+    float* pf_x;                 // device [2][H]: a T = 1 call's x for the worker's request
+    uint8_t* pf_area[3];         // prefetch slots of gate, up, down: [2][kPrefetchSlots] matrices
+    size_t pf_stride[3];         // bytes between them
 };
 
 void hybrid_plan(cudaStream_t s, const PlanArgs& a);
 // The copies of the current call's zero-copy experts into their staging slots (nothing without any), stream-ordered
 // between the plan and the decode kernels. bytes: of one expert's gate, up, down matrix.
-void hybrid_stage(cudaStream_t s, const DeviceJoinState* state, size_t gate_bytes, size_t up_bytes, size_t down_bytes);
+// pf (optional): its last block marks the call's seq as staged on the prefetch board (the worker then copies).
+void hybrid_stage(cudaStream_t s, const DeviceJoinState* state, size_t gate_bytes, size_t up_bytes, size_t down_bytes,
+                  PrefetchBoard* pf = nullptr);
 // y[T, H] += the CPU's sums of the current call (after waiting for them), nothing when the call had no CPU pairs.
 void hybrid_join(cudaStream_t s, DeviceJoinState* state, uint8_t* ring, size_t slot_bytes, DeviceJoinWords* words,
                  int T, int H, float* y);

@@ -132,6 +132,7 @@ void HybridMoe::prepare_device_path() {
         CUDA_CHECK(cudaMemcpyAsync(&state_->trace, &table, sizeof(table), cudaMemcpyHostToDevice, stream_));
         CUDA_CHECK(cudaStreamSynchronize(stream_));   // `table` is a local
     }
+    prepare_prefetch();
     device_on_.store(true, std::memory_order_release);
     log_info("experts", fmt("decode MoE joins on the device (one graph per pass); ",
                             share_auto_ && zero_copy_any_
@@ -283,8 +284,16 @@ std::array<const uint8_t* const*, 3> HybridMoe::plan_device(const MoeWeights& w,
     a.slot_bytes = slot_bytes_;
     a.words = words_dev_;
     a.state = state_;
+    if (prefetch_on_) {
+        a.pf = pf_board_;
+        a.pf_x = pf_x_;
+        for (int m = 0; m < 3; ++m) {
+            a.pf_area[m] = pf_area_[m];
+            a.pf_stride[m] = pf_stride_[m];
+        }
+    }
     hybrid_plan(stream_, a);
-    if (staged) hybrid_stage(stream_, state_, L.gate_bytes, L.up_bytes, L.down_bytes);
+    if (staged) hybrid_stage(stream_, state_, L.gate_bytes, L.up_bytes, L.down_bytes, prefetch_on_ ? pf_board_ : nullptr);
     return {state_->tables[0], state_->tables[1], state_->tables[2]};
 }
 
@@ -339,6 +348,7 @@ void HybridMoe::between_passes() {
     for (int l = 0; l < (int)layers_.size(); ++l) planned = plan_layer_moves(l) || planned;
     if (planned) copy_after_compute();   // (the stream is idle here: the copies may start at once)
     upload_slot_map();   // the evictions and landings of this boundary, and of host-path calls since the last one
+    launch_prefetch();   // (its worker reads the slot map: a stale entry only changes what it copies)
     if (trace_) {
         trace_->add_boundary_ns((double)(now_ns() - boundary_start));
         trace_->mark(HybridTrace::kMarkBoundaryEnd);

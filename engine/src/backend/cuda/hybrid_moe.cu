@@ -100,6 +100,7 @@ HybridMoe::~HybridMoe() {
     } catch (const Error& e) {
         log_warn("experts", e.what());
     }
+    stop_prefetch();   // the worker leaves (and leaves its statistics) before the summary and the memory it reads go
     if (cache_) log_info("experts", summary());
     if (profile_out_) {
         try {
@@ -125,6 +126,7 @@ HybridMoe::~HybridMoe() {
         cudaFree(L.d_up);
         cudaFree(L.d_down);
     }
+    free_prefetch();
     unpin_experts();
     cudaFree(d_stage_gate_);
     cudaFree(d_stage_up_);
@@ -549,7 +551,7 @@ std::string HybridMoe::summary() const {
                (int)(pin_s_ > 0 ? pinned_bytes_ / pin_s_ / 1e8 : 0) / 10.0, " GB/s); decode misses read by the GPU: share ",
                (int)((share_auto_ ? auto_share() : gpu_miss_share_) * 100 + 0.5) / 100.0,
                share_auto_ ? " (auto)" : "", "; join ",
-               device_on_ ? "device" : async_join_ ? "async" : "host");
+               device_on_ ? "device" : async_join_ ? "async" : "host", "; ", prefetch_summary());
 }
 
 }  // namespace strata::cuda

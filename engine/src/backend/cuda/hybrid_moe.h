@@ -102,6 +102,9 @@ public:
     void register_layers(const ModelWeights& mw);
     // Whether prepare_weights should leave this weight in host memory (a cached layer's expert tensor).
     bool keeps_on_host(const Weight& w) const { return caching_ && w.data && host_tensors_.count(w.data); }
+    // Before prepare: each MoE layer's router on the device (in register_layers' order), null where it is not an F32
+    // [E, H] matrix; the prefetch worker (expert_prefetch.h) scores the next layer's router with them.
+    void set_routers(std::vector<const float*> routers) { routers_ = std::move(routers); }
     // Step 2, after the other weights are on the device: sizes the cache from free VRAM, pins the experts, fills
     // the slots.
     void prepare();
@@ -141,6 +144,7 @@ public:
     HybridTrace* trace() const { return trace_.get(); }   // STRATA_HYBRID_TRACE, else null
     std::vector<std::pair<std::string, std::string>> info() const;
     std::string summary() const;   // one line for logs: slots, hits, moves, CPU time
+    std::string prefetch_summary() const;   // one line: the prefetch's predictions, copies and pairs served
 
 private:
     void push_share();   // gpu_miss_share_ → DeviceJoinState::share, stream-ordered
@@ -213,6 +217,10 @@ private:
     void mirror_slot(int layer, int expert);   // the pinned slot map's entry = the cache's
     void upload_slot_map();                    // its device copy, when an entry changed
     void drain_device_jobs();                  // the dispatcher has consumed every job posted (rethrows its error)
+    void prepare_prefetch();                   // the prefetch worker's memory (prepare_device_path, when it can run)
+    void launch_prefetch();                    // stops the running worker, starts this pass's (between_passes)
+    void stop_prefetch();                      // the running worker leaves (waits for it)
+    void free_prefetch();
     bool run_device_job();                     // the dispatcher: the next posted job, if any
 
     GpuOptions opt_;
@@ -314,6 +322,23 @@ private:
     double share_log_pass_ns_ = 0, share_log_share_ = 0;
     unsigned long long share_log_wait_ns_ = 0;   // words_->wait_ns at the last line
     std::unique_ptr<HybridTrace> trace_;         // STRATA_HYBRID_TRACE=1 (hybrid_trace.h), else null
+
+    // The prefetch of predicted misses (expert_prefetch.h): on unless STRATA_PREFETCH=0, when every layer's experts
+    // can be read zero-copy, staging slots exist and the routers are F32.
+    std::vector<const float*> routers_;          // set_routers
+    bool prefetch_on_ = false;
+    cudaStream_t pf_stream_ = nullptr;           // the worker's (non-blocking)
+    PrefetchBoard* pf_board_ = nullptr;          // device
+    float* pf_x_ = nullptr;                      // device [2][H]
+    float* pf_logits_ = nullptr;                 // device [E]
+    PrefetchWords* pf_words_ = nullptr;          // mapped (host address); pf_words_dev_ on the GPU
+    PrefetchWords* pf_words_dev_ = nullptr;
+    uint8_t* pf_area_[3] = {nullptr, nullptr, nullptr};
+    size_t pf_stride_[3] = {0, 0, 0};
+    void* pf_tables_ = nullptr;                  // device: routers [L], host tensors [L·3], matrix bytes [L·3]
+    uint32_t pf_tag_ = 0;                        // the running worker's tag
+    int pf_blocks_ = 16;                         // STRATA_PREFETCH_BLOCKS
+    bool pf_after_stage_ = true;                 // STRATA_PREFETCH_AFTER_STAGE=0: copy while the stage kernel runs
 };
 
 }  // namespace strata::cuda

@@ -51,28 +51,63 @@ __device__ unsigned long long wait_word(const uint32_t* word, uint32_t seq, int 
 // tables and job fields are written by one thread a pair.
 __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
     __shared__ int32_t slot[kDevicePairs], ids[kDevicePairs], place[kDevicePairs], stage_of[kDevicePairs];
+    __shared__ int32_t pf_slot[kDevicePairs];   // the prefetch slot a missed pair's expert is on, or −1
     DeviceJoinWords* wd = a.words;
     const int P = a.T * a.k;
     if (threadIdx.x == 0) trace_stamp(a.state, kTrPlanStart, a.layer);
-    for (int p = threadIdx.x; p < P; p += blockDim.x) {
-        ids[p] = a.ids[p];
-        slot[p] = a.slot_map[ids[p]];
-    }
     // Every thread reads seq before thread 0 moves it on (the barrier below). The ring slot is free once the
     // dispatcher consumed the job kRingSlots before this one; the mapped word is read (a PCIe round trip) only when
     // the value read last time does not already show that.
     const uint32_t seq = a.state->seq + 1;
+    const int par = a.layer & 1;
+    __shared__ int32_t pf_expert[kPrefetchSlots];   // the expert on each prefetch slot for this call, or −1
+    for (int p = threadIdx.x; p < P; p += blockDim.x) {
+        ids[p] = a.ids[p];
+        slot[p] = a.slot_map[ids[p]];
+    }
+    if (a.pf && threadIdx.x < kPrefetchSlots) {   // a slot counts once its tag is this call's seq (set after its bytes)
+        const int i = threadIdx.x;
+        int32_t e = -1;
+        if (*(const volatile uint32_t*)&a.pf->entry_tag[par][i] == seq) {
+            __threadfence();
+            if (*(const volatile int32_t*)&a.pf->entry_layer[par][i] == a.layer)
+                e = *(const volatile int32_t*)&a.pf->entry_expert[par][i];
+        }
+        pf_expert[i] = e;
+    }
+    __shared__ int32_t pf_cand[kPrefetchCandidates];   // the worker's candidates for this call (statistics), or −1
+    if (a.pf && threadIdx.x >= 32 && threadIdx.x < 32 + kPrefetchCandidates) {
+        const int i = threadIdx.x - 32;
+        int32_t e = -1;
+        if (*(const volatile uint32_t*)&a.pf->cand_tag[par] == seq) {
+            __threadfence();
+            if (a.pf->cand_layer[par] == a.layer && i < a.pf->n_cand[par]) e = a.pf->cand[par][i];
+        }
+        pf_cand[i] = e;
+    }
     const bool slot_free = (int32_t)(a.state->consumed_seen - seq) >= -kRingSlots;
     uint8_t* job_base = a.ring + (size_t)(seq % kRingSlots) * a.slot_bytes;
     DeviceJob* job = reinterpret_cast<DeviceJob*>(job_base);
     __syncthreads();
     // x goes to the host whether or not the CPU gets pairs (the dispatcher reads it only when it does): the copy
     // then starts before the placement instead of after it, by warps 1 … 7 (warp 0's thread 0 places the pairs).
+    float* pf_x = a.pf && a.T == 1 ? a.pf_x + (size_t)(seq & 1) * a.H : nullptr;   // the worker's request
     const auto copy_x = [&] {
         if (threadIdx.x < 32) return;
         float* hx = job_x(job_base);
-        for (int i = threadIdx.x - 32; i < a.T * a.H; i += blockDim.x - 32) hx[i] = a.x[i];
+        for (int i = threadIdx.x - 32; i < a.T * a.H; i += blockDim.x - 32) {
+            const float v = a.x[i];
+            hx[i] = v;
+            if (pf_x) pf_x[i] = v;
+        }
     };
+    for (int p = threadIdx.x; p < P; p += blockDim.x) {
+        pf_slot[p] = -1;
+        if (a.pf && slot[p] < 0)
+            for (int i = 0; i < kPrefetchSlots && pf_slot[p] < 0; ++i)
+                if (pf_expert[i] == ids[p]) pf_slot[p] = i;
+    }
+    if (a.pf) __syncthreads();
     if (slot_free) copy_x();
     if (threadIdx.x == 0) {
         a.state->trace_layer = a.layer;
@@ -80,6 +115,23 @@ __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
             uint32_t consumed = 0;
             wait_word(&wd->consumed, seq, kRingSlots, &wd->timed_out, nullptr, &consumed);
             a.state->consumed_seen = consumed;
+        }
+        if (a.pf) {   // statistics of the prefetch: missed pairs, those among the worker's candidates, those it holds
+            int misses = 0, predicted = 0, used = 0;
+            for (int p = 0; p < P; ++p) {
+                if (slot[p] >= 0) continue;
+                ++misses;
+                bool in = false;
+                for (int i = 0; i < kPrefetchCandidates && !in; ++i) in = pf_cand[i] == ids[p];
+                predicted += in;
+                if (pf_slot[p] >= 0) {
+                    ++used;
+                    slot[p] = kPrefetchSlots;   // placed like a cached pair (its matrices: pf_slot below)
+                }
+            }
+            a.pf->miss_pairs += misses;
+            a.pf->predicted_pairs += predicted;
+            a.pf->used_pairs += used;
         }
         const bool staged = a.stage[0] != nullptr;
         const int n_cpu = place_pairs(ids, slot, P, a.state->share, a.host[0] != nullptr, place, &a.state->carry,
@@ -115,7 +167,10 @@ __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
     for (int p = threadIdx.x; p < P; p += blockDim.x) {
         const int e = ids[p], z = stage_of[p];
         for (int m = 0; m < 3; ++m)
-            a.state->tables[m][p] = place[p] == kPairCached ? a.arena[m] + (size_t)slot[p] * a.arena_stride[m]
+            a.state->tables[m][p] = place[p] == kPairCached
+                                        ? pf_slot[p] >= 0
+                                              ? a.pf_area[m] + (size_t)(par * kPrefetchSlots + pf_slot[p]) * a.pf_stride[m]
+                                              : a.arena[m] + (size_t)slot[p] * a.arena_stride[m]
                                     : place[p] != kPairZeroCopy ? nullptr
                                     : z >= 0                    ? a.stage[m] + (size_t)z * a.host_stride[m]
                                                                 : a.host[m] + (size_t)e * a.host_stride[m];
@@ -130,6 +185,12 @@ __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
     if (threadIdx.x == 0) {
         *(volatile uint32_t*)&job->seq = seq;
         *(volatile uint32_t*)&wd->published = seq;
+        if (a.pf) {   // the worker's request (x is in pf_x when T = 1: the fence above covers it)
+            a.pf->req_layer = a.layer;
+            a.pf->req_T = a.T;
+            __threadfence();
+            *(volatile uint32_t*)&a.pf->req_seq = seq;
+        }
         trace_stamp(a.state, kTrPlanEnd);
     }
 }
@@ -187,7 +248,7 @@ hybrid_join_kernel(DeviceJoinState* state, uint8_t* ring, size_t slot_bytes, Dev
 // Every thread of the grid copies 16-byte words of every (expert, matrix) copy in turn: with the whole grid's loads
 // in flight at once, a kernel reads pinned host memory at the PCIe ceiling (tests/gpu/zero_copy_speed.cu: read10).
 __global__ void hybrid_stage_kernel(const DeviceJoinState* state, size_t gate_bytes, size_t up_bytes,
-                                    size_t down_bytes) {
+                                    size_t down_bytes, PrefetchBoard* pf) {
     const int n = state->n_stage;
     if (blockIdx.x == 0 && threadIdx.x == 0) trace_stamp(state, kTrStageStart);
     const size_t bytes[3] = {gate_bytes, up_bytes, down_bytes};
@@ -205,11 +266,20 @@ __global__ void hybrid_stage_kernel(const DeviceJoinState* state, size_t gate_by
         if (threadIdx.x == 0)
             atomicMax(state->trace + (size_t)state->trace_layer * kTrGpuEvents + kTrStageEnd, global_ns());
     }
+    if (pf) {   // the last block to finish tells the prefetch worker the link is free (the count wraps to 0)
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            if (atomicInc(&pf->stage_arrived, gridDim.x - 1) == gridDim.x - 1)
+                *(volatile uint32_t*)&pf->stage_done = state->seq;
+        }
+    }
 }
 
 }  // namespace
 
-void hybrid_stage(cudaStream_t s, const DeviceJoinState* state, size_t gate_bytes, size_t up_bytes, size_t down_bytes) {
+void hybrid_stage(cudaStream_t s, const DeviceJoinState* state, size_t gate_bytes, size_t up_bytes, size_t down_bytes,
+                  PrefetchBoard* pf) {
     STRATA_CHECK(gate_bytes % 16 == 0 && up_bytes % 16 == 0 && down_bytes % 16 == 0,
                  "hybrid stage: expert matrices of ", gate_bytes, " / ", up_bytes, " / ", down_bytes,
                  " bytes are not whole 16-byte words");
@@ -219,7 +289,7 @@ void hybrid_stage(cudaStream_t s, const DeviceJoinState* state, size_t gate_byte
         CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
         return n;
     }();
-    hybrid_stage_kernel<<<2 * sms, 512, 0, s>>>(state, gate_bytes, up_bytes, down_bytes);
+    hybrid_stage_kernel<<<2 * sms, 512, 0, s>>>(state, gate_bytes, up_bytes, down_bytes, pf);
     CUDA_CHECK_LAUNCH();
 }
 

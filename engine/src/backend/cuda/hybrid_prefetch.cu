@@ -1,0 +1,163 @@
+// HybridMoe's side of the prefetch of predicted misses (expert_prefetch.h): its memory, the worker's launch at each
+// pass boundary and its statistics.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/hybrid_moe.h"
+#include "common/error.h"
+#include "common/log.h"
+
+namespace strata::cuda {
+
+namespace {
+bool env_off(const char* name) {
+    const char* v = std::getenv(name);
+    return v && std::strcmp(v, "0") == 0;
+}
+}  // namespace
+
+void HybridMoe::prepare_prefetch() {
+    const int L_n = (int)layers_.size();
+    const int H = (int)layers_[0].gate.ne[0];
+    if (env_off("STRATA_PREFETCH")) return;
+    std::string why;
+    if (!zc_stage_[0]) why = "no staging slots";
+    for (int l = 0; l < L_n && why.empty(); ++l)
+        if (!zero_copy_[l][0]) why = "not every layer's experts can be read zero-copy";
+    if (why.empty() && (int)routers_.size() != L_n) why = "the routers are not known";
+    if (why.empty() && (H % 4 != 0 || H > kPrefetchMaxH || n_experts_ > kPrefetchMaxExperts))
+        why = "the shape is out of the worker's range";
+    int with_router = 0;
+    for (const float* r : routers_) with_router += r != nullptr;
+    if (why.empty() && with_router == 0) why = "no F32 router";
+    for (const Layer& L : layers_)
+        if (why.empty() && (L.gate_bytes % 16 || L.up_bytes % 16 || L.down_bytes % 16)) why = "odd matrix sizes";
+    if (!why.empty()) {
+        log_info("experts", "no prefetch of predicted misses: " + why);
+        return;
+    }
+    if (const char* v = std::getenv("STRATA_PREFETCH_BLOCKS")) pf_blocks_ = std::max(1, std::min(64, std::atoi(v)));
+    pf_after_stage_ = !env_off("STRATA_PREFETCH_AFTER_STAGE");
+    for (const Layer& L : layers_) {
+        pf_stride_[0] = std::max(pf_stride_[0], L.gate_bytes);
+        pf_stride_[1] = std::max(pf_stride_[1], L.up_bytes);
+        pf_stride_[2] = std::max(pf_stride_[2], L.down_bytes);
+    }
+    const size_t table_bytes = L_n * sizeof(const float*) + (size_t)L_n * 3 * (sizeof(const uint8_t*) + sizeof(size_t));
+    bool ok = cudaMalloc(&pf_board_, sizeof(PrefetchBoard)) == cudaSuccess &&
+              cudaMalloc(&pf_x_, (size_t)2 * H * sizeof(float)) == cudaSuccess &&
+              cudaMalloc(&pf_logits_, (size_t)n_experts_ * sizeof(float)) == cudaSuccess &&
+              cudaMalloc(&pf_tables_, table_bytes) == cudaSuccess;
+    for (int m = 0; m < 3 && ok; ++m) {
+        void* d = nullptr;
+        ok = cudaMalloc(&d, pf_stride_[m] * 2 * kPrefetchSlots) == cudaSuccess;
+        pf_area_[m] = static_cast<uint8_t*>(d);
+    }
+    if (!ok) {
+        cudaGetLastError();
+        free_prefetch();
+        log_info("experts", "no prefetch of predicted misses: no VRAM for its slots");
+        return;
+    }
+    CUDA_CHECK(cudaMemset(pf_board_, 0, sizeof(PrefetchBoard)));
+    CUDA_CHECK(cudaMemset(pf_x_, 0, (size_t)2 * H * sizeof(float)));
+    std::vector<uint8_t> tables(table_bytes);
+    std::memcpy(tables.data(), routers_.data(), L_n * sizeof(const float*));
+    size_t off = L_n * sizeof(const float*);
+    for (int l = 0; l < L_n; ++l)
+        for (int m = 0; m < 3; ++m) {
+            std::memcpy(tables.data() + off, &zero_copy_[l][m], sizeof(const uint8_t*));
+            off += sizeof(const uint8_t*);
+        }
+    for (const Layer& L : layers_)
+        for (size_t b : {L.gate_bytes, L.up_bytes, L.down_bytes}) {
+            std::memcpy(tables.data() + off, &b, sizeof(size_t));
+            off += sizeof(size_t);
+        }
+    CUDA_CHECK(cudaMemcpy(pf_tables_, tables.data(), table_bytes, cudaMemcpyHostToDevice));
+    void* p = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&p, sizeof(PrefetchWords), cudaHostAllocMapped));
+    std::memset(p, 0, sizeof(PrefetchWords));
+    pf_words_ = static_cast<PrefetchWords*>(p);
+    CUDA_CHECK(cudaHostGetDevicePointer(&p, pf_words_, 0));
+    pf_words_dev_ = static_cast<PrefetchWords*>(p);
+    CUDA_CHECK(cudaStreamCreateWithFlags(&pf_stream_, cudaStreamNonBlocking));
+    prefetch_on_ = true;
+    log_info("experts", fmt("prefetch of predicted misses: the next layer's routing scored from each layer's input, up to ",
+                            kPrefetchSlots, " of its ", kPrefetchCandidates, " best uncached experts copied over PCIe ",
+                            pf_after_stage_ ? "after" : "during", " each layer's staging (", pf_blocks_, " blocks, ",
+                            (pf_stride_[0] + pf_stride_[1] + pf_stride_[2]) * 2 * kPrefetchSlots >> 20,
+                            " MiB of slots; ", with_router, " of ", L_n, " routers)"));
+}
+
+// The running worker leaves once it reads the stop word (stream order keeps the next one behind it).
+void HybridMoe::launch_prefetch() {
+    if (!prefetch_on_) return;
+    __atomic_store_n(&pf_words_->stop, pf_tag_, __ATOMIC_RELEASE);
+    ++pf_tag_;
+    if (pf_tag_ == 0) ++pf_tag_;   // (0 is the stop word's initial value)
+    const int L_n = (int)layers_.size();
+    PrefetchWorkerArgs a{};
+    a.board = pf_board_;
+    a.x = pf_x_;
+    a.logits = pf_logits_;
+    a.words = pf_words_dev_;
+    a.tag = pf_tag_;
+    a.n_layers = L_n;
+    a.E = n_experts_;
+    a.H = (int)layers_[0].gate.ne[0];
+    uint8_t* t = static_cast<uint8_t*>(pf_tables_);
+    a.router = reinterpret_cast<const float* const*>(t);
+    a.host = reinterpret_cast<const uint8_t* const*>(t + L_n * sizeof(const float*));
+    a.bytes = reinterpret_cast<const size_t*>(t + L_n * sizeof(const float*) + (size_t)L_n * 3 * sizeof(const uint8_t*));
+    a.slot_map = slot_map_gpu_;
+    for (int m = 0; m < 3; ++m) {
+        a.area[m] = pf_area_[m];
+        a.stride[m] = pf_stride_[m];
+    }
+    a.after_stage = pf_after_stage_;
+    launch_prefetch_worker(pf_stream_, a, pf_blocks_);
+}
+
+void HybridMoe::stop_prefetch() {
+    if (!pf_stream_) return;
+    __atomic_store_n(&pf_words_->stop, pf_tag_, __ATOMIC_RELEASE);
+    const cudaError_t e = cudaStreamSynchronize(pf_stream_);   // (also from the destructor: no throw)
+    if (e != cudaSuccess) log_warn("experts", fmt("prefetch worker: ", cudaGetErrorString(e)));
+}
+
+void HybridMoe::free_prefetch() {
+    stop_prefetch();
+    if (pf_stream_) {
+        cudaStreamDestroy(pf_stream_);
+        pf_stream_ = nullptr;
+    }
+    prefetch_on_ = false;
+    cudaFree(pf_board_);
+    cudaFree(pf_x_);
+    cudaFree(pf_logits_);
+    cudaFree(pf_tables_);
+    for (uint8_t*& a : pf_area_) {
+        cudaFree(a);
+        a = nullptr;
+    }
+    if (pf_words_) cudaFreeHost(pf_words_);
+    pf_board_ = nullptr;
+    pf_x_ = pf_logits_ = nullptr;
+    pf_tables_ = nullptr;
+    pf_words_ = pf_words_dev_ = nullptr;
+}
+
+std::string HybridMoe::prefetch_summary() const {
+    if (!prefetch_on_) return "prefetch off";
+    const PrefetchWords& w = *pf_words_;
+    const auto pct = [](unsigned long long a, unsigned long long b) { return b ? (int)(1000.0 * a / b) / 10.0 : 0.0; };
+    return fmt("prefetch: ", w.requests, " predictions, ", w.copied, " experts copied, ", w.aborted,
+               " dropped (the next plan came first); of ", w.miss_pairs, " pairs missed in the cache ", w.predicted_pairs,
+               " (", pct(w.predicted_pairs, w.miss_pairs), "%) were among the candidates and ", w.used_pairs, " (",
+               pct(w.used_pairs, w.miss_pairs), "%) ran on prefetched copies");
+}
+
+}  // namespace strata::cuda
