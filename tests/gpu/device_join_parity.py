@@ -41,7 +41,7 @@ from parity import PROMPT, compare, manifest_of, model_args  # noqa: E402
 
 DEV = {"STRATA_HYBRID_DEVICE": "1"}   # the default; named so the runs say which join they take
 CACHE = re.compile(r"expert cache: (\d+) slots of (\d+) experts; hits (\d+) of (\d+) look-ups")
-PREFETCH = re.compile(r"prefetch: (\d+) predictions, (\d+) experts copied, (\d+) dropped \(the next plan came first\); "
+PREFETCH = re.compile(r"prefetch: (\d+) predictions, (\d+) experts copied, (\d+) dropped or cut short \(the next plan came first\); "
                       r"of (\d+) pairs missed in the cache (\d+) \([^)]*\) were among the candidates and (\d+) \(")
 
 

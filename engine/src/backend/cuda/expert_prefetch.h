@@ -46,15 +46,18 @@ struct PrefetchBoard {
     int32_t todo[kPrefetchSlots];
     int32_t n_todo;
     int32_t go;                          // block 0's decision to copy the next expert (1) or stop (0)
+    int32_t copy_aborted;                // a block stopped the current copy (a newer plan came)
+    unsigned long long copy_start_ns;
     // statistics (plan: misses; worker: the rest), copied to the host words by the worker as it leaves
     unsigned long long requests, copied, aborted, miss_pairs, predicted_pairs, used_pairs;
+    unsigned long long copy_ns, copied_bytes;   // time in copies (aborted ones too) and the bytes published
 };
 
 // What the host reads (mapped memory): the stop word and the statistics the worker leaves there.
 struct PrefetchWords {
     uint32_t stop;                       // host → worker: the tag of the last worker told to leave
     uint32_t pad;
-    unsigned long long requests, copied, aborted, miss_pairs, predicted_pairs, used_pairs;
+    unsigned long long requests, copied, aborted, miss_pairs, predicted_pairs, used_pairs, copy_ns, copied_bytes;
 };
 
 struct PrefetchWorkerArgs {

@@ -155,9 +155,11 @@ std::string HybridMoe::prefetch_summary() const {
     const PrefetchWords& w = *pf_words_;
     const auto pct = [](unsigned long long a, unsigned long long b) { return b ? (int)(1000.0 * a / b) / 10.0 : 0.0; };
     return fmt("prefetch: ", w.requests, " predictions, ", w.copied, " experts copied, ", w.aborted,
-               " dropped (the next plan came first); of ", w.miss_pairs, " pairs missed in the cache ", w.predicted_pairs,
+               " dropped or cut short (the next plan came first); of ", w.miss_pairs, " pairs missed in the cache ", w.predicted_pairs,
                " (", pct(w.predicted_pairs, w.miss_pairs), "%) were among the candidates and ", w.used_pairs, " (",
-               pct(w.used_pairs, w.miss_pairs), "%) ran on prefetched copies");
+               pct(w.used_pairs, w.miss_pairs), "%) ran on prefetched copies; copies ", w.copy_ns / 1000000, " ms at ",
+               w.copy_ns ? (int)(10.0 * w.copied_bytes / w.copy_ns) / 10.0 : 0.0, " GB/s (",
+               w.copied_bytes >> 20, " MiB published)");
 }
 
 }  // namespace strata::cuda

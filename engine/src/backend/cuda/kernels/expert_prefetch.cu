@@ -74,6 +74,8 @@ __device__ void leave(const PrefetchWorkerArgs& a) {
     vstore(&w->miss_pairs, vload(&b->miss_pairs));
     vstore(&w->predicted_pairs, vload(&b->predicted_pairs));
     vstore(&w->used_pairs, vload(&b->used_pairs));
+    vstore(&w->copy_ns, vload(&b->copy_ns));
+    vstore(&w->copied_bytes, vload(&b->copied_bytes));
     __threadfence_system();
 }
 
@@ -129,9 +131,11 @@ __device__ void pick(const PrefetchWorkerArgs& a, int next, uint32_t s, float* s
 }
 
 // Expert e of layer `next` from host memory into prefetch slot i of the layer's set: the whole grid's 16-byte loads
-// in flight together, four a thread.
-__device__ void copy_expert(const PrefetchWorkerArgs& a, int next, int e, int i) {
+// in flight together, four a thread. A thread that sees a newer plan than s (the copy is too late to be used)
+// stops and raises the board's copy_aborted, so the link is free for that plan's staging at once.
+__device__ void copy_expert(const PrefetchWorkerArgs& a, int next, int e, int i, uint32_t s) {
     const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    PrefetchBoard* b = a.board;
     for (int m = 0; m < 3; ++m) {
         const size_t bytes = a.bytes[(size_t)next * 3 + m];
         const uint4* src = reinterpret_cast<const uint4*>(a.host[(size_t)next * 3 + m] + (size_t)e * bytes);
@@ -139,6 +143,10 @@ __device__ void copy_expert(const PrefetchWorkerArgs& a, int next, int e, int i)
         const size_t n16 = bytes / 16;
         size_t j = tid;
         for (; j + 3 * stride < n16; j += 4 * stride) {
+            if (vload(&b->req_seq) != s) {
+                vstore(&b->copy_aborted, 1);
+                return;
+            }
             const uint4 v0 = __ldcs(src + j), v1 = __ldcs(src + j + stride), v2 = __ldcs(src + j + 2 * stride),
                         v3 = __ldcs(src + j + 3 * stride);
             dst[j] = v0;
@@ -193,20 +201,28 @@ __global__ void __launch_bounds__(kThreads) prefetch_worker_kernel(PrefetchWorke
                                 vload(&a.words->stop) != a.tag;
                 if (!go) b->aborted += n_todo - i;
                 b->go = go;
+                b->copy_aborted = 0;
+                b->copy_start_ns = now_ns();
             }
             grid_barrier(b);
             if (!vload(&b->go)) break;
             const int e = vload(&b->todo[i]);
-            copy_expert(a, next, e, i);
+            copy_expert(a, next, e, i, s);
             __threadfence();
             grid_barrier(b);
-            if (blockIdx.x == 0 && threadIdx.x == 0) {   // the slot's bytes have landed: publish it for plan s + 1
-                const int par = next & 1;
-                b->entry_expert[par][i] = e;
-                b->entry_layer[par][i] = next;
-                __threadfence();
-                vstore(&b->entry_tag[par][i], s + 1);
-                ++b->copied;
+            if (blockIdx.x == 0 && threadIdx.x == 0) {
+                b->copy_ns += now_ns() - b->copy_start_ns;
+                if (vload(&b->copy_aborted)) {   // cut short: not published (the next iteration stops)
+                    ++b->aborted;
+                } else {   // the slot's bytes have landed: publish it for plan s + 1
+                    const int par = next & 1;
+                    b->entry_expert[par][i] = e;
+                    b->entry_layer[par][i] = next;
+                    __threadfence();
+                    vstore(&b->entry_tag[par][i], s + 1);
+                    ++b->copied;
+                    for (int m = 0; m < 3; ++m) b->copied_bytes += a.bytes[(size_t)next * 3 + m];
+                }
             }
         }
     }
