@@ -31,6 +31,7 @@ constexpr int kPrefetchMaxH = 8192;
 // (expert, tag: the seq of the plan that may use the slot, written after the slot's bytes) and the candidate lists.
 struct PrefetchBoard {
     uint32_t req_seq;                    // the last plan's seq (its x in x[req_seq & 1])
+    uint32_t plan_seq;                   // the seq of the plan that started last (its first store: copies stop)
     int32_t req_layer, req_T;
     uint32_t stage_done;                 // the seq whose stage kernel has finished (its last block writes it)
     uint32_t stage_arrived;              // the stage kernel's block count (wraps to 0 at the last block)
@@ -74,6 +75,7 @@ struct PrefetchWorkerArgs {
     uint8_t* area[3];                    // prefetch slots: [2][kPrefetchSlots] matrices of stride[m] bytes
     size_t stride[3];
     bool after_stage;                    // wait for the layer's stage kernel before copying
+    int depth;                           // 16-byte loads a thread keeps in flight (1 … 4)
 };
 
 // The worker on `s` with `blocks` blocks (all resident at once: the worker has a grid barrier).

@@ -339,6 +339,7 @@ private:
     uint32_t pf_tag_ = 0;                        // the running worker's tag
     int pf_blocks_ = 16;                         // STRATA_PREFETCH_BLOCKS
     bool pf_after_stage_ = true;                 // STRATA_PREFETCH_AFTER_STAGE=0: copy while the stage kernel runs
+    int pf_depth_ = 1;                           // STRATA_PREFETCH_DEPTH: loads in flight a worker thread (1 … 4)
 };
 
 }  // namespace strata::cuda

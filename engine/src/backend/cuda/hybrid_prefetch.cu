@@ -40,6 +40,7 @@ void HybridMoe::prepare_prefetch() {
     }
     if (const char* v = std::getenv("STRATA_PREFETCH_BLOCKS")) pf_blocks_ = std::max(1, std::min(64, std::atoi(v)));
     pf_after_stage_ = !env_off("STRATA_PREFETCH_AFTER_STAGE");
+    if (const char* v = std::getenv("STRATA_PREFETCH_DEPTH")) pf_depth_ = std::max(1, std::min(4, std::atoi(v)));
     for (const Layer& L : layers_) {
         pf_stride_[0] = std::max(pf_stride_[0], L.gate_bytes);
         pf_stride_[1] = std::max(pf_stride_[1], L.up_bytes);
@@ -87,7 +88,8 @@ void HybridMoe::prepare_prefetch() {
     prefetch_on_ = true;
     log_info("experts", fmt("prefetch of predicted misses: the next layer's routing scored from each layer's input, up to ",
                             kPrefetchSlots, " of its ", kPrefetchCandidates, " best uncached experts copied over PCIe ",
-                            pf_after_stage_ ? "after" : "during", " each layer's staging (", pf_blocks_, " blocks, ",
+                            pf_after_stage_ ? "after" : "during", " each layer's staging (", pf_blocks_, " blocks, ", pf_depth_,
+                            " loads in flight a thread, ",
                             (pf_stride_[0] + pf_stride_[1] + pf_stride_[2]) * 2 * kPrefetchSlots >> 20,
                             " MiB of slots; ", with_router, " of ", L_n, " routers)"));
 }
@@ -118,6 +120,7 @@ void HybridMoe::launch_prefetch() {
         a.stride[m] = pf_stride_[m];
     }
     a.after_stage = pf_after_stage_;
+    a.depth = pf_depth_;
     launch_prefetch_worker(pf_stream_, a, pf_blocks_);
 }
 

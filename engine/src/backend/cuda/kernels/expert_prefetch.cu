@@ -11,6 +11,7 @@ namespace strata::cuda {
 namespace {
 
 constexpr int kThreads = 512;
+constexpr int kMaxDepth = 4;   // PrefetchWorkerArgs::depth at most
 constexpr unsigned long long kIdleExitNs = 5'000'000ull;    // no request for 5 ms: not a decode pass, leave
 constexpr unsigned long long kStageWaitNs = 1'000'000ull;   // a stage kernel that does not finish within 1 ms
 
@@ -60,7 +61,7 @@ __device__ bool wait_stage(const PrefetchWorkerArgs& a, uint32_t s) {
     const unsigned long long start = now_ns();
     for (;;) {
         if ((int32_t)(vload(&b->stage_done) - s) >= 0) return vload(&b->req_seq) == s;
-        if (vload(&b->req_seq) != s || now_ns() - start > kStageWaitNs) return false;
+        if (vload(&b->plan_seq) != s || now_ns() - start > kStageWaitNs) return false;
         __nanosleep(128);
     }
 }
@@ -130,31 +131,32 @@ __device__ void pick(const PrefetchWorkerArgs& a, int next, uint32_t s, float* s
     }
 }
 
-// Expert e of layer `next` from host memory into prefetch slot i of the layer's set: the whole grid's 16-byte loads
-// in flight together, four a thread. A thread that sees a newer plan than s (the copy is too late to be used)
-// stops and raises the board's copy_aborted, so the link is free for that plan's staging at once.
+// Expert e of layer `next` from host memory into prefetch slot i of the layer's set: a.depth 16-byte loads a thread in
+// flight (the worker shares the GPU's memory system with the pass: loads queued behind the PCIe link slow the pass's
+// own kernels, so it keeps only what the link needs in flight). A thread that sees a plan newer than s start (the
+// copy is too late to be used) stops and raises the board's copy_aborted, so the link is free for that plan at once.
 __device__ void copy_expert(const PrefetchWorkerArgs& a, int next, int e, int i, uint32_t s) {
     const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
     PrefetchBoard* b = a.board;
+    const int depth = a.depth;
     for (int m = 0; m < 3; ++m) {
         const size_t bytes = a.bytes[(size_t)next * 3 + m];
         const uint4* src = reinterpret_cast<const uint4*>(a.host[(size_t)next * 3 + m] + (size_t)e * bytes);
         uint4* dst = reinterpret_cast<uint4*>(a.area[m] + (size_t)((next & 1) * kPrefetchSlots + i) * a.stride[m]);
         const size_t n16 = bytes / 16;
-        size_t j = tid;
-        for (; j + 3 * stride < n16; j += 4 * stride) {
-            if (vload(&b->req_seq) != s) {
+        for (size_t j = tid; j < n16; j += depth * stride) {
+            if (vload(&b->plan_seq) != s) {
                 vstore(&b->copy_aborted, 1);
                 return;
             }
-            const uint4 v0 = __ldcs(src + j), v1 = __ldcs(src + j + stride), v2 = __ldcs(src + j + 2 * stride),
-                        v3 = __ldcs(src + j + 3 * stride);
-            dst[j] = v0;
-            dst[j + stride] = v1;
-            dst[j + 2 * stride] = v2;
-            dst[j + 3 * stride] = v3;
+            uint4 v[kMaxDepth];
+#pragma unroll
+            for (int d = 0; d < kMaxDepth; ++d)
+                if (d < depth && j + d * stride < n16) v[d] = __ldcs(src + j + d * stride);
+#pragma unroll
+            for (int d = 0; d < kMaxDepth; ++d)
+                if (d < depth && j + d * stride < n16) dst[j + d * stride] = v[d];
         }
-        for (; j < n16; j += stride) dst[j] = __ldcs(src + j);
     }
 }
 
@@ -197,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) prefetch_worker_kernel(PrefetchWorke
         const int n_todo = vload(&b->n_todo);
         for (int i = 0; i < n_todo; ++i) {
             if (blockIdx.x == 0 && threadIdx.x == 0) {
-                const bool go = (i > 0 || !a.after_stage || wait_stage(a, s)) && vload(&b->req_seq) == s &&
+                const bool go = (i > 0 || !a.after_stage || wait_stage(a, s)) && vload(&b->plan_seq) == s &&
                                 vload(&a.words->stop) != a.tag;
                 if (!go) b->aborted += n_todo - i;
                 b->go = go;
@@ -232,7 +234,8 @@ __global__ void __launch_bounds__(kThreads) prefetch_worker_kernel(PrefetchWorke
 }  // namespace
 
 void launch_prefetch_worker(cudaStream_t s, const PrefetchWorkerArgs& a, int blocks) {
-    STRATA_CHECK(a.H % 4 == 0 && a.H <= kPrefetchMaxH && a.E <= kPrefetchMaxExperts && blocks > 0,
+    STRATA_CHECK(a.H % 4 == 0 && a.H <= kPrefetchMaxH && a.E <= kPrefetchMaxExperts && blocks > 0 && a.depth >= 1 &&
+                     a.depth <= kMaxDepth,
                  "expert prefetch: H ", a.H, " or E ", a.E, " out of range");
     const size_t smem = (size_t)(a.H + a.E) * sizeof(float);
     static bool attr_set = false;
