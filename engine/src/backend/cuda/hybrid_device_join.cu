@@ -286,7 +286,6 @@ std::array<const uint8_t* const*, 3> HybridMoe::plan_device(const MoeWeights& w,
     a.state = state_;
     if (prefetch_on_) {
         a.pf = pf_board_;
-        a.pf_words = pf_words_dev_;
         a.pf_x = pf_x_;
         for (int m = 0; m < 3; ++m) {
             a.pf_area[m] = pf_area_[m];
