@@ -59,11 +59,6 @@ struct PrefetchWords {
     uint32_t stop;                       // host → worker: the tag of the last worker told to leave
     uint32_t pad;
     unsigned long long requests, copied, aborted, miss_pairs, predicted_pairs, used_pairs, copy_ns, copied_bytes;
-    // The copy-engine mode (PrefetchWorkerArgs::dma): the worker posts each prediction's copies here (todo_seq last)
-    // once the layer's staging is done; the plan kernels post their seq as they start (the host stops copying).
-    uint32_t todo_seq, plan_started;
-    int32_t todo_layer, n_todo;
-    int32_t todo[kPrefetchSlots];
 };
 
 struct PrefetchWorkerArgs {
@@ -81,12 +76,9 @@ struct PrefetchWorkerArgs {
     size_t stride[3];
     bool after_stage;                    // wait for the layer's stage kernel before copying
     int depth;                           // 16-byte loads a thread keeps in flight (1 … 4)
-    bool dma;                            // post the copies to the host (PrefetchWords::todo) instead of making them
 };
 
 // The worker on `s` with `blocks` blocks (all resident at once: the worker has a grid barrier).
 void launch_prefetch_worker(cudaStream_t s, const PrefetchWorkerArgs& a, int blocks);
-// Stream-ordered after the copy engine's copies of an expert into prefetch slot (par, i): its entry, tag last.
-void publish_prefetch_slot(cudaStream_t s, PrefetchBoard* b, int par, int i, int expert, int layer, uint32_t tag);
 
 }  // namespace strata::cuda

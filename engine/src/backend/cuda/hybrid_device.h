@@ -76,7 +76,6 @@ struct PlanArgs {
     DeviceJoinWords* words;      // mapped (device address)
     DeviceJoinState* state;      // device
     PrefetchBoard* pf;           // the prefetch worker's board (expert_prefetch.h), or null
-    PrefetchWords* pf_words;     // its mapped words (device address): the plan posts its seq as it starts
     float* pf_x;                 // device [2][H]: a T = 1 call's x for the worker's request
     uint8_t* pf_area[3];         // prefetch slots of gate, up, down: [2][kPrefetchSlots] matrices
     size_t pf_stride[3];         // bytes between them

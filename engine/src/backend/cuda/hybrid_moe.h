@@ -220,8 +220,6 @@ private:
     void prepare_prefetch();                   // the prefetch worker's memory (prepare_device_path, when it can run)
     void launch_prefetch();                    // stops the running worker, starts this pass's (between_passes)
     void stop_prefetch();                      // the running worker leaves (waits for it)
-    void prefetch_thread_main();               // the copy-engine mode's host thread (hybrid_prefetch.cu)
-    void prefetch_copies(uint32_t s);          // one posted prediction's copies (that thread)
     void free_prefetch();
     bool run_device_job();                     // the dispatcher: the next posted job, if any
 
@@ -342,15 +340,6 @@ private:
     int pf_blocks_ = 16;                         // STRATA_PREFETCH_BLOCKS
     bool pf_after_stage_ = true;                 // STRATA_PREFETCH_AFTER_STAGE=0: copy while the stage kernel runs
     int pf_depth_ = 1;                           // STRATA_PREFETCH_DEPTH: loads in flight a worker thread (1 … 4)
-    // STRATA_PREFETCH_COPY=sm: the worker's blocks copy; else (dma) the worker posts the copies and pf_thread_
-    // makes them with the copy engine on pf_copy_stream_, a matrix at a time, at most two in flight.
-    bool pf_dma_ = true;
-    std::thread pf_thread_;
-    std::atomic<bool> pf_quit_{false};
-    cudaStream_t pf_copy_stream_ = nullptr;
-    cudaEvent_t pf_events_[4] = {nullptr, nullptr, nullptr, nullptr};
-    std::atomic<int64_t> pf_copied_{0}, pf_cut_{0}, pf_copy_ns_{0}, pf_copied_bytes_{0};   // that thread's counts
-    std::string pf_error_;                       // that thread's CUDA error, if it stopped on one
 };
 
 }  // namespace strata::cuda

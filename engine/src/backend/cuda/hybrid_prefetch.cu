@@ -1,8 +1,6 @@
 // HybridMoe's side of the prefetch of predicted misses (expert_prefetch.h): its memory, the worker's launch at each
 // pass boundary and its statistics.
 #include <algorithm>
-#include <chrono>
-#include <thread>
 #include <cstdlib>
 #include <cstring>
 
@@ -43,7 +41,6 @@ void HybridMoe::prepare_prefetch() {
     if (const char* v = std::getenv("STRATA_PREFETCH_BLOCKS")) pf_blocks_ = std::max(1, std::min(64, std::atoi(v)));
     pf_after_stage_ = !env_off("STRATA_PREFETCH_AFTER_STAGE");
     if (const char* v = std::getenv("STRATA_PREFETCH_DEPTH")) pf_depth_ = std::max(1, std::min(4, std::atoi(v)));
-    if (const char* v = std::getenv("STRATA_PREFETCH_COPY")) pf_dma_ = std::strcmp(v, "sm") != 0;
     for (const Layer& L : layers_) {
         pf_stride_[0] = std::max(pf_stride_[0], L.gate_bytes);
         pf_stride_[1] = std::max(pf_stride_[1], L.up_bytes);
@@ -88,18 +85,11 @@ void HybridMoe::prepare_prefetch() {
     CUDA_CHECK(cudaHostGetDevicePointer(&p, pf_words_, 0));
     pf_words_dev_ = static_cast<PrefetchWords*>(p);
     CUDA_CHECK(cudaStreamCreateWithFlags(&pf_stream_, cudaStreamNonBlocking));
-    if (pf_dma_) {
-        CUDA_CHECK(cudaStreamCreateWithFlags(&pf_copy_stream_, cudaStreamNonBlocking));
-        for (cudaEvent_t& e : pf_events_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-        pf_quit_ = false;
-        pf_thread_ = std::thread([this] { prefetch_thread_main(); });
-    }
     prefetch_on_ = true;
     log_info("experts", fmt("prefetch of predicted misses: the next layer's routing scored from each layer's input, up to ",
                             kPrefetchSlots, " of its ", kPrefetchCandidates, " best uncached experts copied over PCIe ",
-                            pf_after_stage_ ? "after" : "during", " each layer's staging (",
-                            pf_dma_ ? std::string("copy engine, ")
-                                    : fmt(pf_blocks_, " blocks, ", pf_depth_, " loads in flight a thread, "),
+                            pf_after_stage_ ? "after" : "during", " each layer's staging (", pf_blocks_, " blocks, ", pf_depth_,
+                            " loads in flight a thread, ",
                             (pf_stride_[0] + pf_stride_[1] + pf_stride_[2]) * 2 * kPrefetchSlots >> 20,
                             " MiB of slots; ", with_router, " of ", L_n, " routers)"));
 }
@@ -131,7 +121,6 @@ void HybridMoe::launch_prefetch() {
     }
     a.after_stage = pf_after_stage_;
     a.depth = pf_depth_;
-    a.dma = pf_dma_;
     launch_prefetch_worker(pf_stream_, a, pf_blocks_);
 }
 
@@ -144,19 +133,6 @@ void HybridMoe::stop_prefetch() {
 
 void HybridMoe::free_prefetch() {
     stop_prefetch();
-    if (pf_thread_.joinable()) {
-        pf_quit_ = true;
-        pf_thread_.join();
-    }
-    if (pf_copy_stream_) {
-        cudaStreamSynchronize(pf_copy_stream_);
-        cudaStreamDestroy(pf_copy_stream_);
-        pf_copy_stream_ = nullptr;
-    }
-    for (cudaEvent_t& e : pf_events_) {
-        if (e) cudaEventDestroy(e);
-        e = nullptr;
-    }
     if (pf_stream_) {
         cudaStreamDestroy(pf_stream_);
         pf_stream_ = nullptr;
@@ -177,91 +153,9 @@ void HybridMoe::free_prefetch() {
     pf_words_ = pf_words_dev_ = nullptr;
 }
 
-namespace {
-int64_t steady_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
-}  // namespace
-
-// The copy-engine mode: waits for the worker's posted predictions (PrefetchWords::todo_seq) and copies each.
-void HybridMoe::prefetch_thread_main() {
-    uint32_t seen = __atomic_load_n(&pf_words_->todo_seq, __ATOMIC_ACQUIRE);
-    int64_t last = steady_ns();
-    try {
-        while (!pf_quit_.load(std::memory_order_relaxed)) {
-            const uint32_t s = __atomic_load_n(&pf_words_->todo_seq, __ATOMIC_ACQUIRE);
-            if (s == seen) {   // poll without sleeping while decoding (a prediction every ~0.2 ms), else nap
-                if (steady_ns() - last > 50'000'000) std::this_thread::sleep_for(std::chrono::microseconds(200));
-                continue;
-            }
-            seen = s;
-            prefetch_copies(s);
-            last = steady_ns();
-        }
-    } catch (const std::exception& e) {
-        pf_error_ = e.what();
-        log_warn("experts", "prefetch copies stopped: " + pf_error_);
-    }
-}
-
-// Prediction s's copies, a matrix at a time with at most two in flight, each expert published after its third;
-// no new copy once the next plan has started (it would only take the link from that plan's staging).
-void HybridMoe::prefetch_copies(uint32_t s) {
-    PrefetchWords* w = pf_words_;
-    const int next = __atomic_load_n(&w->todo_layer, __ATOMIC_RELAXED);
-    const int n = std::min<int>(__atomic_load_n(&w->n_todo, __ATOMIC_RELAXED), kPrefetchSlots);
-    if (next < 0 || next >= (int)layers_.size() || n <= 0) return;
-    int32_t todo[kPrefetchSlots];
-    for (int i = 0; i < n; ++i) todo[i] = __atomic_load_n(&w->todo[i], __ATOMIC_RELAXED);
-    const Layer& L = layers_[next];
-    const Weight* mats[3] = {&L.gate, &L.up, &L.down};
-    const size_t bytes[3] = {L.gate_bytes, L.up_bytes, L.down_bytes};
-    const int par = next & 1;
-    const auto overtaken = [&] { return __atomic_load_n(&w->plan_started, __ATOMIC_ACQUIRE) != s; };
-    const int64_t t0 = steady_ns();
-    int units = 0, done = 0;
-    bool cut = false;
-    for (int u = 0; u < 3 * n && !cut; ++u) {
-        if (u >= 2) {
-            cudaError_t st;
-            while ((st = cudaEventQuery(pf_events_[(u - 2) % 4])) == cudaErrorNotReady && !overtaken()) {}
-            if (st != cudaErrorNotReady) CUDA_CHECK(st);
-        }
-        if (overtaken() || pf_quit_.load(std::memory_order_relaxed)) {
-            cut = true;
-            break;
-        }
-        const int i = u / 3, m = u % 3;
-        CUDA_CHECK(cudaMemcpyAsync(pf_area_[m] + (size_t)(par * kPrefetchSlots + i) * pf_stride_[m],
-                                   mats[m]->matrix(todo[i]), bytes[m], cudaMemcpyHostToDevice, pf_copy_stream_));
-        if (m == 2) {
-            publish_prefetch_slot(pf_copy_stream_, pf_board_, par, i, todo[i], next, s + 1);
-            ++done;
-        }
-        CUDA_CHECK(cudaEventRecord(pf_events_[u % 4], pf_copy_stream_));
-        units = u + 1;
-    }
-    if (units > 0) {   // the last copies' time (≤ two matrices: the next prediction is ≥ a plan and a stage away)
-        cudaError_t st;
-        while ((st = cudaEventQuery(pf_events_[(units - 1) % 4])) == cudaErrorNotReady) {}
-        CUDA_CHECK(st);
-    }
-    pf_copy_ns_ += steady_ns() - t0;
-    pf_copied_ += done;
-    pf_cut_ += n - done;
-    pf_copied_bytes_ += (int64_t)done * (int64_t)(bytes[0] + bytes[1] + bytes[2]);
-}
-
 std::string HybridMoe::prefetch_summary() const {
     if (!prefetch_on_) return "prefetch off";
-    PrefetchWords w = *pf_words_;
-    if (pf_dma_) {
-        w.copied = pf_copied_;
-        w.aborted += pf_cut_;
-        w.copy_ns = pf_copy_ns_;
-        w.copied_bytes = pf_copied_bytes_;
-    }
+    const PrefetchWords& w = *pf_words_;
     const auto pct = [](unsigned long long a, unsigned long long b) { return b ? (int)(1000.0 * a / b) / 10.0 : 0.0; };
     return fmt("prefetch: ", w.requests, " predictions, ", w.copied, " experts copied, ", w.aborted,
                " dropped or cut short (the next plan came first); of ", w.miss_pairs, " pairs missed in the cache ", w.predicted_pairs,

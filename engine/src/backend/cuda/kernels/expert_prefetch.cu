@@ -70,15 +70,13 @@ __device__ void leave(const PrefetchWorkerArgs& a) {
     const PrefetchBoard* b = a.board;
     PrefetchWords* w = a.words;
     vstore(&w->requests, vload(&b->requests));
+    vstore(&w->copied, vload(&b->copied));
     vstore(&w->aborted, vload(&b->aborted));
     vstore(&w->miss_pairs, vload(&b->miss_pairs));
     vstore(&w->predicted_pairs, vload(&b->predicted_pairs));
     vstore(&w->used_pairs, vload(&b->used_pairs));
-    if (!a.dma) {   // (with the copy engine the host thread counts these)
-        vstore(&w->copied, vload(&b->copied));
-        vstore(&w->copy_ns, vload(&b->copy_ns));
-        vstore(&w->copied_bytes, vload(&b->copied_bytes));
-    }
+    vstore(&w->copy_ns, vload(&b->copy_ns));
+    vstore(&w->copied_bytes, vload(&b->copied_bytes));
     __threadfence_system();
 }
 
@@ -199,18 +197,6 @@ __global__ void __launch_bounds__(kThreads) prefetch_worker_kernel(PrefetchWorke
         if (blockIdx.x == 0) pick(a, next, s, smem + a.H);
         grid_barrier(b);
         const int n_todo = vload(&b->n_todo);
-        if (a.dma) {   // the host's prefetch thread copies them with the copy engine (hybrid_prefetch.cu)
-            if (blockIdx.x == 0 && threadIdx.x == 0 && (!a.after_stage || wait_stage(a, s)) &&
-                vload(&b->plan_seq) == s) {
-                PrefetchWords* w = a.words;
-                vstore(&w->todo_layer, next);
-                vstore(&w->n_todo, n_todo);
-                for (int i = 0; i < n_todo; ++i) vstore(&w->todo[i], vload(&b->todo[i]));
-                __threadfence_system();
-                vstore(&w->todo_seq, s);
-            }
-            continue;   // (block 0 alone went on: the next request's barrier gathers the blocks again)
-        }
         for (int i = 0; i < n_todo; ++i) {
             if (blockIdx.x == 0 && threadIdx.x == 0) {
                 const bool go = (i > 0 || !a.after_stage || wait_stage(a, s)) && vload(&b->plan_seq) == s &&
@@ -245,20 +231,7 @@ __global__ void __launch_bounds__(kThreads) prefetch_worker_kernel(PrefetchWorke
     if (blockIdx.x == 0 && threadIdx.x == 0) leave(a);
 }
 
-// The copy engine's copies of expert e into slot i have landed (stream order): publish the slot for plan tag.
-__global__ void publish_slot_kernel(PrefetchBoard* b, int par, int i, int expert, int layer, uint32_t tag) {
-    b->entry_expert[par][i] = expert;
-    b->entry_layer[par][i] = layer;
-    __threadfence();
-    vstore(&b->entry_tag[par][i], tag);
-}
-
 }  // namespace
-
-void publish_prefetch_slot(cudaStream_t s, PrefetchBoard* b, int par, int i, int expert, int layer, uint32_t tag) {
-    publish_slot_kernel<<<1, 1, 0, s>>>(b, par, i, expert, layer, tag);
-    CUDA_CHECK_LAUNCH();
-}
 
 void launch_prefetch_worker(cudaStream_t s, const PrefetchWorkerArgs& a, int blocks) {
     STRATA_CHECK(a.H % 4 == 0 && a.H <= kPrefetchMaxH && a.E <= kPrefetchMaxExperts && blocks > 0 && a.depth >= 1 &&
