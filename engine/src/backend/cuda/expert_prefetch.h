@@ -7,9 +7,12 @@
 //      input: the residual streams change little from one layer to the next), takes the best-scored experts that
 //      layer l+1 does not hold in a cache slot, and, once layer l's stage kernel is done with the link, copies them
 //      from pinned host memory into prefetch slots (two sets, by layer parity), one expert at a time, each published
-//      with the seq of the plan that may use it (the plan of l+1, seq + 1) after its bytes have landed;
+//      with the seq of the plan that may use it (the plan of l+1, seq + 1) after its bytes have landed, until the
+//      plan of l+1 starts (a copy then in progress stops and is not published);
 //   3. the plan kernel of layer l+1 places a missed pair whose expert is published for its seq like a cached one,
 //      on the prefetch slot. Anything not published in time stays a miss, as without the worker.
+// The worker keeps one 16-byte load a thread in flight: its queued host loads slow the pass's own kernels
+// (bench/results/2026-12-04-h200-prefetch/: four a thread cost ~11 µs a layer before the plan).
 // Which pairs the GPU computes changes, not how: a pair on a prefetch slot runs the decode kernels over the same
 // bytes as from a cache slot, so the tokens do not depend on the prediction (device_join_parity.py checks this).
 // The worker is launched at each pass boundary and leaves when the host raises the stop word, after the request of
