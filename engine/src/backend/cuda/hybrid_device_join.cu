@@ -293,7 +293,8 @@ std::array<const uint8_t* const*, 3> HybridMoe::plan_device(const MoeWeights& w,
         }
     }
     hybrid_plan(stream_, a);
-    if (staged) hybrid_stage(stream_, state_, L.gate_bytes, L.up_bytes, L.down_bytes, prefetch_on_ ? pf_board_ : nullptr);
+    if (staged)
+        hybrid_stage(stream_, state_, L.gate_bytes, L.up_bytes, L.down_bytes, prefetch_on_ ? pf_board_ : nullptr);
     return {state_->tables[0], state_->tables[1], state_->tables[2]};
 }
 

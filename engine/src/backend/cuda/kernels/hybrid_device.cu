@@ -55,11 +55,11 @@ __global__ void __launch_bounds__(kThreads) hybrid_plan_kernel(PlanArgs a) {
     DeviceJoinWords* wd = a.words;
     const int P = a.T * a.k;
     if (threadIdx.x == 0) trace_stamp(a.state, kTrPlanStart, a.layer);
-    if (a.pf && threadIdx.x == 0) *(volatile uint32_t*)&a.pf->plan_seq = a.state->seq + 1;   // the worker's copies stop
     // Every thread reads seq before thread 0 moves it on (the barrier below). The ring slot is free once the
     // dispatcher consumed the job kRingSlots before this one; the mapped word is read (a PCIe round trip) only when
     // the value read last time does not already show that.
     const uint32_t seq = a.state->seq + 1;
+    if (a.pf && threadIdx.x == 0) *(volatile uint32_t*)&a.pf->plan_seq = seq;   // the worker's copies stop
     const int par = a.layer & 1;
     __shared__ int32_t pf_expert[kPrefetchSlots];   // the expert on each prefetch slot for this call, or −1
     for (int p = threadIdx.x; p < P; p += blockDim.x) {
