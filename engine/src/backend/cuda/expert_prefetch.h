@@ -79,6 +79,7 @@ struct PrefetchWorkerArgs {
     size_t stride[3];
     bool after_stage;                    // wait for the layer's stage kernel before copying
     int depth;                           // 16-byte loads a thread keeps in flight (1 … 4)
+    bool poll_warp;                      // one look at plan_seq a warp a round instead of one a thread
 };
 
 // The worker on `s` with `blocks` blocks (all resident at once: the worker has a grid barrier).

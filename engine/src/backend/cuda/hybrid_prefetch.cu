@@ -41,6 +41,7 @@ void HybridMoe::prepare_prefetch() {
     if (const char* v = std::getenv("STRATA_PREFETCH_BLOCKS")) pf_blocks_ = std::max(1, std::min(64, std::atoi(v)));
     pf_after_stage_ = !env_off("STRATA_PREFETCH_AFTER_STAGE");
     if (const char* v = std::getenv("STRATA_PREFETCH_DEPTH")) pf_depth_ = std::max(1, std::min(4, std::atoi(v)));
+    if (const char* v = std::getenv("STRATA_PREFETCH_POLL")) pf_poll_warp_ = std::strcmp(v, "warp") == 0;
     for (const Layer& L : layers_) {
         pf_stride_[0] = std::max(pf_stride_[0], L.gate_bytes);
         pf_stride_[1] = std::max(pf_stride_[1], L.up_bytes);
@@ -121,6 +122,7 @@ void HybridMoe::launch_prefetch() {
     }
     a.after_stage = pf_after_stage_;
     a.depth = pf_depth_;
+    a.poll_warp = pf_poll_warp_;
     launch_prefetch_worker(pf_stream_, a, pf_blocks_);
 }
 

@@ -138,14 +138,23 @@ __device__ void pick(const PrefetchWorkerArgs& a, int next, uint32_t s, float* s
 __device__ void copy_expert(const PrefetchWorkerArgs& a, int next, int e, int i, uint32_t s) {
     const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
     PrefetchBoard* b = a.board;
-    const int depth = a.depth;
+    const int depth = a.depth, lane = threadIdx.x & 31;
     for (int m = 0; m < 3; ++m) {
         const size_t bytes = a.bytes[(size_t)next * 3 + m];
         const uint4* src = reinterpret_cast<const uint4*>(a.host[(size_t)next * 3 + m] + (size_t)e * bytes);
         uint4* dst = reinterpret_cast<uint4*>(a.area[m] + (size_t)((next & 1) * kPrefetchSlots + i) * a.stride[m]);
         const size_t n16 = bytes / 16;
-        for (size_t j = tid; j < n16; j += depth * stride) {
-            if (vload(&b->plan_seq) != s) {
+        // j − lane is the warp's first index: the loop is warp-uniform (the shuffle below takes the whole warp)
+        for (size_t j = tid; j - lane < n16; j += depth * stride) {
+            bool stop;
+            if (a.poll_warp) {   // lane 0 looks and tells the warp: 32 times fewer loads of the board's one line
+                int seen = 0;
+                if (lane == 0) seen = vload(&b->plan_seq) != s;
+                stop = __shfl_sync(0xffffffffu, seen, 0) != 0;
+            } else {
+                stop = vload(&b->plan_seq) != s;
+            }
+            if (stop) {
                 vstore(&b->copy_aborted, 1);
                 return;
             }
