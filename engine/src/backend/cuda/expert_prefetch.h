@@ -64,6 +64,13 @@ struct PrefetchWords {
     unsigned long long requests, copied, aborted, miss_pairs, predicted_pairs, used_pairs, copy_ns, copied_bytes;
 };
 
+// What the worker needs of one MoE layer (a device array of them, one per layer).
+struct PrefetchLayer {
+    const float* router;                 // F32 [E, H] on the device, or null (no prediction for this layer)
+    const uint8_t* host[3];              // gate, up, down tensors in pinned host memory (device addresses)
+    size_t bytes[3];                     // one expert's gate, up, down matrix
+};
+
 struct PrefetchWorkerArgs {
     PrefetchBoard* board;                // device
     const float* x;                      // device [2][H]: the requests' inputs (the plan writes them)
@@ -71,10 +78,8 @@ struct PrefetchWorkerArgs {
     PrefetchWords* words;                // mapped (device address)
     uint32_t tag;                        // this launch's tag (stop == tag: leave)
     int n_layers, E, H;
-    const float* const* router;          // device [n_layers]: each layer's F32 router [E, H], or null
+    const PrefetchLayer* layers;         // device [n_layers]
     const int32_t* slot_map;             // device [n_layers · E]: expert → cache slot or −1
-    const uint8_t* const* host;          // device [n_layers · 3]: gate, up, down tensors in pinned host memory
-    const size_t* bytes;                 // device [n_layers · 3]: one expert's gate, up, down matrix
     uint8_t* area[3];                    // prefetch slots: [2][kPrefetchSlots] matrices of stride[m] bytes
     size_t stride[3];
     bool after_stage;                    // wait for the layer's stage kernel before copying

@@ -94,7 +94,7 @@ void HybridMoe::prepare_device_path() {
     // read host memory themselves (A/B runs). Without the VRAM for them, likewise.
     const char* stage_env = std::getenv("STRATA_HYBRID_STAGE");
     if (zero_copy_any_ && !(stage_env && std::strcmp(stage_env, "0") == 0)) {
-        size_t most[3] = {0, 0, 0};   // the largest matrix of each kind; every one whole 16-byte words (the copy)
+        size_t* most = stage_stride_;   // the largest matrix of each kind; every one whole 16-byte words (the copy)
         bool ok = true;
         for (const Layer& L : layers_) {
             const size_t bytes[3] = {L.gate_bytes, L.up_bytes, L.down_bytes};
@@ -289,7 +289,7 @@ std::array<const uint8_t* const*, 3> HybridMoe::plan_device(const MoeWeights& w,
         a.pf_x = pf_x_;
         for (int m = 0; m < 3; ++m) {
             a.pf_area[m] = pf_area_[m];
-            a.pf_stride[m] = pf_stride_[m];
+            a.pf_stride[m] = stage_stride_[m];
         }
     }
     hybrid_plan(stream_, a);

@@ -300,6 +300,7 @@ private:
     CpuShare dev_share_;                        // the dispatcher's CPU pairs of one job (experts/device_jobs.h)
     bool zero_copy_any_ = false;                // some layer's experts are mapped for zero-copy reads
     uint8_t* zc_stage_[3] = {nullptr, nullptr, nullptr};   // zero-copy staging slots: gate, up, down (kStageExperts each)
+    size_t stage_stride_[3] = {0, 0, 0};        // their stride: the largest matrix of each kind (also the prefetch's)
     MissShareControl share_ctl_;                // auto share (STRATA_SHARE_CONTROL=climb): fed each pass's time
     // Auto share by MissShareBalance (the default; STRATA_SHARE_CONTROL=climb: share_ctl_), fed each pass with the
     // layers that had missed experts (miss_jobs_, counted by the dispatcher), the joins that waited for the CPU
@@ -333,9 +334,8 @@ private:
     float* pf_logits_ = nullptr;                 // device [E]
     PrefetchWords* pf_words_ = nullptr;          // mapped (host address); pf_words_dev_ on the GPU
     PrefetchWords* pf_words_dev_ = nullptr;
-    uint8_t* pf_area_[3] = {nullptr, nullptr, nullptr};
-    size_t pf_stride_[3] = {0, 0, 0};
-    void* pf_tables_ = nullptr;                  // device: routers [L], host tensors [L·3], matrix bytes [L·3]
+    uint8_t* pf_area_[3] = {nullptr, nullptr, nullptr};   // prefetch slots, stage_stride_ apart
+    PrefetchLayer* pf_layers_ = nullptr;         // device [L]: each layer's router, host tensors and matrix bytes
     uint32_t pf_tag_ = 0;                        // the running worker's tag
     int pf_blocks_ = 16;                         // STRATA_PREFETCH_BLOCKS
     bool pf_after_stage_ = true;                 // STRATA_PREFETCH_AFTER_STAGE=0: copy while the stage kernel runs

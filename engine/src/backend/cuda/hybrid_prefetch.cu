@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/hybrid_moe.h"
@@ -32,8 +34,6 @@ void HybridMoe::prepare_prefetch() {
     int with_router = 0;
     for (const float* r : routers_) with_router += r != nullptr;
     if (why.empty() && with_router == 0) why = "no F32 router";
-    for (const Layer& L : layers_)
-        if (why.empty() && (L.gate_bytes % 16 || L.up_bytes % 16 || L.down_bytes % 16)) why = "odd matrix sizes";
     if (!why.empty()) {
         log_info("experts", "no prefetch of predicted misses: " + why);
         return;
@@ -42,19 +42,13 @@ void HybridMoe::prepare_prefetch() {
     pf_after_stage_ = !env_off("STRATA_PREFETCH_AFTER_STAGE");
     if (const char* v = std::getenv("STRATA_PREFETCH_DEPTH")) pf_depth_ = std::max(1, std::min(4, std::atoi(v)));
     if (const char* v = std::getenv("STRATA_PREFETCH_POLL")) pf_poll_warp_ = std::strcmp(v, "warp") == 0;
-    for (const Layer& L : layers_) {
-        pf_stride_[0] = std::max(pf_stride_[0], L.gate_bytes);
-        pf_stride_[1] = std::max(pf_stride_[1], L.up_bytes);
-        pf_stride_[2] = std::max(pf_stride_[2], L.down_bytes);
-    }
-    const size_t table_bytes = L_n * sizeof(const float*) + (size_t)L_n * 3 * (sizeof(const uint8_t*) + sizeof(size_t));
     bool ok = cudaMalloc(&pf_board_, sizeof(PrefetchBoard)) == cudaSuccess &&
               cudaMalloc(&pf_x_, (size_t)2 * H * sizeof(float)) == cudaSuccess &&
               cudaMalloc(&pf_logits_, (size_t)n_experts_ * sizeof(float)) == cudaSuccess &&
-              cudaMalloc(&pf_tables_, table_bytes) == cudaSuccess;
-    for (int m = 0; m < 3 && ok; ++m) {
+              cudaMalloc(&pf_layers_, L_n * sizeof(PrefetchLayer)) == cudaSuccess;
+    for (int m = 0; m < 3 && ok; ++m) {   // (the staging slots' stride: their matrices are whole 16-byte words)
         void* d = nullptr;
-        ok = cudaMalloc(&d, pf_stride_[m] * 2 * kPrefetchSlots) == cudaSuccess;
+        ok = cudaMalloc(&d, stage_stride_[m] * 2 * kPrefetchSlots) == cudaSuccess;
         pf_area_[m] = static_cast<uint8_t*>(d);
     }
     if (!ok) {
@@ -65,20 +59,13 @@ void HybridMoe::prepare_prefetch() {
     }
     CUDA_CHECK(cudaMemset(pf_board_, 0, sizeof(PrefetchBoard)));
     CUDA_CHECK(cudaMemset(pf_x_, 0, (size_t)2 * H * sizeof(float)));
-    std::vector<uint8_t> tables(table_bytes);
-    std::memcpy(tables.data(), routers_.data(), L_n * sizeof(const float*));
-    size_t off = L_n * sizeof(const float*);
-    for (int l = 0; l < L_n; ++l)
-        for (int m = 0; m < 3; ++m) {
-            std::memcpy(tables.data() + off, &zero_copy_[l][m], sizeof(const uint8_t*));
-            off += sizeof(const uint8_t*);
-        }
-    for (const Layer& L : layers_)
-        for (size_t b : {L.gate_bytes, L.up_bytes, L.down_bytes}) {
-            std::memcpy(tables.data() + off, &b, sizeof(size_t));
-            off += sizeof(size_t);
-        }
-    CUDA_CHECK(cudaMemcpy(pf_tables_, tables.data(), table_bytes, cudaMemcpyHostToDevice));
+    std::vector<PrefetchLayer> layers(L_n);
+    for (int l = 0; l < L_n; ++l) {
+        const Layer& L = layers_[l];
+        layers[l] = PrefetchLayer{routers_[l], {zero_copy_[l][0], zero_copy_[l][1], zero_copy_[l][2]},
+                                  {L.gate_bytes, L.up_bytes, L.down_bytes}};
+    }
+    CUDA_CHECK(cudaMemcpy(pf_layers_, layers.data(), L_n * sizeof(PrefetchLayer), cudaMemcpyHostToDevice));
     void* p = nullptr;
     CUDA_CHECK(cudaHostAlloc(&p, sizeof(PrefetchWords), cudaHostAllocMapped));
     std::memset(p, 0, sizeof(PrefetchWords));
@@ -91,7 +78,7 @@ void HybridMoe::prepare_prefetch() {
                             kPrefetchSlots, " of its ", kPrefetchCandidates, " best uncached experts copied over PCIe ",
                             pf_after_stage_ ? "after" : "during", " each layer's staging (", pf_blocks_, " blocks, ", pf_depth_,
                             " loads in flight a thread, ",
-                            (pf_stride_[0] + pf_stride_[1] + pf_stride_[2]) * 2 * kPrefetchSlots >> 20,
+                            (stage_stride_[0] + stage_stride_[1] + stage_stride_[2]) * 2 * kPrefetchSlots >> 20,
                             " MiB of slots; ", with_router, " of ", L_n, " routers)"));
 }
 
@@ -111,14 +98,11 @@ void HybridMoe::launch_prefetch() {
     a.n_layers = L_n;
     a.E = n_experts_;
     a.H = (int)layers_[0].gate.ne[0];
-    uint8_t* t = static_cast<uint8_t*>(pf_tables_);
-    a.router = reinterpret_cast<const float* const*>(t);
-    a.host = reinterpret_cast<const uint8_t* const*>(t + L_n * sizeof(const float*));
-    a.bytes = reinterpret_cast<const size_t*>(t + L_n * sizeof(const float*) + (size_t)L_n * 3 * sizeof(const uint8_t*));
+    a.layers = pf_layers_;
     a.slot_map = slot_map_gpu_;
     for (int m = 0; m < 3; ++m) {
         a.area[m] = pf_area_[m];
-        a.stride[m] = pf_stride_[m];
+        a.stride[m] = stage_stride_[m];
     }
     a.after_stage = pf_after_stage_;
     a.depth = pf_depth_;
@@ -143,7 +127,7 @@ void HybridMoe::free_prefetch() {
     cudaFree(pf_board_);
     cudaFree(pf_x_);
     cudaFree(pf_logits_);
-    cudaFree(pf_tables_);
+    cudaFree(pf_layers_);
     for (uint8_t*& a : pf_area_) {
         cudaFree(a);
         a = nullptr;
@@ -151,7 +135,7 @@ void HybridMoe::free_prefetch() {
     if (pf_words_) cudaFreeHost(pf_words_);
     pf_board_ = nullptr;
     pf_x_ = pf_logits_ = nullptr;
-    pf_tables_ = nullptr;
+    pf_layers_ = nullptr;
     pf_words_ = pf_words_dev_ = nullptr;
 }
 

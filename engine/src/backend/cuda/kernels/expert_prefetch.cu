@@ -140,8 +140,8 @@ __device__ void copy_expert(const PrefetchWorkerArgs& a, int next, int e, int i,
     PrefetchBoard* b = a.board;
     const int depth = a.depth, lane = threadIdx.x & 31;
     for (int m = 0; m < 3; ++m) {
-        const size_t bytes = a.bytes[(size_t)next * 3 + m];
-        const uint4* src = reinterpret_cast<const uint4*>(a.host[(size_t)next * 3 + m] + (size_t)e * bytes);
+        const size_t bytes = a.layers[next].bytes[m];
+        const uint4* src = reinterpret_cast<const uint4*>(a.layers[next].host[m] + (size_t)e * bytes);
         uint4* dst = reinterpret_cast<uint4*>(a.area[m] + (size_t)((next & 1) * kPrefetchSlots + i) * a.stride[m]);
         const size_t n16 = bytes / 16;
         // j − lane is the warp's first index: the loop is warp-uniform (the shuffle below takes the whole warp)
@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(kThreads) prefetch_worker_kernel(PrefetchWorke
         if (exit_now) break;
         handled = s;
         const bool last = next >= a.n_layers;
-        if (T != 1 || last || !a.router[next]) {
+        if (T != 1 || last || !a.layers[next].router) {
             if (last) break;   // the pass's last MoE layer: nothing left to predict
             continue;
         }
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(kThreads) prefetch_worker_kernel(PrefetchWorke
         const float* x = a.x + (size_t)(s & 1) * a.H;
         for (int i = threadIdx.x; i < a.H; i += blockDim.x) smem[i] = __ldcg(x + i);
         __syncthreads();
-        score_rows(a.router[next], smem, a.E, a.H, a.logits);
+        score_rows(a.layers[next].router, smem, a.E, a.H, a.logits);
         __threadfence();
         grid_barrier(b);
         if (blockIdx.x == 0) pick(a, next, s, smem + a.H);
@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(kThreads) prefetch_worker_kernel(PrefetchWorke
                     __threadfence();
                     vstore(&b->entry_tag[par][i], s + 1);
                     ++b->copied;
-                    for (int m = 0; m < 3; ++m) b->copied_bytes += a.bytes[(size_t)next * 3 + m];
+                    for (int m = 0; m < 3; ++m) b->copied_bytes += a.layers[next].bytes[m];
                 }
             }
         }
