@@ -1,4 +1,6 @@
 // `strata --serve`: load the model, then hand stdin/stdout to the serve loop (protocol.md).
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 
@@ -62,7 +64,17 @@ int serve_command(int argc, char** argv) {
                     {"cpu_ms", c.cpu_ms}, {"gpu_wait_ms", c.gpu_wait_ms}, {"cpu_pairs", (double)c.cpu_pairs},
                     {"cpu_bytes", (double)c.cpu_bytes}, {"pcie_bytes", (double)c.pcie_bytes}};
             };
-    return serve_main(gen, std::cin, std::cout, hooks);
+    const int code = serve_main(gen, std::cin, std::cout, hooks);
+    if (code != 0) {
+        // The loop failed (an error from the backend, such as a CUDA fault that leaves the device unusable, or the
+        // output closed): leave at once. Tearing down a faulted device can block for minutes (seen on the H200 after
+        // an illegal address: ~200 s after the expert cache's summary); the gateway restarts the engine meanwhile.
+        log_warn("serve", "leaving without releasing the model (the serve loop failed)");
+        std::cout.flush();
+        std::fflush(nullptr);
+        std::_Exit(code);
+    }
+    return code;
 }
 
 }  // namespace strata

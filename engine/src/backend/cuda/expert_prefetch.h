@@ -13,6 +13,10 @@
 //      on the prefetch slot. Anything not published in time stays a miss, as without the worker.
 // The worker keeps one 16-byte load a thread in flight: its queued host loads slow the pass's own kernels
 // (bench/results/2026-12-04-h200-prefetch/: four a thread cost ~11 µs a layer before the plan).
+// Being resident at all costs the pass too: with the worker running but copying nothing (STRATA_PREFETCH_COPIES=0),
+// even as 2 blocks, the pass's kernels before the plan took ~84 µs a layer against 78 without it, and the decode
+// kernels ~2 µs more (not the worker's registers or threads: capping them changed nothing; r42-r44 in
+// bench/results/2026-12-04-h200-prefetch2/). The copies more than pay for it (+5-7% at pc12).
 // Which pairs the GPU computes changes, not how: a pair on a prefetch slot runs the decode kernels over the same
 // bytes as from a cache slot, so the tokens do not depend on the prediction (device_join_parity.py checks this).
 // The worker is launched at each pass boundary and leaves when the host raises the stop word, after the request of
@@ -83,8 +87,8 @@ struct PrefetchWorkerArgs {
     uint8_t* area[3];                    // prefetch slots: [2][kPrefetchSlots] matrices of stride[m] bytes
     size_t stride[3];
     bool after_stage;                    // wait for the layer's stage kernel before copying
+    int max_copies;                      // experts copied a layer at most (≤ kPrefetchSlots; 0: predictions only)
     int depth;                           // 16-byte loads a thread keeps in flight (1 … 4)
-    bool poll_warp;                      // one look at plan_seq a warp a round instead of one a thread
 };
 
 // The worker on `s` with `blocks` blocks (all resident at once: the worker has a grid barrier).

@@ -340,7 +340,7 @@ private:
     int pf_blocks_ = 16;                         // STRATA_PREFETCH_BLOCKS
     bool pf_after_stage_ = true;                 // STRATA_PREFETCH_AFTER_STAGE=0: copy while the stage kernel runs
     int pf_depth_ = 1;                           // STRATA_PREFETCH_DEPTH: loads in flight a worker thread (1 … 4)
-    bool pf_poll_warp_ = false;                  // STRATA_PREFETCH_POLL=warp (not yet measured; see the docs)
+    int pf_copies_ = kPrefetchSlots;             // STRATA_PREFETCH_COPIES: experts copied a layer at most (0: none)
 };
 
 }  // namespace strata::cuda

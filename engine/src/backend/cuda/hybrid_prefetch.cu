@@ -41,7 +41,7 @@ void HybridMoe::prepare_prefetch() {
     if (const char* v = std::getenv("STRATA_PREFETCH_BLOCKS")) pf_blocks_ = std::max(1, std::min(64, std::atoi(v)));
     pf_after_stage_ = !env_off("STRATA_PREFETCH_AFTER_STAGE");
     if (const char* v = std::getenv("STRATA_PREFETCH_DEPTH")) pf_depth_ = std::max(1, std::min(4, std::atoi(v)));
-    if (const char* v = std::getenv("STRATA_PREFETCH_POLL")) pf_poll_warp_ = std::strcmp(v, "warp") == 0;
+    if (const char* v = std::getenv("STRATA_PREFETCH_COPIES")) pf_copies_ = std::max(0, std::min(kPrefetchSlots, std::atoi(v)));
     bool ok = cudaMalloc(&pf_board_, sizeof(PrefetchBoard)) == cudaSuccess &&
               cudaMalloc(&pf_x_, (size_t)2 * H * sizeof(float)) == cudaSuccess &&
               cudaMalloc(&pf_logits_, (size_t)n_experts_ * sizeof(float)) == cudaSuccess &&
@@ -75,7 +75,7 @@ void HybridMoe::prepare_prefetch() {
     CUDA_CHECK(cudaStreamCreateWithFlags(&pf_stream_, cudaStreamNonBlocking));
     prefetch_on_ = true;
     log_info("experts", fmt("prefetch of predicted misses: the next layer's routing scored from each layer's input, up to ",
-                            kPrefetchSlots, " of its ", kPrefetchCandidates, " best uncached experts copied over PCIe ",
+                            pf_copies_, " of its ", kPrefetchCandidates, " best uncached experts copied over PCIe ",
                             pf_after_stage_ ? "after" : "during", " each layer's staging (", pf_blocks_, " blocks, ", pf_depth_,
                             " loads in flight a thread, ",
                             (stage_stride_[0] + stage_stride_[1] + stage_stride_[2]) * 2 * kPrefetchSlots >> 20,
@@ -106,7 +106,7 @@ void HybridMoe::launch_prefetch() {
     }
     a.after_stage = pf_after_stage_;
     a.depth = pf_depth_;
-    a.poll_warp = pf_poll_warp_;
+    a.max_copies = pf_copies_;
     launch_prefetch_worker(pf_stream_, a, pf_blocks_);
 }
 

@@ -98,7 +98,7 @@ __device__ void score_rows(const float* __restrict__ W, const float* xs, int E, 
 
 // Block 0: the kPrefetchCandidates best scores (rank by counting, ties to the lower id), then those not in a cache
 // slot of layer `next`, in score order: the board's candidate list (tag s + 1) and the first kPrefetchSlots of them
-// as the copies to make.
+// as the copies to make (a.max_copies at most).
 __device__ void pick(const PrefetchWorkerArgs& a, int next, uint32_t s, float* sl) {
     PrefetchBoard* b = a.board;
     __shared__ int32_t best[kPrefetchCandidates];
@@ -123,7 +123,7 @@ __device__ void pick(const PrefetchWorkerArgs& a, int next, uint32_t s, float* s
             if (__ldcg(map + best[r]) < 0) b->cand[par][n++] = best[r];
         b->n_cand[par] = n;
         b->cand_layer[par] = next;
-        const int todo = n < kPrefetchSlots ? n : kPrefetchSlots;
+        const int todo = n < a.max_copies ? n : a.max_copies;
         for (int i = 0; i < todo; ++i) b->todo[i] = b->cand[par][i];
         b->n_todo = todo;
         __threadfence();
@@ -138,23 +138,14 @@ __device__ void pick(const PrefetchWorkerArgs& a, int next, uint32_t s, float* s
 __device__ void copy_expert(const PrefetchWorkerArgs& a, int next, int e, int i, uint32_t s) {
     const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
     PrefetchBoard* b = a.board;
-    const int depth = a.depth, lane = threadIdx.x & 31;
+    const int depth = a.depth;
     for (int m = 0; m < 3; ++m) {
         const size_t bytes = a.layers[next].bytes[m];
         const uint4* src = reinterpret_cast<const uint4*>(a.layers[next].host[m] + (size_t)e * bytes);
         uint4* dst = reinterpret_cast<uint4*>(a.area[m] + (size_t)((next & 1) * kPrefetchSlots + i) * a.stride[m]);
         const size_t n16 = bytes / 16;
-        // j − lane is the warp's first index: the loop is warp-uniform (the shuffle below takes the whole warp)
-        for (size_t j = tid; j - lane < n16; j += depth * stride) {
-            bool stop;
-            if (a.poll_warp) {   // lane 0 looks and tells the warp: 32 times fewer loads of the board's one line
-                int seen = 0;
-                if (lane == 0) seen = vload(&b->plan_seq) != s;
-                stop = __shfl_sync(0xffffffffu, seen, 0) != 0;
-            } else {
-                stop = vload(&b->plan_seq) != s;
-            }
-            if (stop) {
+        for (size_t j = tid; j < n16; j += depth * stride) {
+            if (vload(&b->plan_seq) != s) {
                 vstore(&b->copy_aborted, 1);
                 return;
             }
