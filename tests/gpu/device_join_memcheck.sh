@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck of the device-driven hybrid join (hybrid_device.h): `strata generate` on the tiny IQ2_XS
 # model (its experts take the device join) with 30% of the experts cached and moves every pass, at the default
-# (auto) zero-copy share, with every miss zero-copy (staged in VRAM), and with the tiny Q2_0 model's MTP head at
+# (auto) zero-copy share, with every miss zero-copy (staged in VRAM; also with the prefetch's copy-engine mode), and
+# with the tiny Q2_0 model's MTP head at
 # --spec 3 (verify windows of 4 tokens). Exit 0 only when every run is clean.
 # usage: device_join_memcheck.sh BUILD MODELS_DIR
 set -u
@@ -24,5 +25,6 @@ run() {   # NAME MODEL ENV... -- ARGS...
 }
 run auto tiny-iq2_xs.gguf STRATA_HYBRID_DEVICE=1 --
 run zc_all tiny-iq2_xs.gguf STRATA_HYBRID_DEVICE=1 STRATA_GPU_MISS_SHARE=1 --
+run zc_dma tiny-iq2_xs.gguf STRATA_HYBRID_DEVICE=1 STRATA_GPU_MISS_SHARE=1 STRATA_PREFETCH_MODE=dma --
 [ -n "$HEAD" ] && run mtp tiny-q2_0.gguf STRATA_HYBRID_DEVICE=1 -- --mtp "$M/$HEAD" --spec 3
 [ $ok = 1 ] && echo "device join memcheck: clean" || { echo "device join memcheck: FAILED"; exit 1; }

@@ -10,6 +10,8 @@ default quantized activations (the join only exists there). For every model of a
               decode kernels over the same bytes whether they came from a prefetch slot or a staging slot, so zc0's
               logits must equal zc0pf0's bit for bit; and over all models the prefetch must have served some pairs
               (its summary line), or the check would not have tested it
+  zc0dma      zc0 with the prefetch's copy-engine mode (STRATA_PREFETCH_MODE=dma): likewise bit for bit equal to
+              zc0pf0, and over all models it must have served pairs too
   (the device join is the engine's default; every run but host30 takes it)
   host30      ~30% cached, moves every 2 passes, the CPU computing the misses, host join (STRATA_HYBRID_DEVICE=0)
   dev30       the same with the device join, no zero-copy (STRATA_GPU_MISS_SHARE=0): tokens identical to host30;
@@ -41,7 +43,8 @@ from parity import PROMPT, compare, manifest_of, model_args  # noqa: E402
 
 DEV = {"STRATA_HYBRID_DEVICE": "1"}   # the default; named so the runs say which join they take
 CACHE = re.compile(r"expert cache: (\d+) slots of (\d+) experts; hits (\d+) of (\d+) look-ups")
-PREFETCH = re.compile(r"prefetch: (\d+) predictions, (\d+) experts copied, (\d+) dropped or cut short \(the next plan came first\); "
+PREFETCH = re.compile(r"prefetch: (\d+) predictions, (\d+) experts (?:copied|queued on the copy engine \(\d+ MiB\)), "
+                      r"(\d+) (?:dropped or cut short \(the next plan came first\)|layers skipped \([^)]*\)); "
                       r"of (\d+) pairs missed in the cache (\d+) \([^)]*\) were among the candidates and (\d+) \(")
 
 
@@ -64,6 +67,7 @@ def run(args, model: str, logits: str, extra: list[str], env: dict) -> dict:
     if m:
         out["prefetch"] = dict(zip(["predictions", "copied", "dropped", "missed", "predicted", "used"],
                                    map(int, m.groups())))
+        out["prefetch"]["mode"] = "dma" if "queued on the copy engine" in m.group(0) else "worker"
     if not speculative:
         a = np.fromfile(logits, dtype=np.float32)
         out["logits"] = a.reshape(len(out["tokens"]), a.size // len(out["tokens"]))
@@ -82,6 +86,7 @@ def check_model(args, path: str, tmp: str) -> dict:
         "cache100": (["--expert-cache", f"{experts}-slots"], DEV),
         "zc0": (["--expert-cache", "0-slots"], {**DEV, "STRATA_GPU_MISS_SHARE": "1"}),
         "zc0pf0": (["--expert-cache", "0-slots"], {**DEV, "STRATA_GPU_MISS_SHARE": "1", "STRATA_PREFETCH": "0"}),
+        "zc0dma": (["--expert-cache", "0-slots"], {**DEV, "STRATA_GPU_MISS_SHARE": "1", "STRATA_PREFETCH_MODE": "dma"}),
         "host30": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], {"STRATA_HYBRID_DEVICE": "0"}),
         "dev30": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], {**DEV, "STRATA_GPU_MISS_SHARE": "0"}),
         "dev30zc": (["--expert-cache", f"{s30}-slots", "--expert-adapt", "2"], {**DEV, "STRATA_GPU_MISS_SHARE": "0.5"}),
@@ -96,7 +101,9 @@ def check_model(args, path: str, tmp: str) -> dict:
     row = {"experts": experts, "slots30": s30, "runs": {}}
     device = all(res[n].get("device_join") for n in ("cache100", "zc0", "dev30", "dev30zc", "dev30auto"))
     row["device_join"] = device
-    row["prefetch_used"] = sum((r.get("prefetch") or {}).get("used", 0) for r in res.values())
+    used = {mode: sum((r.get("prefetch") or {}).get("used", 0) for r in res.values()
+                      if (r.get("prefetch") or {}).get("mode") == mode) for mode in ("worker", "dma")}
+    row["prefetch_used"], row["prefetch_used_dma"] = used["worker"], used["dma"]
     # The q8-activation rounding between pairs on the GPU and on the CPU: the bound for runs that place pairs
     # differently from their reference.
     envelope = None
@@ -109,7 +116,7 @@ def check_model(args, path: str, tmp: str) -> dict:
             row["runs"][name] = {"ok": False, "error": r["error"]}
             ok = False
             continue
-        base = (ref if name in ("cache100", "zc0", "zc0pf0") else res["host30mtp"] if name == "dev30mtp"
+        base = (ref if name in ("cache100", "zc0", "zc0pf0", "zc0dma") else res["host30mtp"] if name == "dev30mtp"
                 else None if name in ("host30", "host30mtp") else res["host30"])
         entry = {"cache": r.get("cache"), "device_join": r["device_join"], "prefetch": r.get("prefetch")}
         if base is not None and base.get("ok") and "logits" not in r:   # speculative: the same tokens
@@ -130,7 +137,7 @@ def check_model(args, path: str, tmp: str) -> dict:
         else:
             entry["ok"] = True
         pf0 = res.get("zc0pf0") or {}
-        if name == "zc0" and device and pf0.get("ok") and "logits" in r and "logits" in pf0:
+        if name in ("zc0", "zc0dma") and device and pf0.get("ok") and "logits" in r and "logits" in pf0:
             same = r["logits"].shape == pf0["logits"].shape and np.array_equal(r["logits"], pf0["logits"])
             entry["bit_identical_to_zc0pf0"] = bool(same)
             entry["ok"] = entry["ok"] and bool(same)
@@ -161,13 +168,14 @@ def main(argv=None) -> int:
                 print("  error:", row["error"], flush=True)
     passed = sum(1 for r in results if r["ok"])
     used = sum(r.get("prefetch_used", 0) for r in results)
+    used_dma = sum(r.get("prefetch_used_dma", 0) for r in results)
     with open(args.out, "w") as f:
         json.dump({"prompt": PROMPT, "tokens": args.tokens, "tol": args.tol, "models": len(results),
-                   "passed": passed, "device_join_models": gated, "prefetch_used_pairs": used, "results": results},
-                  f, indent=1)
+                   "passed": passed, "device_join_models": gated, "prefetch_used_pairs": used,
+                   "prefetch_used_pairs_dma": used_dma, "results": results}, f, indent=1)
     print(f"device join parity: {passed}/{len(results)} models pass, {gated} ran the device join; "
-          f"{used} pairs ran on prefetched copies")
-    return 0 if passed == len(results) and gated > 0 and used > 0 else 1
+          f"{used} pairs ran on prefetched copies (worker), {used_dma} (copy engine)")
+    return 0 if passed == len(results) and gated > 0 and used > 0 and used_dma > 0 else 1
 
 
 if __name__ == "__main__":

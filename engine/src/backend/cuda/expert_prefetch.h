@@ -49,6 +49,7 @@ struct PrefetchBoard {
     uint32_t cand_tag[2];
     // worker-internal
     uint32_t bar_count, bar_gen;         // the worker's grid barrier
+    uint32_t pick_arrived;               // the pick kernel's blocks done scoring (wraps to 0 at the last)
     uint32_t cmd_seq;                    // the request the worker's blocks take (block 0 decides)
     int32_t cmd_layer, cmd_T, cmd_exit;
     int32_t todo[kPrefetchSlots];
@@ -66,6 +67,13 @@ struct PrefetchWords {
     uint32_t stop;                       // host → worker: the tag of the last worker told to leave
     uint32_t pad;
     unsigned long long requests, copied, aborted, miss_pairs, predicted_pairs, used_pairs, copy_ns, copied_bytes;
+};
+
+// The copy-engine mode's hand-over (mapped memory): the pick kernel's choice for request `tag`, written before it.
+struct PrefetchPick {
+    uint32_t tag;                        // the request's seq (written last)
+    int32_t layer, n;                    // the layer predicted, experts chosen (≤ kPrefetchSlots)
+    int32_t todo[kPrefetchSlots];        // their ids; entry_expert / entry_layer of slots 0 … n−1 already name them
 };
 
 // What the worker needs of one MoE layer (a device array of them, one per layer).
@@ -93,5 +101,9 @@ struct PrefetchWorkerArgs {
 
 // The worker on `s` with `blocks` blocks (all resident at once: the worker has a grid barrier).
 void launch_prefetch_worker(cudaStream_t s, const PrefetchWorkerArgs& a, int blocks);
+// The copy-engine mode: one prediction for request s (layer next − 1's plan) on `stream`, its choice into *out
+// (mapped, device address). a.max_copies bounds the choice; the worker-only fields of `a` are not read.
+void launch_prefetch_pick(cudaStream_t stream, const PrefetchWorkerArgs& a, uint32_t s, int next, PrefetchPick* out,
+                          int blocks);
 
 }  // namespace strata::cuda

@@ -221,6 +221,12 @@ private:
     void launch_prefetch();                    // stops the running worker, starts this pass's (between_passes)
     void stop_prefetch();                      // the running worker leaves (waits for it)
     void free_prefetch();
+    PrefetchWorkerArgs prefetch_args() const;  // what the worker and the pick kernel are given
+    // The copy-engine mode (hybrid_prefetch_dma.cu): its thread, one request, its end.
+    bool start_prefetch_dma();                 // false (and why in the log) when stream memory operations fail
+    void prefetch_dma_main();
+    void prefetch_dma_request(uint32_t s, int next, const PrefetchWorkerArgs& args);
+    void stop_prefetch_dma();
     bool run_device_job();                     // the dispatcher: the next posted job, if any
 
     GpuOptions opt_;
@@ -341,6 +347,19 @@ private:
     bool pf_after_stage_ = true;                 // STRATA_PREFETCH_AFTER_STAGE=0: copy while the stage kernel runs
     int pf_depth_ = 1;                           // STRATA_PREFETCH_DEPTH: loads in flight a worker thread (1 … 4)
     int pf_copies_ = kPrefetchSlots;             // STRATA_PREFETCH_COPIES: experts copied a layer at most (0: none)
+    // The copy-engine mode (STRATA_PREFETCH_MODE=dma): no worker; a thread launches a pick kernel a layer and queues
+    // the copies and their publication on pf_copy_stream_ (hybrid_prefetch_dma.cu).
+    bool pf_dma_ = false;
+    cudaStream_t pf_copy_stream_ = nullptr;
+    cudaEvent_t pf_copies_done_ = nullptr;       // after the last layer's queued copies
+    PrefetchPick* pf_pick_ = nullptr;            // mapped (host address); pf_pick_dev_ on the GPU
+    PrefetchPick* pf_pick_dev_ = nullptr;
+    void* pf_wait_fn_ = nullptr;                 // cuStreamWaitValue32, cuStreamWriteValue32 (driver entry points)
+    void* pf_write_fn_ = nullptr;
+    std::thread pf_thread_;
+    std::atomic<bool> pf_quit_{false};
+    std::string pf_error_;
+    uint64_t pf_dma_copied_ = 0, pf_dma_bytes_ = 0, pf_dma_late_ = 0;   // the thread's counts (read after it ends)
 };
 
 }  // namespace strata::cuda

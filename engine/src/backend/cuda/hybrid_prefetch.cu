@@ -1,5 +1,5 @@
 // HybridMoe's side of the prefetch of predicted misses (expert_prefetch.h): its memory, the worker's launch at each
-// pass boundary and its statistics.
+// pass boundary and its statistics. The copy-engine mode's thread is in hybrid_prefetch_dma.cu.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -42,6 +42,8 @@ void HybridMoe::prepare_prefetch() {
     pf_after_stage_ = !env_off("STRATA_PREFETCH_AFTER_STAGE");
     if (const char* v = std::getenv("STRATA_PREFETCH_DEPTH")) pf_depth_ = std::max(1, std::min(4, std::atoi(v)));
     if (const char* v = std::getenv("STRATA_PREFETCH_COPIES")) pf_copies_ = std::max(0, std::min(kPrefetchSlots, std::atoi(v)));
+    if (const char* v = std::getenv("STRATA_PREFETCH_MODE")) pf_dma_ = std::strcmp(v, "dma") == 0;
+    if (pf_dma_ && !std::getenv("STRATA_PREFETCH_COPIES")) pf_copies_ = 3;   // (~the window at the copy engine's rate)
     bool ok = cudaMalloc(&pf_board_, sizeof(PrefetchBoard)) == cudaSuccess &&
               cudaMalloc(&pf_x_, (size_t)2 * H * sizeof(float)) == cudaSuccess &&
               cudaMalloc(&pf_logits_, (size_t)n_experts_ * sizeof(float)) == cudaSuccess &&
@@ -73,29 +75,26 @@ void HybridMoe::prepare_prefetch() {
     CUDA_CHECK(cudaHostGetDevicePointer(&p, pf_words_, 0));
     pf_words_dev_ = static_cast<PrefetchWords*>(p);
     CUDA_CHECK(cudaStreamCreateWithFlags(&pf_stream_, cudaStreamNonBlocking));
+    if (pf_dma_ && !start_prefetch_dma()) pf_dma_ = false;   // (it says why)
     prefetch_on_ = true;
     log_info("experts", fmt("prefetch of predicted misses: the next layer's routing scored from each layer's input, up to ",
                             pf_copies_, " of its ", kPrefetchCandidates, " best uncached experts copied over PCIe ",
-                            pf_after_stage_ ? "after" : "during", " each layer's staging (", pf_blocks_, " blocks, ", pf_depth_,
-                            " loads in flight a thread, ",
-                            (stage_stride_[0] + stage_stride_[1] + stage_stride_[2]) * 2 * kPrefetchSlots >> 20,
+                            pf_after_stage_ || pf_dma_ ? "after" : "during", " each layer's staging (",
+                            pf_dma_ ? std::string("by the copy engine, a pick kernel of ") + std::to_string(pf_blocks_) +
+                                          " blocks a layer"
+                                    : fmt(pf_blocks_, " blocks, ", pf_depth_, " loads in flight a thread"),
+                            ", ", (stage_stride_[0] + stage_stride_[1] + stage_stride_[2]) * 2 * kPrefetchSlots >> 20,
                             " MiB of slots; ", with_router, " of ", L_n, " routers)"));
 }
 
-// The running worker leaves once it reads the stop word (stream order keeps the next one behind it).
-void HybridMoe::launch_prefetch() {
-    if (!prefetch_on_) return;
-    __atomic_store_n(&pf_words_->stop, pf_tag_, __ATOMIC_RELEASE);
-    ++pf_tag_;
-    if (pf_tag_ == 0) ++pf_tag_;   // (0 is the stop word's initial value)
-    const int L_n = (int)layers_.size();
+PrefetchWorkerArgs HybridMoe::prefetch_args() const {
     PrefetchWorkerArgs a{};
     a.board = pf_board_;
     a.x = pf_x_;
     a.logits = pf_logits_;
     a.words = pf_words_dev_;
     a.tag = pf_tag_;
-    a.n_layers = L_n;
+    a.n_layers = (int)layers_.size();
     a.E = n_experts_;
     a.H = (int)layers_[0].gate.ne[0];
     a.layers = pf_layers_;
@@ -105,13 +104,27 @@ void HybridMoe::launch_prefetch() {
         a.stride[m] = stage_stride_[m];
     }
     a.after_stage = pf_after_stage_;
-    a.depth = pf_depth_;
     a.max_copies = pf_copies_;
-    launch_prefetch_worker(pf_stream_, a, pf_blocks_);
+    a.depth = pf_depth_;
+    return a;
+}
+
+// The running worker leaves once it reads the stop word (stream order keeps the next one behind it). The
+// copy-engine mode has no worker: its thread runs from start to end.
+void HybridMoe::launch_prefetch() {
+    if (!prefetch_on_ || pf_dma_) return;
+    __atomic_store_n(&pf_words_->stop, pf_tag_, __ATOMIC_RELEASE);
+    ++pf_tag_;
+    if (pf_tag_ == 0) ++pf_tag_;   // (0 is the stop word's initial value)
+    launch_prefetch_worker(pf_stream_, prefetch_args(), pf_blocks_);
 }
 
 void HybridMoe::stop_prefetch() {
     if (!pf_stream_) return;
+    if (pf_dma_) {
+        stop_prefetch_dma();
+        return;
+    }
     __atomic_store_n(&pf_words_->stop, pf_tag_, __ATOMIC_RELEASE);
     const cudaError_t e = cudaStreamSynchronize(pf_stream_);   // (also from the destructor: no throw)
     if (e != cudaSuccess) log_warn("experts", fmt("prefetch worker: ", cudaGetErrorString(e)));
@@ -119,10 +132,15 @@ void HybridMoe::stop_prefetch() {
 
 void HybridMoe::free_prefetch() {
     stop_prefetch();
-    if (pf_stream_) {
-        cudaStreamDestroy(pf_stream_);
-        pf_stream_ = nullptr;
-    }
+    for (cudaStream_t* st : {&pf_stream_, &pf_copy_stream_})
+        if (*st) {
+            cudaStreamDestroy(*st);
+            *st = nullptr;
+        }
+    if (pf_copies_done_) cudaEventDestroy(pf_copies_done_);
+    pf_copies_done_ = nullptr;
+    if (pf_pick_) cudaFreeHost(pf_pick_);
+    pf_pick_ = pf_pick_dev_ = nullptr;
     prefetch_on_ = false;
     cudaFree(pf_board_);
     cudaFree(pf_x_);
@@ -143,12 +161,17 @@ std::string HybridMoe::prefetch_summary() const {
     if (!prefetch_on_) return "prefetch off";
     const PrefetchWords& w = *pf_words_;
     const auto pct = [](unsigned long long a, unsigned long long b) { return b ? (int)(1000.0 * a / b) / 10.0 : 0.0; };
-    return fmt("prefetch: ", w.requests, " predictions, ", w.copied, " experts copied, ", w.aborted,
-               " dropped or cut short (the next plan came first); of ", w.miss_pairs, " pairs missed in the cache ", w.predicted_pairs,
-               " (", pct(w.predicted_pairs, w.miss_pairs), "%) were among the candidates and ", w.used_pairs, " (",
-               pct(w.used_pairs, w.miss_pairs), "%) ran on prefetched copies; copies ", w.copy_ns / 1000000, " ms at ",
-               w.copy_ns ? (int)(10.0 * w.copied_bytes / w.copy_ns) / 10.0 : 0.0, " GB/s (",
-               w.copied_bytes >> 20, " MiB published)");
+    const std::string copies =
+        pf_dma_ ? fmt(w.copied, " experts queued on the copy engine (", w.copied_bytes >> 20, " MiB), ", w.aborted,
+                      " layers skipped (a late pick, or the last layer's copies still running)")
+                : fmt(w.copied, " experts copied, ", w.aborted, " dropped or cut short (the next plan came first)");
+    const std::string rate = pf_dma_ ? std::string()
+                                     : fmt("; copies ", w.copy_ns / 1000000, " ms at ",
+                                           w.copy_ns ? (int)(10.0 * w.copied_bytes / w.copy_ns) / 10.0 : 0.0,
+                                           " GB/s (", w.copied_bytes >> 20, " MiB published)");
+    return fmt("prefetch: ", w.requests, " predictions, ", copies, "; of ", w.miss_pairs, " pairs missed in the cache ",
+               w.predicted_pairs, " (", pct(w.predicted_pairs, w.miss_pairs), "%) were among the candidates and ",
+               w.used_pairs, " (", pct(w.used_pairs, w.miss_pairs), "%) ran on prefetched copies", rate);
 }
 
 }  // namespace strata::cuda

@@ -131,6 +131,40 @@ __device__ void pick(const PrefetchWorkerArgs& a, int next, uint32_t s, float* s
     }
 }
 
+// The copy-engine mode's prediction (PrefetchPick): one request (s, next) scored by every block, picked by the last
+// block to finish scoring, which also writes the chosen experts' entries (expert, layer; not the tag: the host's
+// copies publish it after their bytes) and hands the list to the host through mapped memory.
+__global__ void __launch_bounds__(256) prefetch_pick_kernel(PrefetchWorkerArgs a, uint32_t s, int next,
+                                                            PrefetchPick* out) {
+    extern __shared__ float smem[];   // [H] the request's x, then [E] the scores (the last block)
+    PrefetchBoard* b = a.board;
+    const float* x = a.x + (size_t)(s & 1) * a.H;
+    for (int i = threadIdx.x; i < a.H; i += blockDim.x) smem[i] = __ldcg(x + i);
+    __syncthreads();
+    score_rows(a.layers[next].router, smem, a.E, a.H, a.logits);
+    __threadfence();
+    __syncthreads();
+    __shared__ bool last;
+    if (threadIdx.x == 0) last = atomicInc(&b->pick_arrived, gridDim.x - 1) == gridDim.x - 1;   // (wraps to 0)
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    pick(a, next, s, smem + a.H);
+    if (threadIdx.x == 0) {
+        ++b->requests;
+        const int par = next & 1, n = b->n_todo;
+        for (int i = 0; i < n; ++i) {
+            b->entry_expert[par][i] = b->todo[i];
+            b->entry_layer[par][i] = next;
+            vstore(&out->todo[i], b->todo[i]);
+        }
+        vstore(&out->n, n);
+        vstore(&out->layer, next);
+        __threadfence_system();
+        vstore(&out->tag, s);
+    }
+}
+
 // Expert e of layer `next` from host memory into prefetch slot i of the layer's set: a.depth 16-byte loads a thread in
 // flight (the worker shares the GPU's memory system with the pass: loads queued behind the PCIe link slow the pass's
 // own kernels, so it keeps only what the link needs in flight). A thread that sees a plan newer than s start (the
@@ -232,6 +266,21 @@ __global__ void __launch_bounds__(kThreads) prefetch_worker_kernel(PrefetchWorke
 }
 
 }  // namespace
+
+void launch_prefetch_pick(cudaStream_t stream, const PrefetchWorkerArgs& a, uint32_t s, int next, PrefetchPick* out,
+                          int blocks) {
+    STRATA_CHECK(a.H % 4 == 0 && a.H <= kPrefetchMaxH && a.E <= kPrefetchMaxExperts && blocks > 0 && next >= 0 &&
+                     next < a.n_layers,
+                 "expert prefetch: H ", a.H, ", E ", a.E, " or layer ", next, " out of range");
+    const size_t smem = (size_t)(a.H + a.E) * sizeof(float);
+    static bool attr_set = false;
+    if (!attr_set && smem > 48 * 1024) {
+        CUDA_CHECK(cudaFuncSetAttribute(prefetch_pick_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        attr_set = true;
+    }
+    prefetch_pick_kernel<<<blocks, 256, smem, stream>>>(a, s, next, out);
+    CUDA_CHECK_LAUNCH();
+}
 
 void launch_prefetch_worker(cudaStream_t s, const PrefetchWorkerArgs& a, int blocks) {
     STRATA_CHECK(a.H % 4 == 0 && a.H <= kPrefetchMaxH && a.E <= kPrefetchMaxExperts && blocks > 0 && a.depth >= 1 &&
