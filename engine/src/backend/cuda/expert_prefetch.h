@@ -17,6 +17,8 @@
 // even as 2 blocks, the pass's kernels before the plan took ~84 µs a layer against 78 without it, and the decode
 // kernels ~2 µs more (not the worker's registers or threads: capping them changed nothing; r42-r44 in
 // bench/results/2026-12-04-h200-prefetch2/). The copies more than pay for it (+5-7% at pc12).
+// STRATA_PREFETCH_MODE=dma (hybrid_prefetch_dma.cu) has no worker: the copy engine copies, a pick kernel a layer
+// predicts; slower on the H200 (r48), kept for cards where the worker's residency costs more.
 // Which pairs the GPU computes changes, not how: a pair on a prefetch slot runs the decode kernels over the same
 // bytes as from a cache slot, so the tokens do not depend on the prediction (device_join_parity.py checks this).
 // The worker is launched at each pass boundary and leaves when the host raises the stop word, after the request of
