@@ -6,10 +6,12 @@
 //   (cudaMemcpyAsync: the copy engine, no multiprocessor), then its slot's tag = seq + 1 (a stream write after
 //   the copies, with the write's memory barrier),
 // with the two waits and writes as stream memory operations (cuStreamWaitValue32 / cuStreamWriteValue32, taken from
-// the driver through the runtime). Queued copies cannot be called back: at most STRATA_PREFETCH_COPIES a layer (the
-// next plan uses only those published before it starts; a late copy only shares the link with its staging).
+// the driver through the runtime). Queued copies cannot be called back: at most STRATA_PREFETCH_COPIES a layer (3),
+// and none while the last layer's are still running (the next plan uses only those published before it starts; a
+// late copy only shares the link with the next staging).
 // Why: a resident worker slows the pass's own kernels by its residency alone (~6.5 µs a layer before the plan,
 // bench/results/2026-12-04-h200-prefetch2/), and its loads copied at ~32 GB/s where the copy engine reaches ~50.
+// Measured there (r48): slower than the worker (a fifth of the misses served against a third); off by default.
 #include <chrono>
 #include <cstring>
 #include <thread>
