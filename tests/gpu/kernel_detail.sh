@@ -12,7 +12,8 @@ OUT=${OUT:-tests/gpu/results/latest}
 mkdir -p "$OUT"
 # kernel name regex : matching launches to skip (past the first pass; per pass: hyper_read 97, matmul_q8 49, ...)
 for spec in hr_down_kernel:100 hr_mix_kernel:100 moe_gate_up_q8h_kernel:50 moe_down_combine_kernel:50 \
-            matmul_q8_kernel:50 recurrent_gated_kernel:37 route_topk_reg_kernel:50; do
+            matmul_q8_staged_kernel:50 matmul_q8_splitk_kernel:75 recurrent_gated_split_kernel:37 \
+            route_topk_reg_kernel:50; do
   name=${spec%%:*}; skip=${spec#*:}
   STRATA_CUDA_GRAPHS=0 timeout 120 ncu --clock-control none --cache-control none -k "regex:$name" -s "$skip" -c 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
