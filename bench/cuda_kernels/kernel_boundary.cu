@@ -12,41 +12,45 @@
 // checked (each is N when the phases ran in order). usage: kernel_boundary [N=1000]
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <vector>
 
 #include <cuda_runtime.h>
 
-#define CHECK_CUDA(x)                                                                                     \
-    do {                                                                                                  \
-        cudaError_t e_ = (x);                                                                             \
-        if (e_ != cudaSuccess) {                                                                          \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));       \
-            std::exit(1);                                                                                 \
-        }                                                                                                 \
-    } while (0)
+#include "backend/cuda/cuda_check.h"
 
 namespace {
 
 constexpr int kThreads = 256;
 constexpr size_t kWeightBytes = size_t(1) << 30;
 
-// The phase's work for block b: stream `work` bytes (16-byte loads, the block's threads side by side) from w, then
-// out[(b + 1) % G] = in[b] + 1. Returns nothing: the loaded sum only decides an impossible store (kept by the compiler).
-__device__ __forceinline__ void phase(const float* in, float* out, const uint4* w, size_t work, int p) {
-    const int b = blockIdx.x, G = gridDim.x;
+// Block b's share of phase p's weights: `work` bytes of w (16-byte loads, the block's threads side by side), folded
+// into one word so the loads are kept.
+__device__ __forceinline__ unsigned read_weights(const uint4* w, size_t work, int p) {
     unsigned acc = 0;
     if (work) {
-        const size_t n16 = work / 16, base = ((size_t)p * G + b) * n16 % (kWeightBytes / 16 - n16);
+        const size_t n16 = work / 16, base = ((size_t)p * gridDim.x + blockIdx.x) * n16 % (kWeightBytes / 16 - n16);
         for (size_t i = threadIdx.x; i < n16; i += kThreads) {
             const uint4 v = __ldcs(w + base + i);
             acc ^= v.x ^ v.y ^ v.z ^ v.w;
         }
     }
+    return acc;
+}
+
+// The phase's step for block b after its weights: out[(b + 1) % G] = in[b] + 1; the folded weights only decide an
+// impossible store.
+__device__ __forceinline__ void step(const float* in, float* out, unsigned acc) {
+    const int b = blockIdx.x, G = gridDim.x;
     if (threadIdx.x == 0) {
         const float v = __ldcg(in + b);
         __stcg(out + (b + 1) % G, v + 1.0f);
     }
-    if (acc == 0x9e3779b9u) out[G] = 0.0f;   // never in practice: keeps the loads
+    if (acc == 0x9e3779b9u) out[G] = 0.0f;
+}
+
+__device__ __forceinline__ void phase(const float* in, float* out, const uint4* w, size_t work, int p) {
+    step(in, out, read_weights(w, work, p));
 }
 
 __global__ void __launch_bounds__(kThreads) phase_kernel(const float* in, float* out, const uint4* w, size_t work, int p) {
@@ -59,26 +63,14 @@ __global__ void __launch_bounds__(kThreads) phase_kernel(const float* in, float*
 template <int ORDER>
 __global__ void __launch_bounds__(kThreads) phase_pdl_kernel(const float* in, float* out, const uint4* w, size_t work,
                                                              int p) {
-    const int b = blockIdx.x, G = gridDim.x;
     if (ORDER >= 1) asm volatile("griddepcontrol.wait;" ::: "memory");
     if (ORDER == 1) asm volatile("griddepcontrol.launch_dependents;");
-    unsigned acc = 0;
-    if (work) {
-        const size_t n16 = work / 16, base = ((size_t)p * G + b) * n16 % (kWeightBytes / 16 - n16);
-        for (size_t i = threadIdx.x; i < n16; i += kThreads) {
-            const uint4 v = __ldcs(w + base + i);
-            acc ^= v.x ^ v.y ^ v.z ^ v.w;
-        }
-    }
+    const unsigned acc = read_weights(w, work, p);
     if (ORDER == 0) {
         asm volatile("griddepcontrol.launch_dependents;");
         asm volatile("griddepcontrol.wait;" ::: "memory");
     }
-    if (threadIdx.x == 0) {
-        const float v = __ldcg(in + b);
-        __stcg(out + (b + 1) % G, v + 1.0f);
-    }
-    if (acc == 0x9e3779b9u) out[G] = 0.0f;
+    step(in, out, acc);
     if (ORDER == 2) asm volatile("griddepcontrol.launch_dependents;");
 }
 
@@ -122,14 +114,14 @@ struct Buffers {
     unsigned* bar;
     int G;
     void reset() const {
-        CHECK_CUDA(cudaMemset(a, 0, (G + 1) * sizeof(float)));
-        CHECK_CUDA(cudaMemset(b, 0, (G + 1) * sizeof(float)));
-        CHECK_CUDA(cudaMemset(bar, 0, 2 * sizeof(unsigned)));
+        CUDA_CHECK(cudaMemset(a, 0, (G + 1) * sizeof(float)));
+        CUDA_CHECK(cudaMemset(b, 0, (G + 1) * sizeof(float)));
+        CUDA_CHECK(cudaMemset(bar, 0, 2 * sizeof(unsigned)));
     }
     // After n phases the last output (a when n is even) holds n everywhere.
     bool check(int n) const {
         std::vector<float> h(G);
-        CHECK_CUDA(cudaMemcpy(h.data(), n % 2 ? b : a, G * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(h.data(), n % 2 ? b : a, G * sizeof(float), cudaMemcpyDeviceToHost));
         for (float v : h)
             if (v != (float)n) return false;
         return true;
@@ -139,7 +131,7 @@ struct Buffers {
 // pdl: -1 ordinary launches, else phase_pdl_kernel<pdl> as programmatic dependents.
 cudaGraphExec_t capture(const Buffers& B, int n, size_t work, int pdl, cudaStream_t s) {
     cudaGraph_t g;
-    CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     for (int p = 0; p < n; ++p) {
         float* in = p % 2 ? B.b : B.a;
         float* out = p % 2 ? B.a : B.b;
@@ -157,14 +149,14 @@ cudaGraphExec_t capture(const Buffers& B, int n, size_t work, int pdl, cudaStrea
             cfg.numAttrs = 1;
             void (*kernel)(const float*, float*, const uint4*, size_t, int) =
                 pdl == 0 ? phase_pdl_kernel<0> : pdl == 1 ? phase_pdl_kernel<1> : phase_pdl_kernel<2>;
-            CHECK_CUDA(cudaLaunchKernelEx(&cfg, kernel, (const float*)in, out, (const uint4*)B.w, work, p));
+            CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, (const float*)in, out, (const uint4*)B.w, work, p));
         }
-        CHECK_CUDA(cudaGetLastError());
+        CUDA_CHECK(cudaGetLastError());
     }
-    CHECK_CUDA(cudaStreamEndCapture(s, &g));
+    CUDA_CHECK(cudaStreamEndCapture(s, &g));
     cudaGraphExec_t e;
-    CHECK_CUDA(cudaGraphInstantiate(&e, g, 0));
-    CHECK_CUDA(cudaGraphDestroy(g));
+    CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+    CUDA_CHECK(cudaGraphDestroy(g));
     return e;
 }
 
@@ -172,48 +164,58 @@ cudaGraphExec_t capture(const Buffers& B, int n, size_t work, int pdl, cudaStrea
 template <class Run>
 double time_phases(const Buffers& B, int n, cudaStream_t s, Run run, bool& ok) {
     cudaEvent_t t0, t1;
-    CHECK_CUDA(cudaEventCreate(&t0));
-    CHECK_CUDA(cudaEventCreate(&t1));
+    CUDA_CHECK(cudaEventCreate(&t0));
+    CUDA_CHECK(cudaEventCreate(&t1));
     ok = true;
     double total_ms = 0;
     for (int it = 0; it < 13; ++it) {
         B.reset();
-        CHECK_CUDA(cudaStreamSynchronize(s));
-        CHECK_CUDA(cudaEventRecord(t0, s));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        CUDA_CHECK(cudaEventRecord(t0, s));
         run();
-        CHECK_CUDA(cudaEventRecord(t1, s));
-        CHECK_CUDA(cudaEventSynchronize(t1));
+        CUDA_CHECK(cudaEventRecord(t1, s));
+        CUDA_CHECK(cudaEventSynchronize(t1));
         float ms = 0;
-        CHECK_CUDA(cudaEventElapsedTime(&ms, t0, t1));
+        CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
         if (it >= 3) total_ms += ms;
         ok = ok && B.check(n);
     }
-    CHECK_CUDA(cudaEventDestroy(t0));
-    CHECK_CUDA(cudaEventDestroy(t1));
+    CUDA_CHECK(cudaEventDestroy(t0));
+    CUDA_CHECK(cudaEventDestroy(t1));
     return total_ms / 10 * 1e3 / n;
 }
 
 }  // namespace
 
+int run(int n);
+
 int main(int argc, char** argv) {
-    const int n = argc > 1 ? std::atoi(argv[1]) : 1000;
+    try {
+        return run(argc > 1 ? std::atoi(argv[1]) : 1000);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "kernel_boundary: %s\n", e.what());
+        return 2;
+    }
+}
+
+int run(int n) {
     int dev = 0, sms = 0;
-    CHECK_CUDA(cudaGetDevice(&dev));
-    CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     cudaDeviceProp prop;
-    CHECK_CUDA(cudaGetDeviceProperties(&prop, dev));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
     int per_sm = 0;
-    CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_kernel, kThreads, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_kernel, kThreads, 0));
     std::printf("device %s, %d SMs, %d persistent blocks an SM; %d phases a run\n", prop.name, sms, per_sm, n);
     cudaStream_t s;
-    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     Buffers B{};
-    CHECK_CUDA(cudaMalloc(&B.w, kWeightBytes));
-    CHECK_CUDA(cudaMemset(B.w, 1, kWeightBytes));
+    CUDA_CHECK(cudaMalloc(&B.w, kWeightBytes));
+    CUDA_CHECK(cudaMemset(B.w, 1, kWeightBytes));
     const int max_g = 16 * sms;
-    CHECK_CUDA(cudaMalloc(&B.a, (max_g + 1) * sizeof(float)));
-    CHECK_CUDA(cudaMalloc(&B.b, (max_g + 1) * sizeof(float)));
-    CHECK_CUDA(cudaMalloc(&B.bar, 2 * sizeof(unsigned)));
+    CUDA_CHECK(cudaMalloc(&B.a, (max_g + 1) * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&B.b, (max_g + 1) * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&B.bar, 2 * sizeof(unsigned)));
     std::printf("%-6s %-9s %10s %10s %10s %10s %10s   (µs a phase; weights a phase = G × work; pdl0: weights, launch\n"
                 "%-6s %-9s %10s %10s %10s %10s %10s    next, wait; pdl1: wait, launch next, weights; pdl2: wait, weights, launch next)\n",
                 "G", "work KiB", "graph", "pdl0", "pdl1", "pdl2", "persistent", "", "", "", "", "", "", "");
@@ -226,15 +228,15 @@ int main(int argc, char** argv) {
             bool ok[5] = {true, true, true, true, true};
             for (int v = 0; v < 4; ++v) {
                 cudaGraphExec_t e = capture(B, n, work, v - 1, s);
-                us[v] = time_phases(B, n, s, [&] { CHECK_CUDA(cudaGraphLaunch(e, s)); }, ok[v]);
-                CHECK_CUDA(cudaGraphExecDestroy(e));
+                us[v] = time_phases(B, n, s, [&] { CUDA_CHECK(cudaGraphLaunch(e, s)); }, ok[v]);
+                CUDA_CHECK(cudaGraphExecDestroy(e));
             }
             if (G <= per_sm * sms) {
                 us[4] = time_phases(B, n, s, [&] {
                     int nn = n;
                     size_t ww = work;
                     void* args[] = {&B.a, &B.b, &B.w, &ww, &nn, &B.bar};
-                    CHECK_CUDA(cudaLaunchCooperativeKernel((void*)persistent_kernel, dim3(G), dim3(kThreads), args, 0, s));
+                    CUDA_CHECK(cudaLaunchCooperativeKernel((void*)persistent_kernel, dim3(G), dim3(kThreads), args, 0, s));
                 }, ok[4]);
             }
             std::printf("%-6d %-9zu", G, work_kib);
@@ -247,10 +249,10 @@ int main(int argc, char** argv) {
         }
     }
     std::printf("kernel_boundary: %s\n", failed ? "ORDER CHECK FAILED (!! above)" : "every run's words checked");
-    CHECK_CUDA(cudaFree(B.w));
-    CHECK_CUDA(cudaFree(B.a));
-    CHECK_CUDA(cudaFree(B.b));
-    CHECK_CUDA(cudaFree(B.bar));
-    CHECK_CUDA(cudaStreamDestroy(s));
+    CUDA_CHECK(cudaFree(B.w));
+    CUDA_CHECK(cudaFree(B.a));
+    CUDA_CHECK(cudaFree(B.b));
+    CUDA_CHECK(cudaFree(B.bar));
+    CUDA_CHECK(cudaStreamDestroy(s));
     return failed ? 1 : 0;
 }
