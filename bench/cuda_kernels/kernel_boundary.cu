@@ -1,7 +1,7 @@
 // What one step between dependent phases of GPU work costs, the question behind a persistent decode kernel (issue
 // #7): a decode pass is ~1,000 short dependent kernels. Each phase here is one grid of G blocks × 256 threads in
 // which block b reads word b of the previous phase's output and writes word (b + 1) % G of its own (ping-pong
-// buffers), after optionally streaming W KiB of a 1 GiB buffer (the phase's "weights"). Four ways to run N phases:
+// buffers), after optionally streaming W KiB of a 1 GiB buffer (the phase's "weights"). Five ways to run N phases:
 //   graph        N ordinary kernel launches captured in one CUDA graph (what a decode pass is today)
 //   pdl0-2       the same with programmatic dependent launch: each kernel may start while the one before finishes
 //                and waits (griddepcontrol.wait) before reading the previous output; it lets the next one launch
@@ -113,10 +113,11 @@ struct Buffers {
     uint4* w;
     unsigned* bar;
     int G;
-    void reset() const {
-        CUDA_CHECK(cudaMemset(a, 0, (G + 1) * sizeof(float)));
-        CUDA_CHECK(cudaMemset(b, 0, (G + 1) * sizeof(float)));
-        CUDA_CHECK(cudaMemset(bar, 0, 2 * sizeof(unsigned)));
+    // On the stream the phases run on (a non-blocking stream does not wait for the legacy default stream).
+    void reset(cudaStream_t s) const {
+        CUDA_CHECK(cudaMemsetAsync(a, 0, (G + 1) * sizeof(float), s));
+        CUDA_CHECK(cudaMemsetAsync(b, 0, (G + 1) * sizeof(float), s));
+        CUDA_CHECK(cudaMemsetAsync(bar, 0, 2 * sizeof(unsigned), s));
     }
     // After n phases the last output (a when n is even) holds n everywhere.
     bool check(int n) const {
@@ -169,7 +170,7 @@ double time_phases(const Buffers& B, int n, cudaStream_t s, Run run, bool& ok) {
     ok = true;
     double total_ms = 0;
     for (int it = 0; it < 13; ++it) {
-        B.reset();
+        B.reset(s);
         CUDA_CHECK(cudaStreamSynchronize(s));
         CUDA_CHECK(cudaEventRecord(t0, s));
         run();
