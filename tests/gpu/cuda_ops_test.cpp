@@ -1,5 +1,5 @@
 // Every Backend op on the CUDA backend against the CPU backend on random inputs: matmul and embed in all 21 weight
-// formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts and shared_expert (both modes), hyper_read and gdn_block (both modes), fused activation quantization == unfused (bits), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
+// formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts and shared_expert (both modes), hyper_read, hyper_inject_read and gdn_block (both modes), fused activation quantization == unfused (bits), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
 // keep-lists), indexer scores, select_cells, the cache writes at device positions (scatter_rows, pool_key_blocks) and
 // attention_cells (dense device counts and sparse cell lists). Ids and positions live in each backend's memory. Prints one line per check and writes JSON when given a path. Needs a GPU.
 // The matmul groups are in cuda_ops_matmul.h.
@@ -307,6 +307,66 @@ void test_hyper_read() {
                         }, tol);
                 const int64_t fused = CudaBackend::fused_hyper_reads() - fused_before;
                 report(name + " path", {(float)fused}, {T <= 8 ? 1.0f : 0.0f}, 0.0);
+            }
+    }
+}
+
+// Backend::hyper_inject_read (X += inj_prev ⊗ y, then the hyper read of the new X): the CUDA path against the CPU
+// composition, and against the CUDA backend's own hyper_inject + hyper_read, which it must equal bit for bit (the fold
+// reads X with hyper_inject's fmaf). inj_prev is the inj buffer itself (the model's call) or another one; T = 1, 2 fold
+// the injection into the read's first kernel, T = 3 takes the two ops.
+void test_hyper_inject_read() {
+    struct Case {
+        int H, r;
+        GgmlType down, up;
+    };
+    const std::vector<Case> cases = {
+        {64, 16, GgmlType::Q2_0, GgmlType::F16},
+        {64, 16, GgmlType::F32, GgmlType::BF16},
+        {2048, 320, GgmlType::Q2_0, GgmlType::Q2_0},
+        {2048, 320, GgmlType::IQ2_XS, GgmlType::IQ4_NL},
+    };
+    const int n = 4;
+    const double tol = mode.empty() ? 2e-2 : 5e-5;   // as test_hyper_read
+    for (const Case& c : cases) {
+        const int nH = n * c.H;
+        HyperWeights w;
+        w.norm = make_f32_vector(randn(nH, 0.3f), "hc_norm");
+        w.down = make_weight(c.down, nH, c.r, 1, "hc_down");
+        w.inject = make_weight(c.down, nH, n, 1, "hc_inject");
+        w.up = make_weight(c.up, c.r, nH, 1, "hc_up");
+        for (int T : {1, 2, 3})
+            for (int variant = 0; variant < 3; ++variant) {   // 0: inj aliases inj_prev; 1: separate; 2: no inj out
+                const std::string name = std::string("hyper_inject_read ") + ggml_type_name(c.down) + "/" +
+                                         ggml_type_name(c.up) + " H=" + std::to_string(c.H) + " T=" + std::to_string(T) +
+                                         (variant == 0 ? " aliased" : variant == 1 ? " inj" : " head") + mode;
+                // p: X, inj_prev, y, u, inj (the last unused when aliased or without inj)
+                const std::vector<std::vector<float>> in = {randn((size_t)T * nH), randn((size_t)T * n, 0.5f),
+                                                            randn((size_t)T * c.H), std::vector<float>((size_t)T * c.H),
+                                                            std::vector<float>((size_t)T * n)};
+                auto run = [&](Backend& b, std::vector<float*>& p) {
+                    float* inj = variant == 0 ? p[1] : variant == 1 ? p[4] : nullptr;
+                    b.hyper_inject_read(p[0], p[1], p[2], w, T, n, c.H, 1e-6f, p[3], inj);
+                };
+                const std::vector<int> outs = variant == 0 ? std::vector<int>{0, 1, 3}
+                                              : variant == 1 ? std::vector<int>{0, 3, 4} : std::vector<int>{0, 3};
+                const int64_t folded_before = CudaBackend::folded_injections();
+                compare(name, in, outs, run, tol);
+                const int64_t folded = CudaBackend::folded_injections() - folded_before;
+                report(name + " path", {(float)folded}, {T <= 2 ? 1.0f : 0.0f}, 0.0);
+                // the same backend, the two ops
+                std::deque<Dev> a, b;
+                std::vector<float*> pa, pb;
+                for (const auto& v : in) {
+                    pa.push_back(a.emplace_back(v).p);
+                    pb.push_back(b.emplace_back(v).p);
+                }
+                run(*gpu, pa);
+                float* inj_b = variant == 0 ? pb[1] : variant == 1 ? pb[4] : nullptr;
+                gpu->hyper_inject(pb[0], pb[1], pb[2], T, n, c.H);
+                gpu->hyper_read(w, pb[0], T, n, c.H, 1e-6f, pb[3], inj_b);
+                for (int o : outs)
+                    report_same_bits(name + " == inject + read [" + std::to_string(o) + "]", a[o].get(), b[o].get());
             }
     }
 }
@@ -687,6 +747,7 @@ int main(int argc, char** argv) {
             group("moe", test_moe);
             group("shared_expert", test_shared_expert);
             group("hyper_read", test_hyper_read);
+            group("hyper_inject_read", test_hyper_inject_read);
             group("gdn_block", [] { test_gdn_block(); });
         }
         CpuBackend cpu_backend(0);
@@ -704,6 +765,7 @@ int main(int argc, char** argv) {
         group("route_topk", test_route_topk);
         group("small_ops", test_small_ops);
         group("hyper_read", test_hyper_read);
+        group("hyper_inject_read", test_hyper_inject_read);
         group("gdn_block", [] { test_gdn_block(); });
         group("gdn_block_unfused", test_gdn_block_unfused);
         group("gdn_block_quant", test_gdn_quant_bits);

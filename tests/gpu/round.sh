@@ -3,6 +3,8 @@
 # (in parallel with the build), then runs the named steps, each with its own time limit, results under /tmp/round/NAME/STEP,
 # packed into $OUT/round-NAME.tgz (the device tool returns at most 8 files). Steps:
 #   checks     tests/gpu/run.sh (ops, tiny-model parity, expert-cache parity, matmul speed; memcheck when SANITIZER=1)
+#   quick      with PREBUILT too: cuda_ops_test --only $OPS_ONLY (every group when unset), tiny-model parity and
+#              expert-cache parity
 #   gdn        tests/gpu/gdn_fused.sh         attn     tests/gpu/attention_long.sh
 #   cpupool    bench/cpu_pool/run.sh          hybrid   tests/gpu/hybrid_speed.sh + hybrid_checks.sh
 #   graphs     tests/gpu/graphs_check.sh      decode   bench/decode/run_h200.sh (budget: the step's limit - 30 s)
@@ -48,13 +50,14 @@ SYN_WAITED=0
 for spec in "$@"; do
   step=${spec%%:*}; limit=${spec#*:}; [ "$limit" = "$spec" ] && limit=120
   case $step in   # steps on the tiny models run while the synthetic model is still being written
-    checks|devjoin|memjoin|cpupool|graphs|t1|head) ;;
+    checks|quick|devjoin|memjoin|cpupool|graphs|t1|head) ;;
     *) [ $SYN_WAITED = 1 ] || { wait $SYN_PID; tail -3 "$ROOT/make_synthetic.log"; SYN_WAITED=1; } ;;
   esac
   dir=$ROOT/$step; mkdir -p "$dir"
   echo "== $step (limit $limit s, at $(( $(date +%s) - START )) s)"
   case $step in
     checks)  cmd=(env OUT=$dir BUILD=build-gpu SKIP_SANITIZER=$([ "${SANITIZER:-0}" = 1 ] && echo 0 || echo 1) bash tests/gpu/run.sh .gpu-models) ;;
+    quick)   cmd=(bash -c "build-gpu/engine/cuda_ops_test $dir/ops.json ${OPS_ONLY:+--only $OPS_ONLY} | grep -E 'FAIL|checks'; python3 tests/gpu/parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/parity.json | tail -3; python3 tests/gpu/cache_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/cache_parity.json | tail -3") ;;
     gdn)     cmd=(env OUT=$dir bash tests/gpu/gdn_fused.sh build-gpu "$MODEL") ;;
     attn)    cmd=(env OUT=$dir bash tests/gpu/attention_long.sh build-gpu "$MODEL") ;;
     cpupool) cmd=(env OUT=$dir WORKERS=1,2,4,6,8 bash bench/cpu_pool/run.sh build-gpu) ;;

@@ -97,6 +97,11 @@ public:
     // when inj is not null. The default (model/block_hyper.cpp) issues exactly those primitive ops; a GPU backend may
     // fuse them.
     virtual void hyper_read(const HyperWeights& w, const float* X, int T, int n, int H, float eps, float* u, float* inj);
+    // hyper_inject(X, inj_prev, y) then hyper_read(w, X, …, u, inj): one sub-block's output written into the streams
+    // and the next sub-block's input read from them. inj_prev may be inj. The default (model/block_hyper.cpp) issues
+    // the two ops; a GPU backend may fold the injection into the read.
+    virtual void hyper_inject_read(float* X, const float* inj_prev, const float* y, const HyperWeights& w, int T, int n,
+                                   int H, float eps, float* u, float* inj);
 
     // Causal depthwise conv over time with a carried history. x [T, C]; hist [(K−1)·dil, C] holds the previous
     // inputs (oldest first) and is updated; w {K, C}: y[t, c] = Σ_j w[c, j] · x[t − (K−1−j)·dil, c].

@@ -18,7 +18,7 @@ enum Op : int {
     kToDevice = 1, kFill, kCopy, kEmbed, kMatmul, kRmsNorm, kL2Norm, kUnary, kMul, kAdd, kScale, kAddRow, kMulRow,
     kSliceCols, kConcatCols, kDeinterleave, kMeanRows, kRepeatStreams, kPleGate, kHyperMix, kHyperInject,
     kHyperRead, kCausalConv, kGdnRecurrent, kGdnBlock, kRope, kScatterRows, kPoolKeyBlocks, kAttentionCells,
-    kRouteTopk, kMoeExperts, kSharedExpert, kRopeMulti, kMoeWithShared, kArgmaxRows,
+    kRouteTopk, kMoeExperts, kSharedExpert, kRopeMulti, kMoeWithShared, kArgmaxRows, kHyperInjectRead,
 };
 // Executable graphs kept (least recently used dropped first). The expert-cache path splits a pass into ~49 runs per
 // window size, and speculation adds windows of 2 … 4 tokens and the MTP head's passes: a few hundred in use.
@@ -378,6 +378,13 @@ void GraphBackend::hyper_read(const HyperWeights& w, const float* X, int T, int 
                               float* inj) {
     record(kHyperRead, [=, this, &w] { inner_->hyper_read(w, X, T, n, H, eps, u, inj); }, (const void*)&w, (const void*)X, T,
            n, H, eps, (const void*)u, (const void*)inj);
+}
+
+void GraphBackend::hyper_inject_read(float* X, const float* inj_prev, const float* y, const HyperWeights& w, int T,
+                                     int n, int H, float eps, float* u, float* inj) {
+    record(kHyperInjectRead, [=, this, &w] { inner_->hyper_inject_read(X, inj_prev, y, w, T, n, H, eps, u, inj); },
+           (const void*)X, (const void*)inj_prev, (const void*)y, (const void*)&w, T, n, H, eps, (const void*)u,
+           (const void*)inj);
 }
 
 void GraphBackend::causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) {

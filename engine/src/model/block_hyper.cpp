@@ -22,10 +22,23 @@ void Backend::hyper_read(const HyperWeights& w, const float* X, int T, int n, in
     }
 }
 
+void Backend::hyper_inject_read(float* X, const float* inj_prev, const float* y, const HyperWeights& w, int T, int n,
+                                int H, float eps, float* u, float* inj) {
+    hyper_inject(X, inj_prev, y, T, n, H);
+    hyper_read(w, X, T, n, H, eps, u, inj);
+}
+
 void hyper_read(Backend& be, const Hparams& hp, const HyperWeights& w, const float* X, int T, float* u, float* inj) {
     STRATA_CHECK(w.down.n_rows() == hp.hc_low_rank, "hyper_read: down weight has ", w.down.n_rows(),
                  " rows for hc_low_rank ", hp.hc_low_rank);
     be.hyper_read(w, X, T, hp.hc_count, hp.n_embd, hp.rms_eps, u, inj);
+}
+
+void hyper_inject_read(Backend& be, const Hparams& hp, const HyperWeights& w, float* X, const float* inj_prev,
+                       const float* y, int T, float* u, float* inj) {
+    STRATA_CHECK(w.down.n_rows() == hp.hc_low_rank, "hyper_read: down weight has ", w.down.n_rows(),
+                 " rows for hc_low_rank ", hp.hc_low_rank);
+    be.hyper_inject_read(X, inj_prev, y, w, T, hp.hc_count, hp.n_embd, hp.rms_eps, u, inj);
 }
 
 }  // namespace strata

@@ -66,6 +66,9 @@ private:
 
 // u [T, H] = stream mix of X; inj [T, n] = 2σ(X̂ W_inj / n) when inj is not null (modules with an inject weight).
 void hyper_read(Backend& be, const Hparams& hp, const HyperWeights& w, const float* X, int T, float* u, float* inj);
+// X += inj_prev ⊗ y (the last sub-block's output into every stream), then hyper_read of the new X.
+void hyper_inject_read(Backend& be, const Hparams& hp, const HyperWeights& w, float* X, const float* inj_prev,
+                       const float* y, int T, float* u, float* inj);
 
 // Gated DeltaNet: y [T, H] from u [T, H]; updates the conv history and recurrent state.
 void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& st, const float* u, int T, float* y);

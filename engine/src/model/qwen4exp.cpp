@@ -70,23 +70,33 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
         mrope.sec_w = hp_.rope_sections[2];
     }
 
+    // Each sub-block's output y goes into the streams (X += inj ⊗ y) as the next hyper read starts
+    // (hyper_inject_read: a GPU backend folds the injection into the read); `pending` while it has not.
+    bool pending = false;
     for (int il = 0; il < hp_.n_layer; ++il) {
         const LayerWeights& L = w_.layers[il];
         LayerState& st = s.layers[il];
-        if (L.has_ple) ple_block(be_, hp_, L.ple, *file_, st, s.tokens, ids, T, X);
+        if (L.has_ple) {
+            if (pending) be_.hyper_inject(X, inj, y, T, n, H);
+            pending = false;
+            ple_block(be_, hp_, L.ple, *file_, st, s.tokens, ids, T, X);
+        }
 
-        hyper_read(be_, hp_, L.hc_attn, X, T, u, inj);
+        if (pending) hyper_inject_read(be_, hp_, L.hc_attn, X, inj, y, T, u, inj);
+        else hyper_read(be_, hp_, L.hc_attn, X, T, u, inj);
         if (L.recurrent) gdn_block(be_, hp_, L.gdn, st, u, T, y);
         else qsa_block(be_, hp_, L.qsa, st, hp_.compress_ratios[il], u, T, P, pos_dev, y, mm ? &mrope : nullptr);
-        be_.hyper_inject(X, inj, y, T, n, H);
 
-        hyper_read(be_, hp_, L.hc_ffn, X, T, u, inj);
+        hyper_inject_read(be_, hp_, L.hc_ffn, X, inj, y, T, u, inj);
         moe_block(be_, hp_, L.moe, u, T, y);
-        be_.hyper_inject(X, inj, y, T, n, H);
+        pending = true;
     }
+    const bool head_folds = pending && logit_rows == T;   // the head reads every row: the last injection folds in
+    if (head_folds) hyper_inject_read(be_, hp_, w_.output_hc, X, inj, y, T, u, nullptr);
+    else if (pending) be_.hyper_inject(X, inj, y, T, n, H);
     if (logit_rows) {
         const float* X_first = X + (size_t)(T - logit_rows) * nH;
-        hyper_read(be_, hp_, w_.output_hc, X_first, logit_rows, u, nullptr);
+        if (!head_folds) hyper_read(be_, hp_, w_.output_hc, X_first, logit_rows, u, nullptr);
         be_.matmul(w_.output, u, logit_rows, logits);
         if (out.argmax) be_.argmax_rows(logits, logit_rows, hp_.n_vocab, reinterpret_cast<int32_t*>(choice.get()));
     }

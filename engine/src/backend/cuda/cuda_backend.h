@@ -78,7 +78,11 @@ public:
     void hyper_inject(float* X, const float* inj, const float* y, int T, int n, int H) override;
     // Three kernels (kernels/hyper_read.cu) where the shapes and formats allow; the primitive ops otherwise.
     void hyper_read(const HyperWeights& w, const float* X, int T, int n, int H, float eps, float* u, float* inj) override;
+    // The injection folded into the read's first kernel where the two-kernel path runs.
+    void hyper_inject_read(float* X, const float* inj_prev, const float* y, const HyperWeights& w, int T, int n, int H,
+                           float eps, float* u, float* inj) override;
     static int64_t fused_hyper_reads();   // hyper_read calls (all CUDA backends) that took the three-kernel path
+    static int64_t folded_injections();   // hyper_inject_read calls (all CUDA backends) that folded the injection
     static int64_t q6k_t1_matmuls();      // Q6_K one-row matmuls (the head) that took their staged kernel
     static int64_t t1_staged_matmuls();   // one-row matmuls of many rows that took matmul_q8_staged_kernel
     void causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) override;

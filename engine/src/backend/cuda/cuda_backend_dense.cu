@@ -120,32 +120,37 @@ void CudaBackend::hyper_inject(float* X, const float* inj, const float* y, int T
     impl_->done("hyper_inject");
 }
 
-void CudaBackend::hyper_read(const HyperWeights& w, const float* X, int T, int n, int H, float eps, float* u,
-                             float* inj) {
-    Impl::OpScope prof_op(*impl_, "hyper_read");
-    cuda::HyperReadArgs a;
-    a.norm = impl_->dev_f32(w.norm);
+bool CudaBackend::Impl::hyper_read_args(const HyperWeights& w, int n, int H, float eps, bool with_inj,
+                                        cuda::HyperReadArgs& a) {
+    Impl& im = *this;
+    a.norm = im.dev_f32(w.norm);
     a.norm_len = (int)(w.norm.ne[0] * w.norm.n_rows());
     a.down_type = w.down.type;
-    a.down = impl_->dev(w.down);
+    a.down = im.dev(w.down);
     a.down_rb = w.down.row_bytes;
-    if (inj) {
+    if (with_inj) {
         a.inject_type = w.inject.type;
-        a.inject = impl_->dev(w.inject);
+        a.inject = im.dev(w.inject);
         a.inject_rb = w.inject.row_bytes;
     }
     a.up_type = w.up.type;
-    a.up = impl_->dev(w.up);
+    a.up = im.dev(w.up);
     a.up_rb = w.up.row_bytes;
     a.n = n;
     a.H = H;
     a.r = (int)w.down.n_rows();
     a.eps = eps;
-    a.f32_act = impl_->f32_act;
+    a.f32_act = im.f32_act;
     const int64_t nH = (int64_t)n * H;
-    const bool shapes = w.up.ne[0] == a.r && w.up.n_rows() == nH && w.down.ne[0] == nH && a.norm_len == nH &&
-                        (!inj || (w.inject.ne[0] == nH && w.inject.n_rows() == n));
-    if (!shapes || !cuda::hyper_read_supported(a, T)) {
+    return w.up.ne[0] == a.r && w.up.n_rows() == nH && w.down.ne[0] == nH && a.norm_len == nH &&
+           (!with_inj || (w.inject.ne[0] == nH && w.inject.n_rows() == n));
+}
+
+void CudaBackend::hyper_read(const HyperWeights& w, const float* X, int T, int n, int H, float eps, float* u,
+                             float* inj) {
+    Impl::OpScope prof_op(*impl_, "hyper_read");
+    cuda::HyperReadArgs a;
+    if (!impl_->hyper_read_args(w, n, H, eps, inj != nullptr, a) || !cuda::hyper_read_supported(a, T)) {
         Backend::hyper_read(w, X, T, n, H, eps, u, inj);
         return;
     }
@@ -155,6 +160,21 @@ void CudaBackend::hyper_read(const HyperWeights& w, const float* X, int T, int n
     im.done("hyper_read");
 }
 
+void CudaBackend::hyper_inject_read(float* X, const float* inj_prev, const float* y, const HyperWeights& w, int T,
+                                    int n, int H, float eps, float* u, float* inj) {
+    Impl::OpScope prof_op(*impl_, "hyper_inject_read");
+    cuda::HyperReadArgs a;
+    if (!impl_->hyper_read_args(w, n, H, eps, inj != nullptr, a) || !cuda::hyper_read_supported(a, T)) {
+        Backend::hyper_inject_read(X, inj_prev, y, w, T, n, H, eps, u, inj);
+        return;
+    }
+    Impl::Buf scratch(*impl_, cuda::hyper_read_scratch_bytes(a, T));
+    Impl& im = *impl_;
+    cuda::hyper_inject_read(im.stream, a, X, inj_prev, y, T, scratch.p, u, inj);
+    im.done("hyper_inject_read");
+}
+
+int64_t CudaBackend::folded_injections() { return cuda::hyper_inject_read_folded_calls(); }
 int64_t CudaBackend::fused_hyper_reads() { return cuda::hyper_read_fused_calls(); }
 int64_t CudaBackend::q6k_t1_matmuls() { return cuda::matmul_q6k_t1_calls(); }
 int64_t CudaBackend::t1_staged_matmuls() { return cuda::matmul_t1_staged_calls(); }

@@ -163,6 +163,9 @@ struct CudaBackend::Impl {
     }
 
     // keeps_act: the op wrote only memory outside the cached matmul input (see act_cache).
+    // The fused hyper read's arguments for w (cuda_backend_dense.cu); false when the shapes do not match.
+    bool hyper_read_args(const HyperWeights& w, int n, int H, float eps, bool with_inj, cuda::HyperReadArgs& a);
+
     void done(const char* op, bool keeps_act = false) {
         ++ops;
         if (!keeps_act) ++act_epoch;

@@ -27,7 +27,7 @@ __global__ void hyper_inject_kernel(float* X, const float* inj, const float* y, 
     const size_t ts = i / H;            // t·n + s
     const size_t t = ts / n;
     const int j = (int)(i % H);
-    X[i] += inj[ts] * y[t * H + j];
+    X[i] = fmaf(inj[ts], y[t * H + j], X[i]);   // the same fmaf as hyper_read.cu's folded injection
 }
 
 // The same four columns at a time (H % 4 == 0): i indexes float4s of X.
@@ -39,10 +39,10 @@ __global__ void hyper_inject4_kernel(float4* X, const float* inj, const float4* 
     const float a = inj[ts];
     const float4 v = y[t * H4 + j];
     float4 x = X[i];
-    x.x += a * v.x;
-    x.y += a * v.y;
-    x.z += a * v.z;
-    x.w += a * v.w;
+    x.x = fmaf(a, v.x, x.x);
+    x.y = fmaf(a, v.y, x.y);
+    x.z = fmaf(a, v.z, x.z);
+    x.w = fmaf(a, v.w, x.w);
     X[i] = x;
 }
 

@@ -1,7 +1,8 @@
 // Backend::hyper_read in two kernels, sized to fill the GPU at T = 1: (1) per column chunk of the n·H inputs and group
 // of 8 rows, the grouped RMSNorm of the chunk (with its Q8 quantization) as a prologue, then the down and inject
 // partial dots; (2) per 16-lane group one up row (s, j): silu of the summed partials, σ(up · a), the mean over streams.
-// Partial sums are added in a fixed order (no atomics): results are the same run to run.
+// Partial sums are added in a fixed order (no atomics): results are the same run to run. hyper_inject_read folds the
+// previous sub-block's injection X += inj ⊗ y into kernel 1's reads of X (kernel 2 writes the new X back).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -26,11 +27,16 @@ constexpr int kMaxChunk = 2560;           // inputs per kernel-1 block (a multip
                                           // STRATA_CUDA_HR_CHUNK overrides it (an A/B of the block shape)
 constexpr int kSmemMax = 48 * 1024;       // dynamic shared memory without opting in
 constexpr int kGroup = 16;                // lanes per up row in kernel 2 (r = 320 is 10 chunks of 32)
-constexpr int kGroups = kThreads / kGroup;
+constexpr int kMixThreads = 640;         // kernel 2's block where 16·n divides it (n = 4: 10 columns, 256 blocks at
+                                          // H 2560): every block redoes the prologue, so fewer, larger blocks cut its
+                                          // share: 5.86 µs a call against 6.78 with 256 threads (r62, Nsight)
+constexpr int kMixMaxThreads = 1024;      // STRATA_CUDA_HR_MIX_THREADS (a multiple of 16·n up to this): A/B
+constexpr int kMixMaxGroups = kMixMaxThreads / kGroup;
 
 std::atomic<int64_t> g_fused{0};
 std::atomic<int> g_pdl{-1};   // programmatic dependent launches: -1 = STRATA_CUDA_HYPER_PDL (default off)
 std::atomic<int> g_one_pass{-1};   // kernel 1's one-pass prologue at T = 1: -1 = STRATA_CUDA_HR_ONE_PASS (default on)
+std::atomic<int64_t> g_folded{0};  // hyper_inject_read calls with the injection folded into kernel 1
 
 // Programmatic dependent launch (sm_90): each kernel may start before the previous one in the stream ends (kernel 1
 // lets kernel 2's blocks start right away) and waits for that kernel's completion and memory (pdl_wait) before reading
@@ -66,6 +72,35 @@ __device__ __forceinline__ uint32_t pack4_q8(const float* v, float id) {
     return word;
 }
 
+// Inputs of kernel 1 with a pending injection (hyper_inject_read): the streams as hyper_inject leaves them,
+// X[t, s·H + j] + inj[t, s] · y[t, j] (the same fmaf), computed where X is read; plain X when y is null.
+struct PendingInject {
+    const float* inj = nullptr;   // [T, n]
+    const float* y = nullptr;     // [T, H], 16-byte aligned, H % 4 == 0
+    float* x_new = nullptr;       // [T, n·H] scratch: kernel 1's row-group-0 blocks write the new X there, kernel 2
+                                  // copies it over X
+};
+
+// X[t, c … c + 3] (c % 4 == 0; the four lie in one stream as H % 4 == 0) after the pending injection.
+__device__ __forceinline__ float4 load_x4(const float* __restrict__ X, const PendingInject& pi, int t, int c, int n,
+                                          int H) {
+    float4 x = *(const float4*)(X + (size_t)t * n * H + c);
+    if (pi.y) {
+        const float a = pi.inj[t * n + c / H];
+        const float4 v = *(const float4*)(pi.y + (size_t)t * H + c % H);
+        x.x = fmaf(a, v.x, x.x);
+        x.y = fmaf(a, v.y, x.y);
+        x.z = fmaf(a, v.z, x.z);
+        x.w = fmaf(a, v.w, x.w);
+    }
+    return x;
+}
+__device__ __forceinline__ float load_x1(const float* __restrict__ X, const PendingInject& pi, int t, int c, int n,
+                                         int H) {
+    const float x = X[(size_t)t * n * H + c];
+    return pi.y ? fmaf(pi.inj[t * n + c / H], pi.y[(size_t)t * H + c % H], x) : x;
+}
+
 // Kernel 1's prologue at T = 1 when the chunk is whole streams (cw % H == 0, H % BLK == 0): one pass over X. Each
 // group of 8 lanes takes a 32-input unit as float4s: x·w kept in registers, the unit's Σx² and max |x·w| by
 // shuffles into shared memory; after one barrier warp s sums stream s's units (fixed order); after another every
@@ -74,9 +109,10 @@ __device__ __forceinline__ uint32_t pack4_q8(const float* v, float id) {
 constexpr int kOnePassQuads = (kMaxChunk / 4 + kThreads - 1) / kThreads;   // float4s a thread
 
 template <int BLK>
-__device__ __forceinline__ void down_prologue_one_pass(const float* __restrict__ X, const float* __restrict__ w,
-                                                       int w_len, int H, float eps, int c0, int cw, bool write_xn,
-                                                       float* __restrict__ xn, int8_t* xq, float* xd) {
+__device__ __forceinline__ void down_prologue_one_pass(const float* __restrict__ X, const PendingInject& pi, int n,
+                                                       const float* __restrict__ w, int w_len, int H, float eps,
+                                                       int c0, int cw, bool write_xn, float* __restrict__ xn,
+                                                       int8_t* xq, float* xd) {
     __shared__ float unit_ss[kMaxChunk / 32], unit_amax[kMaxChunk / 32];
     __shared__ float inv_s[kMaxStreams];
     const int quads = cw / 4, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -85,7 +121,8 @@ __device__ __forceinline__ void down_prologue_one_pass(const float* __restrict__
     for (int it = 0; it < kOnePassQuads; ++it) {
         const int q = it * kThreads + threadIdx.x, c = c0 + 4 * q;
         const bool valid = q < quads;
-        const float4 x = valid ? ((const float4*)X)[c / 4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float4 x = valid ? load_x4(X, pi, 0, c, n, H) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (valid && write_xn && pi.x_new) ((float4*)pi.x_new)[c / 4] = x;
         const float4 wv = valid && w ? ((const float4*)w)[(c % w_len) / 4] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
         float ss = x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
         y[it] = make_float4(x.x * wv.x, x.y * wv.y, x.z * wv.z, x.w * wv.w);
@@ -138,7 +175,8 @@ template <class F, int BLK, int NT>
 __global__ void __launch_bounds__(kThreads)
 hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_len, int n, int H, float eps, int cw,
                const uint8_t* __restrict__ down, size_t down_rb, const uint8_t* __restrict__ inject, size_t inj_rb,
-               int r, int R, int T, bool one_pass, float* __restrict__ xn, float* __restrict__ part) {
+               int r, int R, int T, bool one_pass, PendingInject pi, float* __restrict__ xn,
+               float* __restrict__ part) {
     extern __shared__ int4 smem4[];
     __shared__ float inv[kMaxTokens][kMaxStreams];
     const int nH = n * H, c0 = blockIdx.x * cw, units = cw / 32;
@@ -161,7 +199,7 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
     float* xf = (float*)smem4;                                            // [T, cw / 32, 33]
     const bool write_xn = blockIdx.y == 0;
     if constexpr (NT == 1 && BLK > 0) {
-        if (one_pass) down_prologue_one_pass<BLK>(X, w, w_len, H, eps, c0, cw, write_xn, xn, xq, xd);
+        if (one_pass) down_prologue_one_pass<BLK>(X, pi, n, w, w_len, H, eps, c0, cw, write_xn, xn, xq, xd);
     }
     if (!(NT == 1 && BLK > 0 && one_pass)) {
     // Sums of squares: all tokens' loads in flight together, one barrier for every (token, stream).
@@ -171,14 +209,13 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
         float ss[NT];
 #pragma unroll
         for (int t = 0; t < NT; ++t) ss[t] = 0.0f;
-        const float* xs = X + (size_t)s * H;
         if ((H & 3) == 0)
 #pragma unroll 4   // the loads of several steps in flight together (the sums keep their order)
             for (int j = threadIdx.x; j < H / 4; j += blockDim.x)
 #pragma unroll
                 for (int t = 0; t < NT; ++t) {
                     if (t >= T) break;
-                    const float4 v = ((const float4*)(xs + (size_t)t * nH))[j];
+                    const float4 v = load_x4(X, pi, t, s * H + 4 * j, n, H);
                     ss[t] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
                 }
         else
@@ -186,7 +223,7 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
 #pragma unroll
                 for (int t = 0; t < NT; ++t) {
                     if (t >= T) break;
-                    const float v = xs[(size_t)t * nH + j];
+                    const float v = load_x1(X, pi, t, s * H + j, n, H);
                     ss[t] += v * v;
                 }
 #pragma unroll
@@ -215,12 +252,12 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
             const bool valid = i < all_units;
             const int t = valid ? i / units : 0, uu = valid ? i % units : 0, cs = c0 + 32 * uu;
             const int s0 = cs / H, next = (s0 + 1) * H;   // the stream of the unit's first input, where the next starts
-            const float4* x4 = (const float4*)(X + (size_t)t * nH + cs);
             float v[32];
             float amax = 0.0f;
 #pragma unroll
             for (int e4 = 0; e4 < 8; ++e4) {
-                const float4 xv = valid ? x4[e4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                const float4 xv = valid ? load_x4(X, pi, t, cs + 4 * e4, n, H) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (valid && write_xn && pi.x_new) *(float4*)(pi.x_new + (size_t)t * nH + cs + 4 * e4) = xv;
                 const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
@@ -252,7 +289,9 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
     } else {
         for (int i = threadIdx.x; i < T * cw; i += kThreads) {
             const int t = i / cw, cc = i % cw, c = c0 + cc;
-            float y = X[(size_t)t * nH + c] * inv[t][c / H - s_first];
+            const float x = load_x1(X, pi, t, c, n, H);
+            if (write_xn && pi.x_new) pi.x_new[(size_t)t * nH + c] = x;
+            float y = x * inv[t][c / H - s_first];
             if (w) y *= w[c % w_len];
             xf[(t * units + cc / 32) * 33 + cc % 32] = y;
             if (write_xn) xn[(size_t)t * nH + c] = y;
@@ -303,22 +342,23 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
     }
 }
 
-// ---- kernel 2: grid ⌈H / J⌉, J = kGroups / n columns per block; group g = (column jl, stream s) takes up row
+// ---- kernel 2: grid ⌈H / J⌉, J = (threads / 16) / n columns per block; group g = (column jl, stream s) takes up row
 // s·H + j. Prologue (every block): a [T, r] = silu(Σ partials / n) in shared memory, its Q8 form (Q8) when the up
 // weight is a block format; block 0 writes inj = 2σ(Σ partials / n). Then m = σ(up row · a), and u[t, j] = (1/n)
-// Σ_s m · xn in stream order. PLAIN: F32 / F16 / BF16 up rows (element loop, any r).
+// Σ_s m · xn in stream order. PLAIN: F32 / F16 / BF16 up rows (element loop, any r). With x_new (an injection
+// folded into kernel 1) each group also copies its row of the new streams over X.
 template <class F, bool Q8, bool PLAIN, int NT>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kMixMaxThreads)
 hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, int H, int T,
               const uint8_t* __restrict__ up, size_t up_rb, const float* __restrict__ xn, float* __restrict__ u,
-              float* __restrict__ inj) {
+              float* __restrict__ inj, const float* __restrict__ x_new, float* __restrict__ X) {
     extern __shared__ int4 smem4[];
-    __shared__ float val[kMaxTokens][kGroups];                 // m · xn of each group's row
+    __shared__ float val[kMaxTokens][kMixMaxGroups];           // m · xn of each group's row
     float* a = (float*)smem4;                                  // [T, r]
     int8_t* aq = (int8_t*)(a + (size_t)T * r);                 // [T, r] (16-byte aligned: r % 32 == 0 when Q8)
     float* ad = (float*)(aq + (size_t)T * r);                  // [T, r / ABLK]
     const int lane = threadIdx.x & 31, g = lane % kGroup, gi = threadIdx.x / kGroup;
-    const int J = kGroups / n, jl = gi / n, s = gi % n;
+    const int J = (int)(blockDim.x / kGroup) / n, jl = gi / n, s = gi % n;
     const int j = blockIdx.x * J + jl;
     const bool active = gi < J * n && j < H;
     const int row = s * H + min(j, H - 1);   // every lane runs the dot (group shuffles); only active groups keep it
@@ -334,6 +374,8 @@ hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, i
     float xv[NT];   // this row's xn, loaded while the prologue runs
 #pragma unroll
     for (int t = 0; t < NT; ++t) xv[t] = g == 0 && t < T ? xn[(size_t)t * nH + row] : 0.0f;
+    if (x_new && g == 0 && active)   // the injected streams over X: each (s, j) is one group's row
+        for (int t = 0; t < T; ++t) X[(size_t)t * nH + row] = x_new[(size_t)t * nH + row];
 
     mix_prologue<F, Q8>(part, chunks, R, r, n, T, blockIdx.x == 0 ? inj : nullptr, a, aq, ad);
 
@@ -383,6 +425,27 @@ bool one_pass_on() {
     return v == 1;
 }
 
+// STRATA_CUDA_INJECT_FOLD=0: hyper_inject_read as hyper_inject + hyper_read (an A/B of the fold); read once.
+bool inject_fold_on() {
+    static const bool on = [] {
+        const char* v = std::getenv("STRATA_CUDA_INJECT_FOLD");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+    return on;
+}
+
+// Kernel 2's threads a block for n streams: STRATA_CUDA_HR_MIX_THREADS when it is a multiple of 16·n up to 1024,
+// else kMixThreads when 16·n divides it, else 256 (kThreads). The variable is read once.
+int mix_threads_for(int n) {
+    static const int asked = [] {
+        const char* v = std::getenv("STRATA_CUDA_HR_MIX_THREADS");
+        return v ? std::atoi(v) : 0;
+    }();
+    auto fits = [&](int threads) { return threads >= kGroup * n && threads <= kMixMaxThreads && threads % (kGroup * n) == 0; };
+    if (fits(asked)) return asked;
+    return fits(kMixThreads) ? kMixThreads : kThreads;
+}
+
 bool pdl_on() {
     int v = g_pdl.load();
     if (v < 0) {
@@ -399,14 +462,15 @@ bool pdl_on() {
 // kernel<<<grid, kThreads, smem, s>>>(args), as a programmatic dependent launch of the stream's previous kernel when
 // pdl (the kernel waits with pdl_wait before reading what that kernel wrote).
 template <class... Params, class... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, size_t smem, cudaStream_t s, bool pdl, Args... args) {
+void launch_kernel(void (*kernel)(Params...), dim3 grid, unsigned threads, size_t smem, cudaStream_t s, bool pdl,
+                   Args... args) {
     if (!pdl) {
-        kernel<<<grid, kThreads, smem, s>>>(args...);
+        kernel<<<grid, threads, smem, s>>>(args...);
         return;
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
-    cfg.blockDim = dim3(kThreads);
+    cfg.blockDim = dim3(threads);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cudaLaunchAttribute attr[1];
@@ -418,7 +482,7 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, size_t smem, cudaStream
 }
 
 struct Layout {
-    size_t xn = 0, part = 0, total = 0;
+    size_t xn = 0, part = 0, x_new = 0, total = 0;   // byte offsets in the scratch
     int cw = 0, chunks = 0, R = 0, blk = 0;
 };
 
@@ -436,7 +500,8 @@ Layout layout(const HyperReadArgs& a, int T, bool with_inj) {
         if (nH % cw == 0 && down_smem(T, cw, l.blk) <= (size_t)kSmemMax) l.cw = cw;
     l.chunks = l.cw ? nH / l.cw : 0;
     l.part = align256((size_t)T * nH * sizeof(float));
-    l.total = l.part + align256((size_t)l.chunks * T * l.R * sizeof(float));
+    l.x_new = l.part + align256((size_t)l.chunks * T * l.R * sizeof(float));
+    l.total = l.x_new + align256((size_t)T * nH * sizeof(float));
     return l;
 }
 
@@ -489,14 +554,19 @@ void hyper_read_v1(cudaStream_t s, const HyperReadArgs& a, const float* X, int T
     g_fused.fetch_add(1, std::memory_order_relaxed);
 }
 
-void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj) {
-    // (kernel 1 reads X as float4s: an unaligned X, which no caller makes today, takes the older kernels)
-    // T > 2 also takes them: measured slower there on the H200 (T = 8: 65 vs 45 µs; t1_ops.json of
-    // tests/gpu/results/2026-11-30-round2), faster at T = 1 (13.8 vs 20.5) and T = 2 (23.8 vs 26.4).
-    if (use_v1() || T > 2 || reinterpret_cast<uintptr_t>(X) % 16 != 0) {
-        hyper_read_v1(s, a, X, T, scratch, u, inj);
-        return;
-    }
+namespace {
+
+// (kernel 1 reads X as float4s: an unaligned X, which no caller makes today, takes the older kernels)
+// T > 2 also takes them: measured slower there on the H200 (T = 8: 65 vs 45 µs; t1_ops.json of
+// tests/gpu/results/2026-11-30-round2), faster at T = 1 (13.8 vs 20.5) and T = 2 (23.8 vs 26.4).
+bool two_kernel_path(const float* X, int T) {
+    return !use_v1() && T <= 2 && reinterpret_cast<uintptr_t>(X) % 16 == 0;
+}
+
+// The two kernels; with X_out (hyper_inject_read) kernel 1 reads the streams after the injection pi and kernel 2
+// copies them over X_out (the same array as X).
+void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u,
+                     float* inj, PendingInject pi, float* X_out) {
     STRATA_CHECK(hyper_read_supported(a, T), "cuda hyper_read: shape n=", a.n, " H=", a.H, " r=", a.r, " T=", T,
                  " or weight types ", ggml_type_name(a.down_type), "/", ggml_type_name(a.up_type), " not supported");
     const bool with_inj = inj != nullptr;
@@ -505,6 +575,7 @@ void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, v
     uint8_t* base = static_cast<uint8_t*>(scratch);
     float* xn = (float*)base;
     float* part = (float*)(base + l.part);
+    if (pi.y) pi.x_new = (float*)(base + l.x_new);
     const bool one = T == 1;
 
     const bool pdl = pdl_on();
@@ -517,8 +588,8 @@ void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, v
     with_hr_format(a.down_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
-            launch_kernel(kernel, down_grid, smem1, s, pdl, X, (const float*)a.norm, a.norm_len, a.n, a.H, a.eps, l.cw,
-                          a.down, a.down_rb, a.inject, a.inject_rb, a.r, l.R, T, one_pass, xn, part);
+            launch_kernel(kernel, down_grid, kThreads, smem1, s, pdl, X, (const float*)a.norm, a.norm_len, a.n, a.H, a.eps, l.cw,
+                          a.down, a.down_rb, a.inject, a.inject_rb, a.r, l.R, T, one_pass, pi, xn, part);
         };
         if constexpr (F::ABLK == 32 || F::ABLK == 256) {
             if (l.blk) {
@@ -534,13 +605,15 @@ void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, v
 
     const int blk_up = is_plain(a.up_type) ? 0 : hr_act_block(a.up_type, a.f32_act);
     const size_t smem2 = mix_smem(a, T, blk_up);
-    const int J = kGroups / a.n;
+    const int mix_threads = mix_threads_for(a.n);
+    const int J = mix_threads / kGroup / a.n;
     const unsigned mix_blocks = (unsigned)((a.H + J - 1) / J);
     with_hr_format(a.up_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
-            launch_kernel(kernel, dim3(mix_blocks), smem2, s, pdl, (const float*)part, l.chunks, l.R, a.r, a.n, a.H, T,
-                          a.up, a.up_rb, (const float*)xn, u, with_inj ? inj : nullptr);
+            launch_kernel(kernel, dim3(mix_blocks), (unsigned)mix_threads, smem2, s, pdl, (const float*)part, l.chunks, l.R, a.r, a.n, a.H, T,
+                          a.up, a.up_rb, (const float*)xn, u, with_inj ? inj : nullptr, (const float*)pi.x_new,
+                          pi.y ? X_out : nullptr);
         };
         if constexpr (F::ABLK == 0) {
             if (one) launch(hr_mix_kernel<F, false, true, 1>);
@@ -558,5 +631,30 @@ void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, v
     CUDA_CHECK_LAUNCH();
     g_fused.fetch_add(1, std::memory_order_relaxed);
 }
+
+}  // namespace
+
+void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj) {
+    if (!two_kernel_path(X, T)) {
+        hyper_read_v1(s, a, X, T, scratch, u, inj);
+        return;
+    }
+    run_two_kernels(s, a, X, T, scratch, u, inj, PendingInject{}, nullptr);
+}
+
+void hyper_inject_read(cudaStream_t s, const HyperReadArgs& a, float* X, const float* inj_prev, const float* y, int T,
+                       void* scratch, float* u, float* inj) {
+    const bool fold = two_kernel_path(X, T) && a.H % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
+                      inject_fold_on();
+    if (!fold) {
+        hyper_inject(s, X, inj_prev, y, T, a.n, a.H);
+        hyper_read(s, a, X, T, scratch, u, inj);
+        return;
+    }
+    run_two_kernels(s, a, X, T, scratch, u, inj, PendingInject{inj_prev, y, nullptr}, X);
+    g_folded.fetch_add(1, std::memory_order_relaxed);
+}
+
+int64_t hyper_inject_read_folded_calls() { return g_folded.load(); }
 
 }  // namespace strata::cuda
