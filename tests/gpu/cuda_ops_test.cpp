@@ -266,9 +266,9 @@ void test_select_cells() {
     }
 }
 
-// Backend::hyper_read: the CUDA three-kernel path against the CPU composition of primitive ops. Shapes of the tiny
-// models (H 64, r 16, plain up) and of the full model (H 2048, r 320, block-format up); T = 1, 3, 8; with and without
-// inj. In the Q8 mode each side quantizes its own normalised xn and a (values that differ in the last bit may round
+// Backend::hyper_read: the CUDA kernels against the CPU composition of primitive ops. Shapes of the tiny models (H 64,
+// r 16, plain up) and of the full model (H 2048, r 320, block-format up); T = 1, 2 (the two kernels), 3, 8 (the
+// older three); with and without inj. In the Q8 mode each side quantizes its own normalised xn and a (values that differ in the last bit may round
 // to the neighbouring int8), hence the wider tolerance there. T = 9 must take the composed path.
 void test_hyper_read() {
     struct Case {
@@ -294,7 +294,7 @@ void test_hyper_read() {
         w.down = make_weight(c.down, nH, c.r, 1, "hc_down");
         w.inject = make_weight(c.down, nH, n, 1, "hc_inject");
         w.up = make_weight(c.up, c.r, nH, 1, "hc_up");
-        for (int T : {1, 3, 8, 9})
+        for (int T : {1, 2, 3, 8, 9})
             for (bool with_inj : {true, false}) {
                 const std::string name = std::string("hyper_read ") + ggml_type_name(c.down) + "/" +
                                          ggml_type_name(c.up) + " H=" + std::to_string(c.H) + " T=" +
