@@ -96,10 +96,12 @@ void test_moe_shape(int E, int k, std::initializer_list<int> Ts) {
             std::memcpy(ids_bits.data(), ids.data(), ids.size() * 4);
             Dev dx(x), dy((size_t)T * H), d_ids(ids_bits), d_wts(wts);
             gpu->moe_experts(m, dx, T, k, reinterpret_cast<const int32_t*>(d_ids.p), d_wts, dy);
-            // 2e-4: h differs from the CPU's by float rounding, so its Q8 quantization can differ by one step. At
-            // T >= 32 the tiled kernels sum gate/up in f32 in another order than the integer dots, so more values of h
-            // land on the other side of a step (1.8e-3 seen on the H200, IQ2_XS T = 40; 3e-7 with f32 activations).
-            const double tol = T >= 32 && mode.empty() ? 5e-3 : 2e-4;
+            // Q8 activations: h differs from the CPU's by float rounding, so its Q8 quantization can differ by one
+            // step (4.2e-4 seen on the H200 for Q2_0 E=8 T=4 once other groups drew more random numbers before this
+            // one, 2026-12-04 r65; 4e-7 with f32 activations), hence 1e-3 as for shared_expert. At T >= 32 the tiled
+            // kernels sum gate/up in f32 in another order than the integer dots, so more values of h land on the
+            // other side of a step (1.8e-3 seen, IQ2_XS T = 40). f32 activations: 2e-4.
+            const double tol = !mode.empty() ? 2e-4 : T >= 32 ? 5e-3 : 1e-3;
             report(std::string("moe_experts ") + ggml_type_name(t) + " E=" + std::to_string(E) + " T=" +
                        std::to_string(T) + mode, dy.get(), want, tol);
         }

@@ -1,10 +1,12 @@
 // Backend::gdn_block's steps between the projections in two kernels: conv + silu + the q/k l2 norms (with the
 // history update), and the recurrence with its β/g gates and the gated RMSNorm (optionally also quantizing its output
 // for the out projection). Same formulas and summation order per value as the primitive ops (causal_conv, unary,
-// l2_norm, gdn_recurrent, rms_norm, mul), except the split recurrence at d = 128 (recurrent_gated_split_kernel).
+// l2_norm, gdn_recurrent, rms_norm, mul), except the split recurrences at d = 128 (recurrent_gated_split_kernel and,
+// on sm_90, recurrent_gated_cluster_kernel).
 #include <cstdlib>
 #include <cstring>
 
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include "backend/cuda/kernels/common.cuh"
@@ -240,6 +242,119 @@ recurrent_gated_split_kernel(GdnGatedArgs a, int T, float* __restrict__ S, float
             if (i0 + i < d) Sh[(size_t)(i0 + i) * d + j] = s[i];
 }
 
+// The same recurrence at d = DK with each head over a cluster of C blocks (sm_90): block rank c keeps columns
+// c·W … c·W + W − 1 (W = DK / C = 32) of the head's state, each column split over R threads as in the kernel above
+// (R chains of DK / R products). The split kernel keeps a head's 64 KB state on one multiprocessor (32 of them for
+// 32 heads); here C times as many share the reads and the dependent chains. The gated RMSNorm's Σ out² of the head
+// is the blocks' sums (warp 0 holds a block's 32 columns) read through distributed shared memory, added in rank
+// order, so every block of the cluster gets the same bits. Warp 0 is one Q8_0 block of o (columns h·d + c·W …).
+template <int DK, int C, int R, int QBLK>
+__global__ void __launch_bounds__(DK / C * R)
+recurrent_gated_cluster_kernel(GdnGatedArgs a, int T, float* __restrict__ S, float* __restrict__ o) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    constexpr int W = DK / C, RD = DK / R;
+    static_assert(W == 32, "warp 0 holds the block's columns");
+    __shared__ float qs[DK], ks[DK];
+    __shared__ float kvp[R][W], outp[R][W];
+    __shared__ float block_ss[2];   // this block's Σ out², by token parity (a token's value is read after the next
+                                    // token's cluster barrier at the latest)
+    cg::cluster_group cluster = cg::this_cluster();
+    const int rank = (int)cluster.block_rank();
+    const int part = threadIdx.x / W, jl = threadIdx.x % W;
+    const int h = blockIdx.x / C, d = DK, kh = h % a.nk, i0 = part * RD, j = rank * W + jl;
+    const int kd = a.nk * d, cd = 2 * kd + a.nv * d;
+    float* Sh = S + (size_t)h * d * d;
+    float s[RD];
+#pragma unroll
+    for (int i = 0; i < RD; ++i) s[i] = Sh[(size_t)(i0 + i) * d + j];
+    const float dt_bias = a.dt_bias[h], decay_rate = a.a[h];
+    const float norm_w = a.norm[((size_t)h * d + j) % a.norm_len];   // column h·d + j, as rms_norm
+    const auto column_total = [&](float (&buf)[R][W], float mine) {
+        buf[part][jl] = mine;
+        __syncthreads();
+        float total = 0.0f;
+#pragma unroll
+        for (int p = 0; p < R; ++p) total += buf[p][jl];
+        return total;
+    };
+    for (int t = 0; t < T; ++t) {
+        const float* row = a.conv + (size_t)t * cd;
+        __syncthreads();                                       // previous token's q/k and partials are no longer read
+        for (int i = threadIdx.x; i < d; i += blockDim.x) {
+            qs[i] = row[(size_t)kh * d + i];
+            ks[i] = row[kd + (size_t)kh * d + i];
+        }
+        __syncthreads();
+        float b, decay;
+        token_gates(a, t, h, dt_bias, decay_rate, b, decay);
+        float kv = 0.0f;
+#pragma unroll
+        for (int i = 0; i < RD; ++i) {
+            s[i] *= decay;
+            kv += s[i] * ks[i0 + i];
+        }
+        kv = column_total(kvp, kv);
+        const float delta = b * (row[2 * kd + (size_t)h * d + j] - kv);
+        float out = 0.0f;
+#pragma unroll
+        for (int i = 0; i < RD; ++i) {
+            s[i] += ks[i0 + i] * delta;
+            out += s[i] * qs[i0 + i];
+        }
+        out = column_total(outp, out);
+        if (part == 0) {
+            const float ss = warp_sum(out * out);
+            if (jl == 0) block_ss[t & 1] = ss;
+        }
+        cluster.sync();
+        if (part == 0) {
+            float ss = 0.0f;
+            for (int c = 0; c < C; ++c) ss += *cluster.map_shared_rank(&block_ss[t & 1], c);
+            const float rs = 1.0f / sqrtf(ss / d + a.eps);
+            gated_output<QBLK>(out, rs, norm_w, a, t, h, j, true, o);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < RD; ++i) Sh[(size_t)(i0 + i) * d + j] = s[i];
+    cluster.sync();   // no block leaves while another may still read its block_ss
+#endif
+}
+
+constexpr int kGdnCluster = 4;        // blocks a head (32 columns each)
+constexpr int kGdnClusterParts = 8;   // threads a column (16 rows each): 256 threads a block
+
+// STRATA_CUDA_GDN_CLUSTER=0: the one-block-a-head split kernel instead of the cluster kernel (A/B); read once. The
+// cluster kernel needs sm_90.
+bool gdn_cluster() {
+    static const bool on = [] {
+        const char* v = std::getenv("STRATA_CUDA_GDN_CLUSTER");
+        if (v && std::strcmp(v, "0") == 0) return false;
+        int dev = 0, major = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        return major >= 9;
+    }();
+    return on;
+}
+
+template <int QBLK>
+void launch_cluster(cudaStream_t s, const GdnGatedArgs& a, int T, float* S, float* o) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(a.nv * kGdnCluster));
+    cfg.blockDim = dim3(128 / kGdnCluster * kGdnClusterParts);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kGdnCluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, recurrent_gated_cluster_kernel<128, kGdnCluster, kGdnClusterParts, QBLK>, a, T,
+                                  S, o));
+}
+
 inline int threads_for_head(int d) { return (d + 31) / 32 * 32; }
 
 // STRATA_CUDA_GDN_SPLIT=0: the recurrence one thread per state column (an A/B of the split kernel); read once.
@@ -279,7 +394,10 @@ void gdn_recurrent_gated(cudaStream_t s, const GdnGatedArgs& a, int T, float* S,
     STRATA_CHECK(a.norm_len > 0, "cuda gdn_recurrent_gated: the norm weight is empty");
     if (!T || !a.nv) return;
     const int threads = threads_for_head(a.d);
-    if (gdn_split() && a.d > 64 && a.qblk != 256) {   // d = 128: 4 threads a column, 512 a head
+    if (gdn_split() && a.d == 128 && a.qblk != 256 && gdn_cluster()) {   // 4 blocks a head, 8 threads a column
+        if (a.qblk == 32) launch_cluster<32>(s, a, T, S, o);
+        else launch_cluster<0>(s, a, T, S, o);
+    } else if (gdn_split() && a.d > 64 && a.qblk != 256) {   // d = 128: 4 threads a column, 512 a head
         if (a.qblk == 32) recurrent_gated_split_kernel<128, 4, 32><<<a.nv, 4 * threads, 0, s>>>(a, T, S, o);
         else recurrent_gated_split_kernel<128, 4, 0><<<a.nv, 4 * threads, 0, s>>>(a, T, S, o);
     } else if (a.qblk) {
