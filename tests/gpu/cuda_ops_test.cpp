@@ -268,16 +268,27 @@ void test_select_cells() {
     }
 }
 
+// A hyper-connection module of n streams of H with rank r and random weights in the given formats.
+struct HyperCase {
+    int H, r;
+    GgmlType down, up;
+};
+HyperWeights make_hyper_weights(const HyperCase& c, int n) {
+    const int nH = n * c.H;
+    HyperWeights w;
+    w.norm = make_f32_vector(randn(nH, 0.3f), "hc_norm");
+    w.down = make_weight(c.down, nH, c.r, 1, "hc_down");
+    w.inject = make_weight(c.down, nH, n, 1, "hc_inject");
+    w.up = make_weight(c.up, c.r, nH, 1, "hc_up");
+    return w;
+}
+
 // Backend::hyper_read: the CUDA kernels against the CPU composition of primitive ops. Shapes of the tiny models (H 64,
 // r 16, plain up) and of the full model (H 2048, r 320, block-format up); T = 1, 2 (the two kernels), 3, 8 (the
 // older three); with and without inj. In the Q8 mode each side quantizes its own normalised xn and a (values that differ in the last bit may round
 // to the neighbouring int8), hence the wider tolerance there. T = 9 must take the composed path.
 void test_hyper_read() {
-    struct Case {
-        int H, r;
-        GgmlType down, up;
-    };
-    const std::vector<Case> cases = {
+    const std::vector<HyperCase> cases = {
         {64, 16, GgmlType::Q2_0, GgmlType::F16},      {64, 16, GgmlType::IQ2_XS, GgmlType::F16},
         {64, 16, GgmlType::F32, GgmlType::BF16},      {64, 64, GgmlType::Q8_0, GgmlType::Q2_0},
         {2048, 320, GgmlType::Q2_0, GgmlType::Q2_0},  {2048, 320, GgmlType::IQ2_XS, GgmlType::IQ4_NL},
@@ -289,13 +300,9 @@ void test_hyper_read() {
     // Q8: 6.3e-3 seen at T = 9 (the composed path), 1.04e-2 at T = 1 on the inj output with an IQ4_NL up (the two-kernel
     // path of 2026-11-30; round 2): a flip of one int8 of `a` before the 4-bit up matrix. f32 stays within 5e-5.
     const double tol = mode.empty() ? 2e-2 : 5e-5;
-    for (const Case& c : cases) {
+    for (const HyperCase& c : cases) {
         const int nH = n * c.H;
-        HyperWeights w;
-        w.norm = make_f32_vector(randn(nH, 0.3f), "hc_norm");
-        w.down = make_weight(c.down, nH, c.r, 1, "hc_down");
-        w.inject = make_weight(c.down, nH, n, 1, "hc_inject");
-        w.up = make_weight(c.up, c.r, nH, 1, "hc_up");
+        const HyperWeights w = make_hyper_weights(c, n);
         for (int T : {1, 2, 3, 8, 9})
             for (bool with_inj : {true, false}) {
                 const std::string name = std::string("hyper_read ") + ggml_type_name(c.down) + "/" +
@@ -318,11 +325,7 @@ void test_hyper_read() {
 // reads X with hyper_inject's fmaf). inj_prev is the inj buffer itself (the model's call) or another one; T = 1, 2 fold
 // the injection into the read's first kernel, T = 3 takes the two ops.
 void test_hyper_inject_read() {
-    struct Case {
-        int H, r;
-        GgmlType down, up;
-    };
-    const std::vector<Case> cases = {
+    const std::vector<HyperCase> cases = {
         {64, 16, GgmlType::Q2_0, GgmlType::F16},
         {64, 16, GgmlType::F32, GgmlType::BF16},
         {2048, 320, GgmlType::Q2_0, GgmlType::Q2_0},
@@ -330,13 +333,9 @@ void test_hyper_inject_read() {
     };
     const int n = 4;
     const double tol = mode.empty() ? 2e-2 : 5e-5;   // as test_hyper_read
-    for (const Case& c : cases) {
+    for (const HyperCase& c : cases) {
         const int nH = n * c.H;
-        HyperWeights w;
-        w.norm = make_f32_vector(randn(nH, 0.3f), "hc_norm");
-        w.down = make_weight(c.down, nH, c.r, 1, "hc_down");
-        w.inject = make_weight(c.down, nH, n, 1, "hc_inject");
-        w.up = make_weight(c.up, c.r, nH, 1, "hc_up");
+        const HyperWeights w = make_hyper_weights(c, n);
         for (int T : {1, 2, 3})
             for (int variant = 0; variant < 3; ++variant) {   // 0: inj aliases inj_prev; 1: separate; 2: no inj out
                 const std::string name = std::string("hyper_inject_read ") + ggml_type_name(c.down) + "/" +

@@ -122,6 +122,17 @@ __device__ __forceinline__ void gated_output(float out, float rs, float norm_w, 
     if constexpr (QBLK > 0) quantize_o<QBLK>(v, a, t, h * d + j);
 }
 
+// Token row's q and k of key head kh (d values each; k after the nk·d = kd q values) into the block's qs / ks, after
+// the block's last reads of them (and of anything else read before the previous barrier).
+__device__ __forceinline__ void stage_qk(const float* row, int kh, int d, int kd, float* qs, float* ks) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        qs[i] = row[(size_t)kh * d + i];
+        ks[i] = row[kd + (size_t)kh * d + i];
+    }
+    __syncthreads();
+}
+
 // HPB value heads per block (W = blockDim.x / HPB threads each), one thread per state column j (as gdn_recurrent.cu);
 // q, k, v read from conv. QBLK > 0: o is also written quantized (a.q, a.qd).
 template <int DK, int HPB, int QBLK>
@@ -206,12 +217,7 @@ recurrent_gated_split_kernel(GdnGatedArgs a, int T, float* __restrict__ S, float
     };
     for (int t = 0; t < T; ++t) {
         const float* row = a.conv + (size_t)t * cd;
-        __syncthreads();                                       // previous token's q/k and partials are no longer read
-        for (int i = threadIdx.x; i < d; i += blockDim.x) {
-            qs[i] = row[(size_t)kh * d + i];
-            ks[i] = row[kd + (size_t)kh * d + i];
-        }
-        __syncthreads();
+        stage_qk(row, kh, d, kd, qs, ks);
         float b, decay;
         token_gates(a, t, h, dt_bias, decay_rate, b, decay);
         float kv = 0.0f;
@@ -280,12 +286,7 @@ recurrent_gated_cluster_kernel(GdnGatedArgs a, int T, float* __restrict__ S, flo
     };
     for (int t = 0; t < T; ++t) {
         const float* row = a.conv + (size_t)t * cd;
-        __syncthreads();                                       // previous token's q/k and partials are no longer read
-        for (int i = threadIdx.x; i < d; i += blockDim.x) {
-            qs[i] = row[(size_t)kh * d + i];
-            ks[i] = row[kd + (size_t)kh * d + i];
-        }
-        __syncthreads();
+        stage_qk(row, kh, d, kd, qs, ks);
         float b, decay;
         token_gates(a, t, h, dt_bias, decay_rate, b, decay);
         float kv = 0.0f;
