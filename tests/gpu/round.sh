@@ -14,12 +14,14 @@
 #              the auto share and with every miss zero-copy (staged), and with MTP verify windows
 #   kernels    tests/gpu/kernel_times.py: Nsight Compute's time of every kernel of one decode pass (synthetic model)
 #   detail     tests/gpu/kernel_detail.sh: Nsight Compute's sections (stall reasons, occupancy) of the largest kernels
+#   phases     bench/cuda_kernels: staged_phases (the staged projection step by step) and kernel_boundary
 #   t1         bench/cuda_kernels/t1_ops.sh   t1dec    tests/gpu/t1_ops_decode.sh
 #   matmul     tests/gpu/matmul_t1.sh         pool     tests/gpu/cpu_pool.sh (the pool + one hybrid decode)
 #   head       the output head and greedy choice: cuda_ops_test's Q6_K-rows, argmax and fused-quantization groups,
 #              cuda_matmul_speed --head with and without the Q6_K head kernel, serve greedy GPU = CPU (tiny models)
 # usage: [TARGETS="strata cuda_ops_test ..."] tests/gpu/round.sh NAME STEP[:SECONDS] ...   (TARGETS: build only those)
-#        PREBUILT=build-cuda: no build; the executables of build-cuda/engine (built elsewhere for sm_90 and carried
+#        PREBUILT=build-cuda/carry: no build; the executables of $PREBUILT/engine (packed here by
+#        tests/gpu/pack_prebuilt.sh for sm_90 and carried
 #        with the call) go to build-gpu/engine (saves ~160 s of a call; the checks step needs a real build)
 set -u
 cd "$(dirname "$0")/../.."
@@ -50,7 +52,7 @@ SYN_WAITED=0
 for spec in "$@"; do
   step=${spec%%:*}; limit=${spec#*:}; [ "$limit" = "$spec" ] && limit=120
   case $step in   # steps on the tiny models run while the synthetic model is still being written
-    checks|quick|devjoin|memjoin|cpupool|graphs|t1|head) ;;
+    checks|quick|devjoin|memjoin|cpupool|graphs|t1|head|phases) ;;
     *) [ $SYN_WAITED = 1 ] || { wait $SYN_PID; tail -3 "$ROOT/make_synthetic.log"; SYN_WAITED=1; } ;;
   esac
   dir=$ROOT/$step; mkdir -p "$dir"
@@ -70,6 +72,7 @@ for spec in "$@"; do
     devjoin) cmd=(bash -c "build-gpu/engine/moe_decode_test | grep -E 'tables|FAIL|failed'; python3 tests/gpu/device_join_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/device_join.json") ;;
     memjoin) cmd=(bash tests/gpu/device_join_memcheck.sh build-gpu .gpu-models) ;;
     detail)  cmd=(env OUT=$dir bash tests/gpu/kernel_detail.sh build-gpu "$MODEL") ;;
+    phases)  cmd=(bash -c "build-gpu/engine/staged_phases 200 && build-gpu/engine/kernel_boundary 1000") ;;
     kernels) cmd=(python3 tests/gpu/kernel_times.py --strata build-gpu/engine/strata --model "$MODEL" --out $dir/kernel_times.json) ;;
     head)    cmd=(bash -c "for g in matmul_q6k_rows argmax_rows fused_quant_bits; do build-gpu/engine/cuda_ops_test --only \$g | grep -E 'FAIL|checks'; done; build-gpu/engine/cuda_matmul_speed --head; STRATA_CUDA_Q6K_T1=0 build-gpu/engine/cuda_matmul_speed --head; python3 tests/gpu/serve_greedy_check.py --strata build-gpu/engine/strata --models .gpu-models") ;;
     decode)  cmd=(env OUT=$dir SYN_MODEL=$MODEL BUDGET_S=$(( limit - 30 )) bash bench/decode/run_h200.sh build-gpu ${DECODE_ARGS:-}) ;;
