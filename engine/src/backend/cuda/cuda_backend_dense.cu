@@ -122,25 +122,24 @@ void CudaBackend::hyper_inject(float* X, const float* inj, const float* y, int T
 
 bool CudaBackend::Impl::hyper_read_args(const HyperWeights& w, int n, int H, float eps, bool with_inj,
                                         cuda::HyperReadArgs& a) {
-    Impl& im = *this;
-    a.norm = im.dev_f32(w.norm);
+    a.norm = dev_f32(w.norm);
     a.norm_len = (int)(w.norm.ne[0] * w.norm.n_rows());
     a.down_type = w.down.type;
-    a.down = im.dev(w.down);
+    a.down = dev(w.down);
     a.down_rb = w.down.row_bytes;
     if (with_inj) {
         a.inject_type = w.inject.type;
-        a.inject = im.dev(w.inject);
+        a.inject = dev(w.inject);
         a.inject_rb = w.inject.row_bytes;
     }
     a.up_type = w.up.type;
-    a.up = im.dev(w.up);
+    a.up = dev(w.up);
     a.up_rb = w.up.row_bytes;
     a.n = n;
     a.H = H;
     a.r = (int)w.down.n_rows();
     a.eps = eps;
-    a.f32_act = im.f32_act;
+    a.f32_act = f32_act;
     const int64_t nH = (int64_t)n * H;
     return w.up.ne[0] == a.r && w.up.n_rows() == nH && w.down.ne[0] == nH && a.norm_len == nH &&
            (!with_inj || (w.inject.ne[0] == nH && w.inject.n_rows() == n));

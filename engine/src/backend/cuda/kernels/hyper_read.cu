@@ -441,7 +441,9 @@ int mix_threads_for(int n) {
         const char* v = std::getenv("STRATA_CUDA_HR_MIX_THREADS");
         return v ? std::atoi(v) : 0;
     }();
-    auto fits = [&](int threads) { return threads >= kGroup * n && threads <= kMixMaxThreads && threads % (kGroup * n) == 0; };
+    auto fits = [&](int threads) {
+        return threads >= kGroup * n && threads <= kMixMaxThreads && threads % (kGroup * n) == 0;
+    };
     if (fits(asked)) return asked;
     return fits(kMixThreads) ? kMixThreads : kThreads;
 }
@@ -588,8 +590,8 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int
     with_hr_format(a.down_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
-            launch_kernel(kernel, down_grid, kThreads, smem1, s, pdl, X, (const float*)a.norm, a.norm_len, a.n, a.H, a.eps, l.cw,
-                          a.down, a.down_rb, a.inject, a.inject_rb, a.r, l.R, T, one_pass, pi, xn, part);
+            launch_kernel(kernel, down_grid, kThreads, smem1, s, pdl, X, (const float*)a.norm, a.norm_len, a.n, a.H,
+                          a.eps, l.cw, a.down, a.down_rb, a.inject, a.inject_rb, a.r, l.R, T, one_pass, pi, xn, part);
         };
         if constexpr (F::ABLK == 32 || F::ABLK == 256) {
             if (l.blk) {
@@ -611,9 +613,9 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int
     with_hr_format(a.up_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
-            launch_kernel(kernel, dim3(mix_blocks), (unsigned)mix_threads, smem2, s, pdl, (const float*)part, l.chunks, l.R, a.r, a.n, a.H, T,
-                          a.up, a.up_rb, (const float*)xn, u, with_inj ? inj : nullptr, (const float*)pi.x_new,
-                          pi.y ? X_out : nullptr);
+            launch_kernel(kernel, dim3(mix_blocks), (unsigned)mix_threads, smem2, s, pdl, (const float*)part,
+                          l.chunks, l.R, a.r, a.n, a.H, T, a.up, a.up_rb, (const float*)xn, u, with_inj ? inj : nullptr,
+                          (const float*)pi.x_new, pi.y ? X_out : nullptr);
         };
         if constexpr (F::ABLK == 0) {
             if (one) launch(hr_mix_kernel<F, false, true, 1>);
