@@ -8,6 +8,7 @@
 //   rows_smem   the same words stored into the warp's shared memory and read back (the staging itself)
 //   act_rows    the block first copies a 2.9 KB activation row into shared memory and waits for it (the prologue)
 //   matmul      the real call (cuda::matmul, the staged path: decode and dot products from shared memory)
+// and stream, act_rows and matmul again with every launch reading the same window (*_l2: the weights in L2).
 // Each timed as N launches in one CUDA graph, launch p reading its own 11.9 MB window of a 1 GiB buffer (so weights
 // come from HBM, as in a pass), 10 timed runs after 3 warm-ups (CUDA events); µs a call and GB/s of weights.
 // usage: staged_phases [N=200]
@@ -93,7 +94,8 @@ __global__ void __launch_bounds__(kWarps * 32) rows_kernel(const uint8_t* W, con
 
 struct Case {
     const char* name;
-    int kind;   // 0 stream, 1-3 rows_kernel<kind - 1>, 4 matmul
+    int kind;          // 0 stream, 1-3 rows_kernel<kind - 1>, 4 matmul
+    bool hot = false;  // every launch reads the same window (it stays in L2: what a prefetch into L2 could give)
 };
 
 }  // namespace
@@ -122,7 +124,8 @@ int main(int argc, char** argv) {
         cudaStream_t s;
         CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
-        const Case cases[] = {{"stream", 0}, {"rows", 1}, {"rows_smem", 2}, {"act_rows", 3}, {"matmul", 4}};
+        const Case cases[] = {{"stream", 0}, {"rows", 1}, {"rows_smem", 2}, {"act_rows", 3}, {"matmul", 4},
+                              {"stream_l2", 0, true}, {"act_rows_l2", 3, true}, {"matmul_l2", 4, true}};
         std::printf("staged_phases: %lld rows x %d (Q2_0, %.2f MB a call), %d calls a graph\n", (long long)kRows, kN,
                     kCallBytes / 1e6, n);
         strata::cuda::MatmulArgs m;
@@ -138,7 +141,7 @@ int main(int argc, char** argv) {
             cudaGraph_t g;
             CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
             for (int p = 0; p < n; ++p) {
-                const uint8_t* wp = w + window(p);
+                const uint8_t* wp = w + (c.hot ? 0 : window(p));
                 switch (c.kind) {
                 case 0: stream_kernel<<<kBlocks, kWarps * 32, 0, s>>>((const uint4*)wp, out); break;
                 case 1: rows_kernel<0><<<kBlocks, kWarps * 32, 0, s>>>(wp, (const uint4*)aq, out); break;

@@ -103,10 +103,6 @@ public:
     virtual void hyper_inject_read(float* X, const float* inj_prev, const float* y, const HyperWeights& w, int T, int n,
                                    int H, float eps, float* u, float* inj);
 
-    // A hint that changes no value: these weights are read soon (the next sub-block's), so a backend with a cache in
-    // front of its memory may start loading them while the ops before them run. The default does nothing.
-    virtual void prefetch_weights(const std::vector<const Weight*>& ws) {}
-
     // Causal depthwise conv over time with a carried history. x [T, C]; hist [(K−1)·dil, C] holds the previous
     // inputs (oldest first) and is updated; w {K, C}: y[t, c] = Σ_j w[c, j] · x[t − (K−1−j)·dil, c].
     virtual void causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) = 0;

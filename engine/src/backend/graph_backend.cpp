@@ -18,7 +18,7 @@ enum Op : int {
     kToDevice = 1, kFill, kCopy, kEmbed, kMatmul, kRmsNorm, kL2Norm, kUnary, kMul, kAdd, kScale, kAddRow, kMulRow,
     kSliceCols, kConcatCols, kDeinterleave, kMeanRows, kRepeatStreams, kPleGate, kHyperMix, kHyperInject,
     kHyperRead, kCausalConv, kGdnRecurrent, kGdnBlock, kRope, kScatterRows, kPoolKeyBlocks, kAttentionCells,
-    kRouteTopk, kMoeExperts, kSharedExpert, kRopeMulti, kMoeWithShared, kArgmaxRows, kHyperInjectRead, kPrefetchWeights,
+    kRouteTopk, kMoeExperts, kSharedExpert, kRopeMulti, kMoeWithShared, kArgmaxRows, kHyperInjectRead,
 };
 // Executable graphs kept (least recently used dropped first). The expert-cache path splits a pass into ~49 runs per
 // window size, and speculation adds windows of 2 … 4 tokens and the MTP head's passes: a few hundred in use.
@@ -385,14 +385,6 @@ void GraphBackend::hyper_inject_read(float* X, const float* inj_prev, const floa
     record(kHyperInjectRead, [=, this, &w] { inner_->hyper_inject_read(X, inj_prev, y, w, T, n, H, eps, u, inj); },
            (const void*)X, (const void*)inj_prev, (const void*)y, (const void*)&w, T, n, H, eps, (const void*)u,
            (const void*)inj);
-}
-
-void GraphBackend::prefetch_weights(const std::vector<const Weight*>& ws) {
-    if (recording_) {     // the list is part of the signature (record signs fixed arguments only)
-        sig_.add((uint64_t)ws.size());
-        for (const Weight* w : ws) sign(*w);
-    }
-    record(kPrefetchWeights, [=, this] { inner_->prefetch_weights(ws); });
 }
 
 void GraphBackend::causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) {

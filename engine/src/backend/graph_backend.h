@@ -80,7 +80,6 @@ public:
     void hyper_mix(const float* xn, const float* m, int T, int n, int H, float* u) override;
     void hyper_inject(float* X, const float* inj, const float* y, int T, int n, int H) override;
     void hyper_read(const HyperWeights& w, const float* X, int T, int n, int H, float eps, float* u, float* inj) override;
-    void prefetch_weights(const std::vector<const Weight*>& ws) override;
     void hyper_inject_read(float* X, const float* inj_prev, const float* y, const HyperWeights& w, int T, int n, int H,
                            float eps, float* u, float* inj) override;
     void causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) override;

@@ -12,10 +12,6 @@ Qwen4Exp::Qwen4Exp(const std::string& path, Backend& be) : be_(be), file_(GgufFi
     hp_ = Hparams::from_gguf(*file_);
     w_ = ModelWeights::bind(*file_, hp_);
     be_.prepare_weights(w_);
-    for (const LayerWeights& L : w_.layers) {
-        mixer_prefetch_.push_back(mixer_weight_list(L));
-        ffn_prefetch_.push_back(ffn_weight_list(L));
-    }
 }
 
 void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out, const Media* media) {
@@ -55,7 +51,6 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
         inj(be_, (size_t)T * n), logits(be_, std::max<size_t>(1, (size_t)logit_rows * hp_.n_vocab)), d_ids(be_, T),
         d_pos(be_, T), d_pos3(be_, mm ? (size_t)3 * T : 1), choice(be_, std::max(1, logit_rows));
     const int32_t* pos_dev = upload_ints(be_, d_pos, pos);
-    if (!w_.layers.empty()) be_.prefetch_weights(mixer_prefetch_[0]);
     be_.embed(w_.token_embd, upload_ints(be_, d_ids, std::vector<int32_t>(ids, ids + T)), T, e);
     if (media && media->rows)   // image rows replace the placeholders' embeddings (runs of consecutive rows at once)
         for (int t = 0; t < T;) {
@@ -81,9 +76,6 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
     for (int il = 0; il < hp_.n_layer; ++il) {
         const LayerWeights& L = w_.layers[il];
         LayerState& st = s.layers[il];
-        // The FFN's dense weights load into the backend's cache while the mixer runs, the next layer's mixer weights
-        // while the FFN runs (a hint; no value changes).
-        be_.prefetch_weights(ffn_prefetch_[il]);
         if (L.has_ple) {
             if (pending) be_.hyper_inject(X, inj, y, T, n, H);
             pending = false;
@@ -96,7 +88,6 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
         else qsa_block(be_, hp_, L.qsa, st, hp_.compress_ratios[il], u, T, P, pos_dev, y, mm ? &mrope : nullptr);
 
         hyper_inject_read(be_, hp_, L.hc_ffn, X, inj, y, T, u, inj);
-        if (il + 1 < hp_.n_layer) be_.prefetch_weights(mixer_prefetch_[il + 1]);
         moe_block(be_, hp_, L.moe, u, T, y);
         pending = true;
     }

@@ -54,7 +54,6 @@ private:
     std::unique_ptr<GgufFile> file_;
     Hparams hp_;
     ModelWeights w_;
-    std::vector<std::vector<const Weight*>> mixer_prefetch_, ffn_prefetch_;   // per layer (Backend::prefetch_weights)
 };
 
 }  // namespace strata

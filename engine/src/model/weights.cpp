@@ -1,7 +1,5 @@
 #include "model/weights.h"
 
-#include <initializer_list>
-
 #include "common/error.h"
 
 namespace strata {
@@ -162,37 +160,6 @@ ModelWeights ModelWeights::bind(GgufFile& f, Hparams& hp) {
         m.nextn = bind_nextn(f, hp, hp.n_layer);
     }
     return m;
-}
-
-namespace {
-void add_present(std::vector<const Weight*>& out, std::initializer_list<const Weight*> ws) {
-    for (const Weight* w : ws)
-        if (w->present()) out.push_back(w);
-}
-}  // namespace
-
-std::vector<const Weight*> mixer_weight_list(const LayerWeights& L) {
-    std::vector<const Weight*> out;
-    if (L.has_ple) add_present(out, {&L.ple.key, &L.ple.value, &L.ple.norm_key, &L.ple.norm_query, &L.ple.norm_conv,
-                                     &L.ple.conv1d});
-    add_present(out, {&L.hc_attn.norm, &L.hc_attn.down, &L.hc_attn.up, &L.hc_attn.inject});
-    if (L.recurrent) {
-        const GdnWeights& g = L.gdn;
-        add_present(out, {&g.qkv, &g.gate, &g.beta, &g.alpha, &g.conv1d, &g.dt_bias, &g.a, &g.norm, &g.out});
-    } else {
-        const QsaWeights& q = L.qsa;
-        add_present(out, {&q.q, &q.k, &q.v, &q.q_norm, &q.k_norm, &q.idx_q, &q.idx_k, &q.idx_q_norm, &q.idx_k_norm,
-                          &q.out});
-    }
-    return out;
-}
-
-std::vector<const Weight*> ffn_weight_list(const LayerWeights& L) {
-    std::vector<const Weight*> out;
-    const MoeWeights& m = L.moe;
-    add_present(out, {&L.hc_ffn.norm, &L.hc_ffn.down, &L.hc_ffn.up, &L.hc_ffn.inject, &m.router, &m.shexp_gate_inp,
-                      &m.gate_shexp, &m.up_shexp, &m.down_shexp});
-    return out;
 }
 
 }  // namespace strata

@@ -98,12 +98,6 @@ struct ModelWeights {
     static ModelWeights bind(GgufFile& f, Hparams& hp);
 };
 
-// The dense weights each sub-block of a layer reads in a decode step, for Backend::prefetch_weights: the mixer's
-// (its hyper read, PLE, GDN or QSA projections) and the FFN's (its hyper read, router, shared expert). The routed
-// experts are not in either: which ones a token reads is known only after its router.
-std::vector<const Weight*> mixer_weight_list(const LayerWeights& L);
-std::vector<const Weight*> ffn_weight_list(const LayerWeights& L);
-
 // Binds block `il` of a file: a trunk layer, or the MTP block (attention type; its indexer is optional).
 LayerWeights bind_layer(GgufFile& f, const Hparams& hp, int il);
 // Binds the MTP block's nextn.* tensors (GGUF.md §2.6).

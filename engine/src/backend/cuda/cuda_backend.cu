@@ -54,15 +54,6 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
     impl_->gdn_quant = !(gdn_quant_env && std::strcmp(gdn_quant_env, "0") == 0);
     const char* fused_env = std::getenv("STRATA_CUDA_FUSED_MOE");
     impl_->fused_moe = !(fused_env && std::strcmp(fused_env, "0") == 0);
-    const char* l2_env = std::getenv("STRATA_CUDA_L2_PREFETCH");
-    impl_->l2_prefetch = l2_env ? std::atoi(l2_env) : 0;
-    STRATA_CHECK(impl_->l2_prefetch >= 0 && impl_->l2_prefetch <= 2, "STRATA_CUDA_L2_PREFETCH: '", l2_env,
-                 "' is not 0 (off), 1 (on) or 2 (on, evict-last)");
-    if (impl_->l2_prefetch) {
-        CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->prefetch_stream, cudaStreamNonBlocking));
-        CUDA_CHECK(cudaEventCreateWithFlags(&impl_->prefetch_fork, cudaEventDisableTiming));
-        CUDA_CHECK(cudaEventCreateWithFlags(&impl_->prefetch_join, cudaEventDisableTiming));
-    }
     CUDA_CHECK(cudaMalloc(&impl_->zero_ids, cuda::kTiledMinRows * sizeof(int32_t)));
     CUDA_CHECK(cudaMemset(impl_->zero_ids, 0, cuda::kTiledMinRows * sizeof(int32_t)));
     // The profile's events time ops issued directly. (The hybrid path's MoE runs outside graphs: moe_on_host.)
@@ -85,12 +76,6 @@ CudaBackend::~CudaBackend() {
     for (auto& [host, up] : impl_->weights)
         if (up.owner) cudaFree(up.dev);
     for (auto& [host, d] : impl_->f32) cudaFree(d);
-    if (impl_->prefetch_stream) {
-        cudaStreamSynchronize(impl_->prefetch_stream);
-        cudaStreamDestroy(impl_->prefetch_stream);
-        cudaEventDestroy(impl_->prefetch_fork);
-        cudaEventDestroy(impl_->prefetch_join);
-    }
     cudaStreamDestroy(impl_->stream);
 }
 
@@ -132,11 +117,6 @@ GraphCapture::Exec CudaBackend::capture_end() {
     impl_->capturing = nullptr;
     impl_->scratch = &impl_->pool;
     cudaGraph_t graph = nullptr;
-    if (impl_->prefetch_forked_in_capture) {      // a captured graph must end with every forked branch joined
-        CUDA_CHECK(cudaEventRecord(impl_->prefetch_join, impl_->prefetch_stream));
-        CUDA_CHECK(cudaStreamWaitEvent(impl_->stream, impl_->prefetch_join, 0));
-        impl_->prefetch_forked_in_capture = false;
-    }
     CUDA_CHECK(cudaStreamEndCapture(impl_->stream, &graph));
     try {
         g->instantiate(graph);
@@ -150,34 +130,6 @@ GraphCapture::Exec CudaBackend::capture_end() {
     impl_->done("graph");
     if (!g->repeatable()) return nullptr;        // ran once; its scratch is freed after that run (destructor waits)
     return g.release();
-}
-
-// The weights' device ranges requested into L2 on the prefetch stream, after the ops issued so far have started
-// (the fork): the kernels that follow on `stream` find them there. Weights not on the device are skipped.
-void CudaBackend::prefetch_weights(const std::vector<const Weight*>& ws) {
-    Impl& im = *impl_;
-    if (!im.l2_prefetch || im.prof->on() || im.sync_each_op) return;
-    cuda::L2Ranges r;
-    auto flush = [&] {
-        if (!r.n) return;
-        CUDA_CHECK(cudaEventRecord(im.prefetch_fork, im.stream));
-        CUDA_CHECK(cudaStreamWaitEvent(im.prefetch_stream, im.prefetch_fork, 0));
-        if (im.capturing) im.prefetch_forked_in_capture = true;
-        cuda::l2_prefetch(im.prefetch_stream, r, im.l2_prefetch == 2);
-        r.n = 0;
-    };
-    for (const Weight* w : ws) {
-        if (!w || !w->present() || !w->data) continue;
-        auto it = im.weights.upper_bound(w->data);
-        if (it == im.weights.begin()) continue;
-        --it;
-        const size_t bytes = w->row_bytes * (size_t)w->n_rows();
-        if (w->data + bytes > it->first + it->second.bytes) continue;   // not (wholly) uploaded: a routed expert tensor
-        r.p[r.n] = it->second.dev + (w->data - it->first);
-        r.bytes[r.n] = bytes;
-        if (++r.n == cuda::L2Ranges::kMax) flush();
-    }
-    flush();
 }
 
 bool CudaBackend::launch(Exec exec, const std::vector<GraphCapture::Upload>& uploads) {

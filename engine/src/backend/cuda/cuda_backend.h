@@ -81,7 +81,6 @@ public:
     // The injection folded into the read's first kernel where the two-kernel path runs.
     void hyper_inject_read(float* X, const float* inj_prev, const float* y, const HyperWeights& w, int T, int n, int H,
                            float eps, float* u, float* inj) override;
-    void prefetch_weights(const std::vector<const Weight*>& ws) override;   // STRATA_CUDA_L2_PREFETCH
     static int64_t fused_hyper_reads();   // hyper_read calls (all CUDA backends) that took the three-kernel path
     static int64_t folded_injections();   // hyper_inject_read calls (all CUDA backends) that folded the injection
     static int64_t q6k_t1_matmuls();      // Q6_K one-row matmuls (the head) that took their staged kernel

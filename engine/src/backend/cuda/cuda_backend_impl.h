@@ -50,13 +50,6 @@ struct CudaBackend::Impl {
     cuda::PinnedStaging staging{4 << 20};        // uploads of directly issued ops
     cuda::PinnedBuffer route_host;               // routing copied back for the hybrid path
 
-    // Backend::prefetch_weights (STRATA_CUDA_L2_PREFETCH: 0 off, 1 on, 2 with the evict-last hint): its kernels run
-    // on a stream of their own, forked from `stream` at the hint and joined back before a capture ends, so in a
-    // graph they are a branch beside the ops they precede.
-    int l2_prefetch = 0;
-    cudaStream_t prefetch_stream = nullptr;
-    cudaEvent_t prefetch_fork = nullptr, prefetch_join = nullptr;
-    bool prefetch_forked_in_capture = false;
     bool graphs_on = false;                      // GraphCapture offered (not with the profile or STRATA_CUDA_SYNC)
     cuda::CapturedGraph* capturing = nullptr;    // the graph being captured
     bool upload_is_to_device = false;            // the upload in progress comes from to_device (a refillable slot)

@@ -201,14 +201,4 @@ void indexer_scores(cudaStream_t s, const float* q, const float* kb, int nb, int
 void indexer_scores_rows(cudaStream_t s, const float* q, const float* kb, int T, int P, int cr, int ni, int di,
                          float scale, float* out, int stride);
 
-// ---- l2_prefetch.cu ---- Backend::prefetch_weights: device byte ranges pulled into L2 by one small kernel (its
-// loads are fire-and-forget: the kernel ends before they land). evict_last: the lines stay ahead of normal ones.
-struct L2Ranges {
-    static constexpr int kMax = 24;
-    const void* p[kMax];
-    size_t bytes[kMax];
-    int n = 0;
-};
-void l2_prefetch(cudaStream_t s, const L2Ranges& r, bool evict_last);
-
 }  // namespace strata::cuda
