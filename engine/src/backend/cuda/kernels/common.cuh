@@ -60,4 +60,56 @@ __device__ __forceinline__ float quantize_act_block(const float (&v)[BLK / 32], 
     return BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;
 }
 
+// ---- Programmatic dependent launch (sm_90+, STRATA_CUDA_PDL=1): a kernel launched with pdl may start while the
+// previous kernel of the stream still runs. It calls pdl_launch_dependents at its start (the next kernel may then
+// launch too), may load weights (never written by any kernel) and must call pdl_wait before it reads or writes
+// anything else: pdl_wait returns once the previous kernel has ended and its memory is visible (and that one, if
+// launched with pdl, waited for its own previous kernel: the chain stays ordered). Both are no-ops in a kernel
+// launched the ordinary way.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Thread `t` of `nt` requests its share of [p, p + bytes) into L2, one 128-byte line at a time.
+__device__ __forceinline__ void prefetch_l2_lines(const void* p, size_t bytes, int t, int nt) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(127);
+    const uintptr_t e = reinterpret_cast<uintptr_t>(p) + bytes;
+    for (uintptr_t l = a + (uintptr_t)t * 128; l < e; l += (uintptr_t)nt * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(l));
+}
+
+// STRATA_CUDA_PDL=1 on a device of compute capability 9 or more (read once): the decode kernels that follow the
+// protocol above are launched with pdl (kernels.cu files: launch_kernel). Off by default until measured.
+bool pdl_enabled();
+
+// kernel<<<grid, threads, smem, s>>>(args), as a programmatic dependent launch of the stream's previous kernel when
+// pdl (the kernel follows the protocol above).
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, unsigned threads, size_t smem, cudaStream_t s, bool pdl,
+                   Args... args) {
+    if (!pdl) {
+        kernel<<<grid, threads, smem, s>>>(args...);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
+}
+
 }  // namespace strata::cuda

@@ -24,6 +24,8 @@ __device__ __forceinline__ float sigmoid_f(float v) { return 1.0f / (1.0f + expf
 // channel's K − 1 history values stay in registers while the block walks the T tokens.
 __global__ void conv_norm_kernel(const float* __restrict__ qkv, int ld, int T, int nk, int d, int cd,
                                  const float* __restrict__ w, int K, float* __restrict__ hist, float* __restrict__ conv) {
+    pdl_launch_dependents();
+    pdl_wait();
     const int group = blockIdx.x, j = threadIdx.x;
     const bool active = j < d;
     const int c = group * d + j;
@@ -261,6 +263,8 @@ recurrent_gated_cluster_kernel(GdnGatedArgs a, int T, float* __restrict__ S, flo
     namespace cg = cooperative_groups;
     constexpr int W = DK / C, RD = DK / R;
     static_assert(W == 32, "warp 0 holds the block's columns");
+    pdl_launch_dependents();
+    pdl_wait();
     __shared__ float qs[DK], ks[DK];
     __shared__ float kvp[R][W], outp[R][W];
     __shared__ float block_ss[2];   // this block's Σ out², by token parity (a token's value is read after the next
@@ -345,13 +349,15 @@ void launch_cluster(cudaStream_t s, const GdnGatedArgs& a, int T, float* S, floa
     cfg.gridDim = dim3((unsigned)(a.nv * kGdnCluster));
     cfg.blockDim = dim3(128 / kGdnCluster * kGdnClusterParts);
     cfg.stream = s;
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = kGdnCluster;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = pdl_enabled() ? 2 : 1;
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, recurrent_gated_cluster_kernel<128, kGdnCluster, kGdnClusterParts, QBLK>, a, T,
                                   S, o));
 }
@@ -378,7 +384,8 @@ void gdn_conv_norm(cudaStream_t s, const float* qkv, int ld, int T, int nk, int 
     const int cd = (2 * nk + nv) * d;
     STRATA_CHECK(ld >= cd, "cuda gdn_conv_norm: row stride ", ld, " is below the ", cd, " conv channels");
     if (!T || !cd) return;
-    conv_norm_kernel<<<2 * nk + nv, threads_for_head(d), 0, s>>>(qkv, ld, T, nk, d, cd, w, K, hist, conv);
+    launch_kernel(conv_norm_kernel, 2 * nk + nv, threads_for_head(d), 0, s, pdl_enabled(), qkv, ld, T, nk, d, cd, w, K,
+                  hist, conv);
     CUDA_CHECK_LAUNCH();
 }
 

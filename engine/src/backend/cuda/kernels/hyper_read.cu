@@ -38,20 +38,6 @@ std::atomic<int> g_pdl{-1};   // programmatic dependent launches: -1 = STRATA_CU
 std::atomic<int> g_one_pass{-1};   // kernel 1's one-pass prologue at T = 1: -1 = STRATA_CUDA_HR_ONE_PASS (default on)
 std::atomic<int64_t> g_folded{0};  // hyper_inject_read calls with the injection folded into kernel 1
 
-// Programmatic dependent launch (sm_90): each kernel may start before the previous one in the stream ends (kernel 1
-// lets kernel 2's blocks start right away) and waits for that kernel's completion and memory (pdl_wait) before reading
-// anything but weights. Both are no-ops for a kernel launched the ordinary way.
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 // Kernel 1's shared memory for T tokens of a chunk of cw inputs: Q8 (blk > 0) int8 values + scales, else f32 values
 // at a row stride of 33 per 32 (lanes read different 32-input units: the padding spreads them over the banks).
 size_t down_smem(int T, int cw, int blk) {
@@ -357,6 +343,7 @@ hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, i
     float* a = (float*)smem4;                                  // [T, r]
     int8_t* aq = (int8_t*)(a + (size_t)T * r);                 // [T, r] (16-byte aligned: r % 32 == 0 when Q8)
     float* ad = (float*)(aq + (size_t)T * r);                  // [T, r / ABLK]
+    pdl_launch_dependents();   // the next kernel's blocks may start loading its weights
     const int lane = threadIdx.x & 31, g = lane % kGroup, gi = threadIdx.x / kGroup;
     const int J = (int)(blockDim.x / kGroup) / n, jl = gi / n, s = gi % n;
     const int j = blockIdx.x * J + jl;
@@ -455,32 +442,10 @@ bool pdl_on() {
         int major = 0, dev = 0;
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        v = e && std::strcmp(e, "1") == 0 && major >= 9 ? 1 : 0;
+        v = (e && std::strcmp(e, "1") == 0 && major >= 9) || pdl_enabled() ? 1 : 0;
         g_pdl.store(v);
     }
     return v == 1;
-}
-
-// kernel<<<grid, kThreads, smem, s>>>(args), as a programmatic dependent launch of the stream's previous kernel when
-// pdl (the kernel waits with pdl_wait before reading what that kernel wrote).
-template <class... Params, class... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, unsigned threads, size_t smem, cudaStream_t s, bool pdl,
-                   Args... args) {
-    if (!pdl) {
-        kernel<<<grid, threads, smem, s>>>(args...);
-        return;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
 }
 
 struct Layout {

@@ -23,6 +23,18 @@
 
 namespace strata::cuda {
 
+bool pdl_enabled() {
+    static const bool on = [] {
+        const char* e = std::getenv("STRATA_CUDA_PDL");
+        if (!(e && std::strcmp(e, "1") == 0)) return false;
+        int dev = 0, major = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        return major >= 9;
+    }();
+    return on;
+}
+
 namespace {
 
 using namespace q8;        // the Q8-activation kernels (matmul_q8.cuh) and kWarps, the warps per block
@@ -32,6 +44,8 @@ constexpr int kTile = 8;   // activation rows per pass when every row uses the s
 template <int BLK>
 __global__ void quantize_act_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ q,
                                     float* __restrict__ d) {
+    pdl_launch_dependents();
+    pdl_wait();
     const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (b >= n_blocks) return;
     float v[BLK / 32];
@@ -120,6 +134,9 @@ template <int TY, int V>
 __global__ void __launch_bounds__(kWarps * 32)
 matmul_plain_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
                            const float* __restrict__ x, float* __restrict__ y) {
+    pdl_launch_dependents();
+    if (blockIdx.x < rows) prefetch_l2_lines(W + (size_t)blockIdx.x * row_bytes, row_bytes, threadIdx.x, blockDim.x);
+    pdl_wait();
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
         const float sum = plain_row_dot_block<TY, V, kWarps>(W + (size_t)row * row_bytes, n, x);
         if (threadIdx.x == 0) y[row] = sum;
@@ -388,8 +405,8 @@ void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, i
             }
         if (splitk(m, P, m.n / 32)) {   // fused quantization: fewer blocks, each quantizing x once for many rows
             const unsigned grid = FQ ? (unsigned)std::min<int64_t>(m.rows, kSplitKFusedBlocks) : (unsigned)m.rows;
-            matmul_q8_splitk_kernel<F, FQ><<<grid, kWarps * 32, smem, s>>>(m.w, m.row_bytes, m.rows, m.n, act.q,
-                                                                           act.d, x, y);
+            launch_kernel(matmul_q8_splitk_kernel<F, FQ>, grid, kWarps * 32, smem, s, pdl_enabled(), m.w, m.row_bytes,
+                          m.rows, m.n, act.q, act.d, x, y);
             return;
         }
         if constexpr (QInt<F>::kHas) {
@@ -398,8 +415,8 @@ void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, i
                 static ResidentCache known;
                 const unsigned resident = resident_for(s, matmul_q8_staged_kernel<F>, known, staged);
                 const unsigned grid = std::min(grid_for((size_t)m.rows, kWarps * kStagedRows), resident);
-                matmul_q8_staged_kernel<F><<<grid, kWarps * 32, staged, s>>>(m.w, m.row_bytes, m.rows, m.n, act.q,
-                                                                            act.d, y);
+                launch_kernel(matmul_q8_staged_kernel<F>, grid, kWarps * 32, staged, s, pdl_enabled(), m.w,
+                              m.row_bytes, m.rows, m.n, act.q, act.d, y);
                 g_t1_staged_calls.fetch_add(1, std::memory_order_relaxed);
                 return;
             }
@@ -459,7 +476,8 @@ void launch_plain_v(cudaStream_t s, const MatmulArgs& m, const float* x, int P, 
         else if (P <= 4) rows_launch(std::integral_constant<int, 4>{});
         else rows_launch(std::integral_constant<int, kTile>{});
     } else if (splitk(m, P, m.n / V)) {
-        matmul_plain_splitk_kernel<TY, V><<<(unsigned)m.rows, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, x, y);
+        launch_kernel(matmul_plain_splitk_kernel<TY, V>, (unsigned)m.rows, kWarps * 32, 0, s, pdl_enabled(), m.w,
+                      m.row_bytes, m.rows, m.n, x, y);
     } else {
         dim3 grid(gx, (unsigned)P);
         matmul_plain_kernel<TY, V, 1><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride,
@@ -509,8 +527,9 @@ void quantize_act(cudaStream_t s, int block, const float* x, int rows, int n, Ac
     STRATA_CHECK(n % block == 0, "cuda quantize_act: row length ", n, " is not a multiple of the block ", block);
     const int64_t n_blocks = (int64_t)rows * n / block;
     const int warps = 8;
-    if (block == 32) quantize_act_kernel<32><<<grid_for(n_blocks, warps), warps * 32, 0, s>>>(x, n_blocks, a.q, a.d);
-    else quantize_act_kernel<256><<<grid_for(n_blocks, warps), warps * 32, 0, s>>>(x, n_blocks, a.q, a.d);
+    const unsigned grid = grid_for(n_blocks, warps);
+    if (block == 32) launch_kernel(quantize_act_kernel<32>, grid, warps * 32, 0, s, pdl_enabled(), x, n_blocks, a.q, a.d);
+    else launch_kernel(quantize_act_kernel<256>, grid, warps * 32, 0, s, pdl_enabled(), x, n_blocks, a.q, a.d);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -149,7 +149,10 @@ matmul_q8_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
                         float* __restrict__ y) {
     __shared__ uint4 smem[GridSmem<F>::kWords];
     __shared__ float partial[kWarps];
+    pdl_launch_dependents();
+    if (blockIdx.x < rows) prefetch_l2_lines(W + (size_t)blockIdx.x * row_bytes, row_bytes, threadIdx.x, blockDim.x);
     const void* grid = stage_grid<F>(smem);
+    pdl_wait();
     if constexpr (FQ) quantize_rows_to_smem<F::ABLK>(x, n, 0, 0, aq, ad);
     constexpr int kSub = F::QK / 32;
     const int units = n / 32;
@@ -194,6 +197,7 @@ __device__ __forceinline__ float group_sum(float v) {
 // there, 8 lanes a row (lane s: chunks s, s + 8, …), against the activation row that the block copied to shared
 // memory once. Needs W 16-byte aligned and rows · row_bytes a multiple of 16 (so no load passes the matrix's end);
 // dynamic shared memory staged_smem_bytes(). The default for such matmuls since r29 (STRATA_CUDA_T1_STAGED=0: off).
+// A warp's first rows are copied before the activation row (launched with pdl: before the wait, see common.cuh).
 constexpr int kStagedRows = 4;
 constexpr int kStagedBatch = 8;   // 16-byte words per lane in flight
 
@@ -214,20 +218,15 @@ matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
     using Q = QInt<F>;
     extern __shared__ uint4 staged[];   // the activation row (n int8, then its scales), then each warp's rows
     __shared__ uint4 smem[GridSmem<F>::kWords];
+    pdl_launch_dependents();
     const void* grid = stage_grid<F>(smem);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int nd = n / F::ABLK, units = n / 32;
     int8_t* sq = (int8_t*)staged;
     float* sd = (float*)(sq + n);
-    for (int i = threadIdx.x; i < n / 16; i += blockDim.x) staged[i] = __ldg((const uint4*)aq + i);
-    for (int i = threadIdx.x; i < nd; i += blockDim.x) sd[i] = __ldg(ad + i);
-    __syncthreads();
     uint4* buf = (uint4*)((uint8_t*)staged + staged_act_bytes(n, F::ABLK)) + (size_t)warp * staged_warp_words(row_bytes);
-    constexpr int kLanes = 32 / kStagedRows;
-    constexpr int kSub = F::QK / 32;
-    const int s = lane % kLanes, r = lane / kLanes;
-    const int64_t stride = (int64_t)gridDim.x * kWarps * kStagedRows;
-    for (int64_t r0 = ((int64_t)blockIdx.x * kWarps + warp) * kStagedRows; r0 < rows; r0 += stride) {
+    // Rows r0 … r0 + kStagedRows − 1 (their 16-byte words from the boundary at or before r0) into buf.
+    auto stage = [&](int64_t r0) {
         const int nr = (int)min((int64_t)kStagedRows, rows - r0);
         const size_t start = (size_t)r0 * row_bytes, a0 = start & ~(size_t)15;
         const int nw = (int)((start + (size_t)nr * row_bytes + 15 - a0) / 16);
@@ -241,6 +240,21 @@ matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
             for (int j = 0; j < kStagedBatch; ++j)
                 if (i0 + lane + 32 * j < nw) buf[i0 + lane + 32 * j] = v[j];
         }
+    };
+    const int64_t first = ((int64_t)blockIdx.x * kWarps + warp) * kStagedRows;
+    if (first < rows) stage(first);   // weights only: before the wait of a programmatic dependent launch
+    pdl_wait();
+    for (int i = threadIdx.x; i < n / 16; i += blockDim.x) staged[i] = __ldg((const uint4*)aq + i);
+    for (int i = threadIdx.x; i < nd; i += blockDim.x) sd[i] = __ldg(ad + i);
+    __syncthreads();
+    constexpr int kLanes = 32 / kStagedRows;
+    constexpr int kSub = F::QK / 32;
+    const int s = lane % kLanes, r = lane / kLanes;
+    const int64_t stride = (int64_t)gridDim.x * kWarps * kStagedRows;
+    for (int64_t r0 = first; r0 < rows; r0 += stride) {
+        const int nr = (int)min((int64_t)kStagedRows, rows - r0);
+        const size_t start = (size_t)r0 * row_bytes, a0 = start & ~(size_t)15;
+        if (r0 != first) stage(r0);
         __syncwarp();
         float acc = 0.0f;
         if (r < nr) {

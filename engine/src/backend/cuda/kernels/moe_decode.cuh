@@ -49,6 +49,8 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
     constexpr int kLanes = 32 / ROWS;
     __shared__ uint4 smem[GridSmem<F>::kWords];
     __shared__ float hs[kHBlock];
+    pdl_launch_dependents();
+    pdl_wait();
     const int p = blockIdx.y;
     const bool shared = p >= P;   // uniform per block
     const int arow = shared ? p - P : p / act_div;
@@ -128,6 +130,8 @@ moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int row
     static_assert(kDownRows == 1 || SPLIT == 1, "a row split over warps is one row a warp");
     __shared__ uint4 smem[GridSmem<F>::kWords];
     __shared__ float split_part[kDecodeWarps];
+    pdl_launch_dependents();
+    pdl_wait();
     const void* grid = stage_grid<F>(smem);
     constexpr int kSub = F::QK / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % SPLIT;
@@ -240,9 +244,9 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
             const dim3 grid((unsigned)(I / q8::kHBlock) + (sh.gvec ? 1u : 0u), (unsigned)pairs);
             const int rows_a_warp = gate_up_rows();
             auto launch = [&](auto kernel, size_t smem) {
-                kernel<<<grid, q8::kHBlock / rows_a_warp * 32, smem, s>>>(
-                    gate.w, up.w, gate.row_bytes, I, gate.n, gate.mat_stride, gate.ids, gate.act_div, P, sh, act.q,
-                    act.d, x, d.gates, d.hq, d.hd, gate.mats, up.mats);
+                launch_kernel(kernel, grid, q8::kHBlock / rows_a_warp * 32, smem, s, pdl_enabled(), gate.w, up.w,
+                              gate.row_bytes, I, gate.n, gate.mat_stride, gate.ids, gate.act_div, P, sh, act.q, act.d,
+                              x, d.gates, d.hq, d.hd, gate.mats, up.mats);
             };
             auto launch_rows = [&](auto fq, size_t smem) {
                 constexpr bool FQ = decltype(fq)::value;
@@ -268,9 +272,9 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
             const unsigned per_block = q8::kDecodeWarps / split * q8::kDownRows;
             const dim3 grid((unsigned)((down.rows + per_block - 1) / per_block), (unsigned)T);
             auto launch = [&](auto kernel) {
-                kernel<<<grid, q8::kDecodeWarps * 32, 0, s>>>(down.w, down.row_bytes, (int)down.rows, down.n,
-                                                             down.mat_stride, down.ids, d.hq, d.hd, wts, k, P, sh.down,
-                                                             d.gates, accumulate, y, down.mats);
+                launch_kernel(kernel, grid, q8::kDecodeWarps * 32, 0, s, pdl_enabled(), down.w, down.row_bytes,
+                              (int)down.rows, down.n, down.mat_stride, down.ids, d.hq, d.hd, wts, k, P, sh.down,
+                              d.gates, accumulate, y, down.mats);
             };
             if (split == 4) launch(q8::moe_down_combine_kernel<F, 4>);
             else if (split == 2) launch(q8::moe_down_combine_kernel<F, 2>);

@@ -168,6 +168,8 @@ template <int VPL>
 __global__ void __launch_bounds__(32)
 route_topk_reg_kernel(const float* logits, int E, int k, int32_t* ids, float* weights) {
     extern __shared__ float smem[];
+    pdl_launch_dependents();
+    pdl_wait();
     const int t = blockIdx.x;
     route_topk_warp<VPL>(logits + (size_t)t * E, E, k, smem, ids + (size_t)t * k, weights + (size_t)t * k);
 }
@@ -208,7 +210,8 @@ void route_topk(cudaStream_t s, const float* logits, int T, int E, int k, int32_
     if (T <= 0) return;
     const size_t smem = (size_t)E * (sizeof(float) + sizeof(topk_exact::Elem)) + (size_t)k * sizeof(int32_t);
     with_values_per_lane((E + 31) / 32, [&](auto vpl) {
-        route_topk_reg_kernel<decltype(vpl)::value><<<T, 32, smem, s>>>(logits, E, k, ids, weights);
+        launch_kernel(route_topk_reg_kernel<decltype(vpl)::value>, T, 32, smem, s, pdl_enabled(), logits, E, k, ids,
+                      weights);
     });
     CUDA_CHECK(cudaGetLastError());
 }
