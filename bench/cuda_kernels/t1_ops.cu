@@ -147,7 +147,7 @@ void bench(const std::string& op, const std::string& detail, int T, double tol, 
     add_row(op, detail, T, t_old, t_new, rel_diff(got, want), tol, repeat);
 }
 
-void bench_hyper_read(GgmlType down_t, GgmlType up_t, bool with_inj, bool pdl) {
+void bench_hyper_read(GgmlType down_t, GgmlType up_t, bool with_inj) {
     const int nH = kN * kH;
     std::vector<float> norm = randn(nH, 0.3f);
     for (float& v : norm) v += 1.0f;
@@ -179,8 +179,7 @@ void bench_hyper_read(GgmlType down_t, GgmlType up_t, bool with_inj, bool pdl) {
         CK(cudaMalloc(&scratch, cuda::hyper_read_scratch_bytes(a, T)));
         float* inj_arg = with_inj ? inj : nullptr;
         const std::string detail = std::string(ggml_type_name(down_t)) + "/" + ggml_type_name(up_t) +
-                                   (with_inj ? " inj" : "") + (pdl ? " pdl" : "");
-        cuda::hyper_read_set_pdl(pdl ? 1 : 0);
+                                   (with_inj ? " inj" : "");
         // Q8 activations: a sum in another order can move an int8 one step (cuda_ops_test allows 1e-2 against the CPU)
         bench("hyper_read", detail, T, is_plain ? 1e-4 : 1e-2,
               [&] { cuda::hyper_read_v1(stream, a, X, T, scratch, u, inj_arg); },
@@ -193,7 +192,7 @@ void bench_hyper_read(GgmlType down_t, GgmlType up_t, bool with_inj, bool pdl) {
                   }
                   return o;
               });
-        if (T == 1 && !pdl && !is_plain) {   // kernel 1's one-pass prologue against its two-pass one
+        if (T == 1 && !is_plain) {   // kernel 1's one-pass prologue against its two-pass one
             bench("hyper_read", detail + " one-pass", T, 1e-2,
                   [&] {
                       cuda::hyper_read_set_one_pass(0);
@@ -301,14 +300,10 @@ int main(int argc, char** argv) {
     cuda::upload_iq_tables();
     cuda::hyper_read_upload_tables();
     for (bool with_inj : {true, false}) {
-        bench_hyper_read(GgmlType::Q2_0, GgmlType::Q2_0, with_inj, false);       // the synthetic model
-        bench_hyper_read(GgmlType::IQ2_XS, GgmlType::IQ4_NL, with_inj, false);   // the published IQ2_XS mix (GGUF.md)
-        bench_hyper_read(GgmlType::BF16, GgmlType::BF16, with_inj, false);       // the BF16 layout
+        bench_hyper_read(GgmlType::Q2_0, GgmlType::Q2_0, with_inj);       // the synthetic model
+        bench_hyper_read(GgmlType::IQ2_XS, GgmlType::IQ4_NL, with_inj);   // the published IQ2_XS mix (GGUF.md)
+        bench_hyper_read(GgmlType::BF16, GgmlType::BF16, with_inj);       // the BF16 layout
     }
-    // kernel 2 as a programmatic dependent launch (STRATA_CUDA_HYPER_PDL=1)
-    bench_hyper_read(GgmlType::Q2_0, GgmlType::Q2_0, true, true);
-    bench_hyper_read(GgmlType::IQ2_XS, GgmlType::IQ4_NL, true, true);
-    cuda::hyper_read_set_pdl(-1);
     bench_route_topk();
     bench_norms();
     bench_hyper_inject();

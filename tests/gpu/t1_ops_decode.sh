@@ -2,7 +2,7 @@
 # The T = 1 kernels of hyper_read / route_topk / rms_norm in a real decode (issue #7, setting (a)), ~70-90 s:
 #   1. strata generate on the synthetic model, 128 tokens, with the replaced kernels (old: STRATA_CUDA_HYPER_READ=v1
 #      STRATA_CUDA_ROUTE_TOPK=v1 STRATA_CUDA_RMS_NORM=v1), with the current ones (new) and with the current ones and
-#      hyper_read's kernels as programmatic dependent launches (pdl: STRATA_CUDA_HYPER_PDL=1): tok/s, tokens agreeing
+#      the decode kernels as programmatic dependent launches (pdl: STRATA_CUDA_PDL=1): tok/s, tokens agreeing
 #   2. STRATA_CUDA_PROFILE=1 tables from strata --serve, 64 tokens after a 1024-token prompt, the three settings
 # Writes $OUT/t1_ops_decode.json and the logs; prints a short summary.
 # usage: bash tests/gpu/t1_ops_decode.sh BUILD_DIR [SYN_MODEL]   (default /tmp/syn-q2_0.gguf)
@@ -18,7 +18,7 @@ rm -f "$OUT"/t1_decode_* "$OUT"/t1_profile_* "$OUT"/t1_ops_decode.json
 settings() {   # the environment of a setting
   case $1 in
     old) echo "STRATA_CUDA_HYPER_READ=v1 STRATA_CUDA_ROUTE_TOPK=v1 STRATA_CUDA_RMS_NORM=v1" ;;
-    pdl) echo "STRATA_CUDA_HYPER_PDL=1" ;;
+    pdl) echo "STRATA_CUDA_PDL=1" ;;
     *) echo "STRATA_T1=new" ;;
   esac
 }

@@ -34,7 +34,6 @@ constexpr int kMixMaxThreads = 1024;      // STRATA_CUDA_HR_MIX_THREADS (a multi
 constexpr int kMixMaxGroups = kMixMaxThreads / kGroup;
 
 std::atomic<int64_t> g_fused{0};
-std::atomic<int> g_pdl{-1};   // programmatic dependent launches: -1 = STRATA_CUDA_HYPER_PDL (default off)
 std::atomic<int> g_one_pass{-1};   // kernel 1's one-pass prologue at T = 1: -1 = STRATA_CUDA_HR_ONE_PASS (default on)
 std::atomic<int64_t> g_folded{0};  // hyper_inject_read calls with the injection folded into kernel 1
 
@@ -343,7 +342,6 @@ hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, i
     float* a = (float*)smem4;                                  // [T, r]
     int8_t* aq = (int8_t*)(a + (size_t)T * r);                 // [T, r] (16-byte aligned: r % 32 == 0 when Q8)
     float* ad = (float*)(aq + (size_t)T * r);                  // [T, r / ABLK]
-    pdl_launch_dependents();   // the next kernel's blocks may start loading its weights
     const int lane = threadIdx.x & 31, g = lane % kGroup, gi = threadIdx.x / kGroup;
     const int J = (int)(blockDim.x / kGroup) / n, jl = gi / n, s = gi % n;
     const int j = blockIdx.x * J + jl;
@@ -435,18 +433,6 @@ int mix_threads_for(int n) {
     return fits(kMixThreads) ? kMixThreads : kThreads;
 }
 
-bool pdl_on() {
-    int v = g_pdl.load();
-    if (v < 0) {
-        const char* e = std::getenv("STRATA_CUDA_HYPER_PDL");
-        int major = 0, dev = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        v = (e && std::strcmp(e, "1") == 0 && major >= 9) || pdl_enabled() ? 1 : 0;
-        g_pdl.store(v);
-    }
-    return v == 1;
-}
 
 struct Layout {
     size_t xn = 0, part = 0, x_new = 0, total = 0;   // byte offsets in the scratch
@@ -510,7 +496,6 @@ void hyper_read_upload_tables() {
     CUDA_CHECK(cudaMemcpyToSymbol(d_kvalues_iq4nl, iq::kvalues_iq4nl, sizeof(iq::kvalues_iq4nl)));
 }
 
-void hyper_read_set_pdl(int mode) { g_pdl.store(mode < 0 ? -1 : mode ? 1 : 0); }
 
 void hyper_read_set_one_pass(int mode) { g_one_pass.store(mode < 0 ? -1 : mode ? 1 : 0); }
 
@@ -545,7 +530,9 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int
     if (pi.y) pi.x_new = (float*)(base + l.x_new);
     const bool one = T == 1;
 
-    const bool pdl = pdl_on();
+    // Not as programmatic dependent launches: with them (the former STRATA_CUDA_HYPER_PDL) cuda_ops_test's hyper
+    // groups failed (73 checks, r71q), cause not found; the kernels' pdl_wait calls are no-ops in ordinary launches.
+    const bool pdl = false;
     // kernel 1's one-pass prologue: T = 1, Q8 activations, whole streams a chunk, blocks inside a stream, float4 norm
     const bool one_pass = one && l.blk > 0 && one_pass_on() && l.cw <= kMaxChunk && l.cw % a.H == 0 &&
                           a.H % l.blk == 0 && l.cw / a.H <= kThreads / 32 && a.norm_len % 4 == 0 &&

@@ -10,9 +10,6 @@ void hyper_read_v1(cudaStream_t s, const HyperReadArgs& a, const float* X, int T
 void route_topk_v1(cudaStream_t s, const float* logits, int T, int E, int k, int32_t* ids, float* weights);
 void rms_norm_v1(cudaStream_t s, const float* x, const float* w, int w_len, int rows, int width, int group, float eps,
                  float* y);
-// hyper_read's kernels as programmatic dependent launches (sm_90; 1 on, 0 off, −1 back to
-// STRATA_CUDA_HYPER_PDL=1, default off).
-void hyper_read_set_pdl(int mode);
 // hyper_read's kernel 1 with its one-pass prologue at T = 1 (1 on, 0 the two-pass one, −1 back to
 // STRATA_CUDA_HR_ONE_PASS, default on).
 void hyper_read_set_one_pass(int mode);
