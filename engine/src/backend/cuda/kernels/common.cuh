@@ -77,6 +77,18 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// p, for reading data an earlier kernel wrote once pdl_wait has returned: no load through the returned pointer can
+// be moved above this point. (Through the original pointer the compiler may issue read-only loads of __restrict__
+// data at any point of the kernel, before the wait too: 2026-12-04 r74, the hyper read's second kernel read its
+// inputs early and cuda_ops_test failed intermittently.) Every dependent pointer of a kernel launched with pdl goes
+// through this right after pdl_wait.
+template <class T>
+__device__ __forceinline__ T* pdl_dep(T* p) {
+    uint64_t v = reinterpret_cast<uint64_t>(p);
+    asm volatile("mov.b64 %0, %0;" : "+l"(v)::"memory");
+    return reinterpret_cast<T*>(v);
+}
+
 // Thread `t` of `nt` requests its share of [p, p + bytes) into L2, one 128-byte line at a time.
 __device__ __forceinline__ void prefetch_l2_lines(const void* p, size_t bytes, int t, int nt) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(127);

@@ -26,6 +26,8 @@ __global__ void conv_norm_kernel(const float* __restrict__ qkv, int ld, int T, i
                                  const float* __restrict__ w, int K, float* __restrict__ hist, float* __restrict__ conv) {
     pdl_launch_dependents();
     pdl_wait();
+    qkv = pdl_dep(qkv);
+    hist = pdl_dep(hist);
     const int group = blockIdx.x, j = threadIdx.x;
     const bool active = j < d;
     const int c = group * d + j;
@@ -265,6 +267,11 @@ recurrent_gated_cluster_kernel(GdnGatedArgs a, int T, float* __restrict__ S, flo
     static_assert(W == 32, "warp 0 holds the block's columns");
     pdl_launch_dependents();
     pdl_wait();
+    a.conv = pdl_dep(a.conv);
+    a.beta = pdl_dep(a.beta);
+    a.alpha = pdl_dep(a.alpha);
+    a.z = pdl_dep(a.z);
+    S = pdl_dep(S);
     __shared__ float qs[DK], ks[DK];
     __shared__ float kvp[R][W], outp[R][W];
     __shared__ float block_ss[2];   // this block's Σ out², by token parity (a token's value is read after the next

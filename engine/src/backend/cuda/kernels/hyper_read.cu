@@ -178,6 +178,9 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
     }
     pdl_launch_dependents();
     pdl_wait();   // X (as the previous kernel's programmatic dependent: only the prefetch came before)
+    X = pdl_dep(X);
+    pi.inj = pdl_dep(pi.inj);
+    pi.y = pdl_dep(pi.y);
 
     int8_t* xq = (int8_t*)smem4;                                          // [T, cw]
     float* xd = (float*)((uint8_t*)smem4 + align256((size_t)T * cw));     // [T, cw / BLK]
@@ -355,12 +358,15 @@ hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, i
         prefetch_l2(wr);
     }
     pdl_wait();   // kernel 1's part and xn (as its programmatic dependent: only the prefetch came before)
+    part = pdl_dep(part);
+    xn = pdl_dep(xn);
+    x_new = pdl_dep(x_new);
     const int nH = n * H;
     float xv[NT];   // this row's xn, loaded while the prologue runs
 #pragma unroll
-    for (int t = 0; t < NT; ++t) xv[t] = g == 0 && t < T ? xn[(size_t)t * nH + row] : 0.0f;
+    for (int t = 0; t < NT; ++t) xv[t] = g == 0 && t < T ? __ldcg(xn + (size_t)t * nH + row) : 0.0f;
     if (x_new && g == 0 && active)   // the injected streams over X: each (s, j) is one group's row
-        for (int t = 0; t < T; ++t) X[(size_t)t * nH + row] = x_new[(size_t)t * nH + row];
+        for (int t = 0; t < T; ++t) X[(size_t)t * nH + row] = __ldcg(x_new + (size_t)t * nH + row);
 
     mix_prologue<F, Q8>(part, chunks, R, r, n, T, blockIdx.x == 0 ? inj : nullptr, a, aq, ad);
 
@@ -508,6 +514,14 @@ void hyper_read_v1(cudaStream_t s, const HyperReadArgs& a, const float* X, int T
 
 namespace {
 
+int hyper_pdl_bits() {
+    static const int bits = [] {
+        const char* e = std::getenv("STRATA_CUDA_HYPER_PDL");
+        return e ? std::atoi(e) & 3 : 3;
+    }();
+    return bits;
+}
+
 // (kernel 1 reads X as float4s: an unaligned X, which no caller makes today, takes the older kernels)
 // T > 2 also takes them: measured slower there on the H200 (T = 8: 65 vs 45 µs; t1_ops.json of
 // tests/gpu/results/2026-11-30-round2), faster at T = 1 (13.8 vs 20.5) and T = 2 (23.8 vs 26.4).
@@ -530,9 +544,11 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int
     if (pi.y) pi.x_new = (float*)(base + l.x_new);
     const bool one = T == 1;
 
-    // Not as programmatic dependent launches: with them (the former STRATA_CUDA_HYPER_PDL) cuda_ops_test's hyper
-    // groups failed (73 checks, r71q), cause not found; the kernels' pdl_wait calls are no-ops in ordinary launches.
-    const bool pdl = false;
+    // Both kernels as programmatic dependent launches with PDL on (STRATA_CUDA_HYPER_PDL: bit 1 kernel 1, bit 2
+    // kernel 2; default 3). Kernel 2 read its inputs before its wait until they went through pdl_dep / __ldcg (r71,
+    // r74: cuda_ops_test's hyper groups failed intermittently).
+    const int hyper_pdl = pdl_enabled() ? hyper_pdl_bits() : 0;
+    const bool pdl1 = hyper_pdl & 1, pdl2 = hyper_pdl & 2;
     // kernel 1's one-pass prologue: T = 1, Q8 activations, whole streams a chunk, blocks inside a stream, float4 norm
     const bool one_pass = one && l.blk > 0 && one_pass_on() && l.cw <= kMaxChunk && l.cw % a.H == 0 &&
                           a.H % l.blk == 0 && l.cw / a.H <= kThreads / 32 && a.norm_len % 4 == 0 &&
@@ -542,7 +558,7 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int
     with_hr_format(a.down_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
-            launch_kernel(kernel, down_grid, kThreads, smem1, s, pdl, X, (const float*)a.norm, a.norm_len, a.n, a.H,
+            launch_kernel(kernel, down_grid, kThreads, smem1, s, pdl1, X, (const float*)a.norm, a.norm_len, a.n, a.H,
                           a.eps, l.cw, a.down, a.down_rb, a.inject, a.inject_rb, a.r, l.R, T, one_pass, pi, xn, part);
         };
         if constexpr (F::ABLK == 32 || F::ABLK == 256) {
@@ -565,7 +581,7 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int
     with_hr_format(a.up_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
-            launch_kernel(kernel, dim3(mix_blocks), (unsigned)mix_threads, smem2, s, pdl, (const float*)part,
+            launch_kernel(kernel, dim3(mix_blocks), (unsigned)mix_threads, smem2, s, pdl2, (const float*)part,
                           l.chunks, l.R, a.r, a.n, a.H, T, a.up, a.up_rb, (const float*)xn, u, with_inj ? inj : nullptr,
                           (const float*)pi.x_new, pi.y ? X_out : nullptr);
         };

@@ -86,13 +86,15 @@ bool with_hr_format(GgmlType t, Fn&& fn) {
 // only its quantized form aq / ad: warp b computes activation block b's values and quantizes them in registers (the
 // same values and bits as a quantization of a). part [chunks, T, R]. Ends with the block synchronised.
 template <class F, bool Q8>
+// part is read through L2 only (__ldcg): kernel 1 of this call wrote it, and an L1 line of an earlier call's part
+// at the same address must not be read (seen with kernel 2 as a programmatic dependent launch, r74).
 __device__ __forceinline__ void mix_prologue(const float* __restrict__ part, int chunks, int R, int r, int n, int T,
                                              float* __restrict__ inj, float* a, int8_t* aq, float* ad) {
     const float inv_n = 1.0f / (float)n;
     auto silu_of_sum = [&](int i) {
         const int t = i / r, k = i % r;
         float v = 0.0f;
-        for (int c = 0; c < chunks; ++c) v += part[((size_t)c * T + t) * R + k];
+        for (int c = 0; c < chunks; ++c) v += __ldcg(part + ((size_t)c * T + t) * R + k);
         v *= inv_n;
         return v / (1.0f + expf(-v));
     };
@@ -113,7 +115,7 @@ __device__ __forceinline__ void mix_prologue(const float* __restrict__ part, int
         for (int i = threadIdx.x; i < T * n; i += blockDim.x) {
             const int t = i / n, k = r + i % n;
             float v = 0.0f;
-            for (int c = 0; c < chunks; ++c) v += part[((size_t)c * T + t) * R + k];
+            for (int c = 0; c < chunks; ++c) v += __ldcg(part + ((size_t)c * T + t) * R + k);
             inj[i] = 1.0f / (1.0f + expf(-(v * inv_n))) * 2.0f;
         }
     __syncthreads();

@@ -46,6 +46,7 @@ __global__ void quantize_act_kernel(const float* __restrict__ x, int64_t n_block
                                     float* __restrict__ d) {
     pdl_launch_dependents();
     pdl_wait();
+    x = pdl_dep(x);
     const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (b >= n_blocks) return;
     float v[BLK / 32];
@@ -137,6 +138,7 @@ matmul_plain_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int6
     pdl_launch_dependents();
     if (blockIdx.x < rows) prefetch_l2_lines(W + (size_t)blockIdx.x * row_bytes, row_bytes, threadIdx.x, blockDim.x);
     pdl_wait();
+    x = pdl_dep(x);
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
         const float sum = plain_row_dot_block<TY, V, kWarps>(W + (size_t)row * row_bytes, n, x);
         if (threadIdx.x == 0) y[row] = sum;

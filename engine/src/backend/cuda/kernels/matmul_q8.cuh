@@ -153,6 +153,9 @@ matmul_q8_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
     if (blockIdx.x < rows) prefetch_l2_lines(W + (size_t)blockIdx.x * row_bytes, row_bytes, threadIdx.x, blockDim.x);
     const void* grid = stage_grid<F>(smem);
     pdl_wait();
+    aq = pdl_dep(aq);
+    ad = pdl_dep(ad);
+    x = pdl_dep(x);
     if constexpr (FQ) quantize_rows_to_smem<F::ABLK>(x, n, 0, 0, aq, ad);
     constexpr int kSub = F::QK / 32;
     const int units = n / 32;
@@ -244,6 +247,8 @@ matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
     const int64_t first = ((int64_t)blockIdx.x * kWarps + warp) * kStagedRows;
     if (first < rows) stage(first);   // weights only: before the wait of a programmatic dependent launch
     pdl_wait();
+    aq = pdl_dep(aq);
+    ad = pdl_dep(ad);
     for (int i = threadIdx.x; i < n / 16; i += blockDim.x) staged[i] = __ldg((const uint4*)aq + i);
     for (int i = threadIdx.x; i < nd; i += blockDim.x) sd[i] = __ldg(ad + i);
     __syncthreads();

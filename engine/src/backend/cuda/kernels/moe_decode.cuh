@@ -51,6 +51,12 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
     __shared__ float hs[kHBlock];
     pdl_launch_dependents();
     pdl_wait();
+    ids = pdl_dep(ids);
+    aq = pdl_dep(aq);
+    ad = pdl_dep(ad);
+    x = pdl_dep(x);
+    mats_g = pdl_dep(mats_g);
+    mats_u = pdl_dep(mats_u);
     const int p = blockIdx.y;
     const bool shared = p >= P;   // uniform per block
     const int arow = shared ? p - P : p / act_div;
@@ -132,6 +138,12 @@ moe_down_combine_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int row
     __shared__ float split_part[kDecodeWarps];
     pdl_launch_dependents();
     pdl_wait();
+    ids = pdl_dep(ids);
+    hq = pdl_dep(hq);
+    hd = pdl_dep(hd);
+    wts = pdl_dep(wts);
+    gates = pdl_dep(gates);
+    mats = pdl_dep(mats);
     const void* grid = stage_grid<F>(smem);
     constexpr int kSub = F::QK / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % SPLIT;

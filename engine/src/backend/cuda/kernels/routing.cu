@@ -170,6 +170,7 @@ route_topk_reg_kernel(const float* logits, int E, int k, int32_t* ids, float* we
     extern __shared__ float smem[];
     pdl_launch_dependents();
     pdl_wait();
+    logits = pdl_dep(logits);
     const int t = blockIdx.x;
     route_topk_warp<VPL>(logits + (size_t)t * E, E, k, smem, ids + (size_t)t * k, weights + (size_t)t * k);
 }
