@@ -517,7 +517,7 @@ namespace {
 int hyper_pdl_bits() {
     static const int bits = [] {
         const char* e = std::getenv("STRATA_CUDA_HYPER_PDL");
-        return e ? std::atoi(e) & 3 : 3;
+        return e ? std::atoi(e) & 3 : 0;
     }();
     return bits;
 }
@@ -544,9 +544,8 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int
     if (pi.y) pi.x_new = (float*)(base + l.x_new);
     const bool one = T == 1;
 
-    // Both kernels as programmatic dependent launches with PDL on (STRATA_CUDA_HYPER_PDL: bit 1 kernel 1, bit 2
-    // kernel 2; default 3). Kernel 2 read its inputs before its wait until they went through pdl_dep / __ldcg (r71,
-    // r74: cuda_ops_test's hyper groups failed intermittently).
+    // As programmatic dependent launches only by STRATA_CUDA_HYPER_PDL (bit 1 kernel 1, bit 2 kernel 2; default 0):
+    // correct since their inputs go through pdl_dep / __ldcg (r74, r75), but decode measured no gain (r75).
     const int hyper_pdl = pdl_enabled() ? hyper_pdl_bits() : 0;
     const bool pdl1 = hyper_pdl & 1, pdl2 = hyper_pdl & 2;
     // kernel 1's one-pass prologue: T = 1, Q8 activations, whole streams a chunk, blocks inside a stream, float4 norm
