@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/common.cuh"
 
 namespace {
 
@@ -136,22 +137,10 @@ cudaGraphExec_t capture(const Buffers& B, int n, size_t work, int pdl, cudaStrea
     for (int p = 0; p < n; ++p) {
         float* in = p % 2 ? B.b : B.a;
         float* out = p % 2 ? B.a : B.b;
-        if (pdl < 0) {
-            phase_kernel<<<B.G, kThreads, 0, s>>>(in, out, B.w, work, p);
-        } else {
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3(B.G);
-            cfg.blockDim = dim3(kThreads);
-            cfg.stream = s;
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attr[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.attrs = attr;
-            cfg.numAttrs = 1;
-            void (*kernel)(const float*, float*, const uint4*, size_t, int) =
-                pdl == 0 ? phase_pdl_kernel<0> : pdl == 1 ? phase_pdl_kernel<1> : phase_pdl_kernel<2>;
-            CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, (const float*)in, out, (const uint4*)B.w, work, p));
-        }
+        void (*kernel)(const float*, float*, const uint4*, size_t, int) =
+            pdl < 0 ? phase_kernel : pdl == 0 ? phase_pdl_kernel<0> : pdl == 1 ? phase_pdl_kernel<1> : phase_pdl_kernel<2>;
+        strata::cuda::launch_kernel(kernel, dim3(B.G), kThreads, 0, s, pdl >= 0, (const float*)in, out,
+                                    (const uint4*)B.w, work, p);
         CUDA_CHECK(cudaGetLastError());
     }
     CUDA_CHECK(cudaStreamEndCapture(s, &g));
