@@ -85,6 +85,9 @@ public:
     static int64_t folded_injections();   // hyper_inject_read calls (all CUDA backends) that folded the injection
     static int64_t q6k_t1_matmuls();      // Q6_K one-row matmuls (the head) that took their staged kernel
     static int64_t t1_staged_matmuls();   // one-row matmuls of many rows that took matmul_q8_staged_kernel
+    // Row groups a warp of the double-buffered staged kernel for later calls (0 the one-group kernel, −1
+    // STRATA_CUDA_STAGED_PIPE): the tests' switch.
+    static void set_staged_pipe(int groups);
     void causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) override;
     void gdn_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int T,
                        int nk, int nv, int dk, int dv, float* S, float* o) override;

@@ -60,6 +60,27 @@ __device__ __forceinline__ float quantize_act_block(const float (&v)[BLK / 32], 
     return BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;
 }
 
+// 16-byte copies global -> shared that run while the thread goes on (sm_80+; a plain copy before).
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned dst = (unsigned)__cvta_generic_to_shared(smem_dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem_src) : "memory");
+#else
+    *(uint4*)smem_dst = *(const uint4*)gmem_src;
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>   // wait until at most N of this thread's committed groups are pending
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
 // ---- Programmatic dependent launch (sm_90+; STRATA_CUDA_PDL=0 turns it off): a kernel launched with pdl may start
 // while the previous kernel of the stream still runs. It calls pdl_launch_dependents at its start (the next kernel
 // may then launch too), may load dense weights (no kernel writes them) and must call pdl_wait before it reads or

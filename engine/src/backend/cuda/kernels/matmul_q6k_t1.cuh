@@ -19,26 +19,6 @@ namespace strata::cuda::q8 {
 
 constexpr int kQ6Rows = 4;   // rows a warp stages at once: 4 x 40 pairs = 5 pairs a lane at n = 2560
 
-__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned dst = (unsigned)__cvta_generic_to_shared(smem_dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem_src) : "memory");
-#else
-    *(uint4*)smem_dst = *(const uint4*)gmem_src;
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-template <int N>   // wait until at most N of this thread's committed groups are pending
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#endif
-}
-
 // Shared memory of the kernel: the activation row (n int8, n / 256 scales) rounded to 16 bytes, then per warp two
 // row-group buffers and the pair sums of one group.
 __host__ __device__ inline size_t q6k_act_bytes(int n) { return ((size_t)n + (size_t)(n / 256) * 4 + 15) / 16 * 16; }

@@ -214,11 +214,37 @@ inline size_t staged_smem_bytes(int n, int ablk, size_t row_bytes) {
     return staged_act_bytes(n, ablk) + (size_t)kWarps * staged_warp_words(row_bytes) * 16;
 }
 
+// The products of one staged row group, rows r0 … r0 + nr − 1 at rows_at (shared memory), with the staged activation
+// row sq / sd: 8 lanes a row, lane s of a row takes chunks s, s + 8, …; y[r0 + r] written. Every lane of the warp
+// calls it (the group sums are shuffles).
+template <class F>
+__device__ __forceinline__ void staged_group_dot(const uint8_t* rows_at, size_t row_bytes, int units, const void* grid,
+                                                 const int8_t* sq, const float* sd, int64_t r0, int nr, float* y) {
+    using Q = QInt<F>;
+    constexpr int kLanes = 32 / kStagedRows;
+    constexpr int kSub = F::QK / 32;
+    const int lane = threadIdx.x & 31, s = lane % kLanes, r = lane / kLanes;
+    float acc = 0.0f;
+    if (r < nr) {
+        const uint8_t* wr = rows_at + (size_t)r * row_bytes;
+#pragma unroll 2
+        for (int u = s; u < units; u += kLanes) {
+            IChunk c;
+            Q::decode(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, c);
+            const int4* q4 = (const int4*)(sq + 32 * u);
+            const int4 lo = q4[0], hi = q4[1];
+            const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+            acc += chunk_term<Q>(c, a, sd[(32 * u) / F::ABLK]);
+        }
+    }
+    acc = group_sum<kLanes>(acc);
+    if (s == 0 && r < nr) y[r0 + r] = acc;
+}
+
 template <class F>
 __global__ void __launch_bounds__(kWarps * 32)
 matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
                         const int8_t* __restrict__ aq, const float* __restrict__ ad, float* __restrict__ y) {
-    using Q = QInt<F>;
     extern __shared__ uint4 staged[];   // the activation row (n int8, then its scales), then each warp's rows
     __shared__ uint4 smem[GridSmem<F>::kWords];
     pdl_launch_dependents();
@@ -252,32 +278,72 @@ matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
     for (int i = threadIdx.x; i < n / 16; i += blockDim.x) staged[i] = __ldg((const uint4*)aq + i);
     for (int i = threadIdx.x; i < nd; i += blockDim.x) sd[i] = __ldg(ad + i);
     __syncthreads();
-    constexpr int kLanes = 32 / kStagedRows;
-    constexpr int kSub = F::QK / 32;
-    const int s = lane % kLanes, r = lane / kLanes;
     const int64_t stride = (int64_t)gridDim.x * kWarps * kStagedRows;
     for (int64_t r0 = first; r0 < rows; r0 += stride) {
         const int nr = (int)min((int64_t)kStagedRows, rows - r0);
         const size_t start = (size_t)r0 * row_bytes, a0 = start & ~(size_t)15;
         if (r0 != first) stage(r0);
         __syncwarp();
-        float acc = 0.0f;
-        if (r < nr) {
-            const uint8_t* wr = (const uint8_t*)buf + (start - a0) + (size_t)r * row_bytes;
-#pragma unroll 2
-            for (int u = s; u < units; u += kLanes) {
-                IChunk c;
-                Q::decode(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, c);
-                const int4* q4 = (const int4*)(sq + 32 * u);
-                const int4 lo = q4[0], hi = q4[1];
-                const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-                acc += chunk_term<Q>(c, a, sd[(32 * u) / F::ABLK]);
-            }
-        }
-        acc = group_sum<kLanes>(acc);
-        if (s == 0 && r < nr) y[r0 + r] = acc;
+        staged_group_dot<F>((const uint8_t*)buf + (start - a0), row_bytes, units, grid, sq, sd, r0, nr, y);
         __syncwarp();   // buf is rewritten by the next rows
     }
+}
+
+// The same products with the warps' row groups double-buffered (STRATA_CUDA_STAGED_PIPE = groups a warp): each warp
+// takes groups g, g + stride, … and copies the next group into its second buffer with cp.async while it decodes
+// the current one, so a group's loads overlap the previous group's arithmetic (in matmul_q8_staged_kernel every
+// warp of the one wave computes only after its rows land). The same lanes, order and sums: the same bits.
+template <class F>
+__global__ void __launch_bounds__(kWarps * 32)
+matmul_q8_staged_pipe_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
+                             const int8_t* __restrict__ aq, const float* __restrict__ ad, float* __restrict__ y) {
+    extern __shared__ uint4 staged[];   // the activation row, then two row-group buffers a warp
+    __shared__ uint4 smem[GridSmem<F>::kWords];
+    pdl_launch_dependents();
+    const void* grid = stage_grid<F>(smem);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nd = n / F::ABLK, units = n / 32;
+    int8_t* sq = (int8_t*)staged;
+    float* sd = (float*)(sq + n);
+    const size_t words = staged_warp_words(row_bytes);
+    uint4* bufs = (uint4*)((uint8_t*)staged + staged_act_bytes(n, F::ABLK)) + (size_t)warp * 2 * words;
+    const int64_t groups = (rows + kStagedRows - 1) / kStagedRows, stride = (int64_t)gridDim.x * kWarps;
+    int64_t g = (int64_t)blockIdx.x * kWarps + warp;
+    auto issue = [&](int64_t grp, int b) {   // one commit group a call, every lane
+        const int64_t r0 = grp * kStagedRows;
+        const int nr = (int)min((int64_t)kStagedRows, rows - r0);
+        const size_t start = (size_t)r0 * row_bytes, a0 = start & ~(size_t)15;
+        const int nw = (int)((start + (size_t)nr * row_bytes + 15 - a0) / 16);
+        const uint4* src = (const uint4*)(W + a0);
+        uint4* dst = bufs + (size_t)b * words;
+        for (int i = lane; i < nw; i += 32) cp_async16(dst + i, src + i);
+        cp_async_commit();
+    };
+    if (g < groups) issue(g, 0);   // weights only: before the wait of a programmatic dependent launch
+    pdl_wait();
+    aq = pdl_dep(aq);
+    ad = pdl_dep(ad);
+    for (int i = threadIdx.x; i < n / 16; i += blockDim.x) staged[i] = __ldg((const uint4*)aq + i);
+    for (int i = threadIdx.x; i < nd; i += blockDim.x) sd[i] = __ldg(ad + i);
+    __syncthreads();
+    for (int cur = 0; g < groups; g += stride, cur ^= 1) {
+        if (g + stride < groups) {
+            issue(g + stride, cur ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncwarp();   // every lane's copies of this group have landed
+        const int64_t r0 = g * kStagedRows;
+        const int nr = (int)min((int64_t)kStagedRows, rows - r0);
+        const size_t start = (size_t)r0 * row_bytes, a0 = start & ~(size_t)15;
+        staged_group_dot<F>((const uint8_t*)(bufs + (size_t)cur * words) + (start - a0), row_bytes, units, grid, sq,
+                            sd, r0, nr, y);
+        __syncwarp();   // this buffer is refilled for the group after next
+    }
+}
+inline size_t staged_pipe_smem_bytes(int n, int ablk, size_t row_bytes) {
+    return staged_act_bytes(n, ablk) + (size_t)kWarps * 2 * staged_warp_words(row_bytes) * 16;
 }
 
 // Several activation rows (T ≥ 2) and an integer format: each warp takes kRows consecutive rows at once, so every
