@@ -119,7 +119,8 @@ __device__ __forceinline__ void prefetch_l2_lines(const void* p, size_t bytes, i
 }
 
 // On a device of compute capability 9 or more unless STRATA_CUDA_PDL=0 (read once): the decode kernels that follow
-// the protocol above are launched with pdl (launch_kernel). 2026-12-04 r71: decode +5-8% on the H200.
+// the protocol above are launched with pdl (launch_kernel). H200, 2026-12-04 r72 / r75: decode +1-3% all on
+// the GPU, +3-6% as a 12 GB PC.
 bool pdl_enabled();
 
 // kernel<<<grid, threads, smem, s>>>(args), as a programmatic dependent launch of the stream's previous kernel when

@@ -214,6 +214,33 @@ inline size_t staged_smem_bytes(int n, int ablk, size_t row_bytes) {
     return staged_act_bytes(n, ablk) + (size_t)kWarps * staged_warp_words(row_bytes) * 16;
 }
 
+// Row group r0 … r0 + nr − 1 of a staged matmul: its bytes start at `start`, copied as nw 16-byte words from the
+// boundary a0 at or before it.
+struct StagedSpan {
+    int nr, nw;
+    size_t start, a0;
+};
+__device__ __forceinline__ StagedSpan staged_span(int64_t r0, int64_t rows, size_t row_bytes) {
+    StagedSpan sp;
+    sp.nr = (int)min((int64_t)kStagedRows, rows - r0);
+    sp.start = (size_t)r0 * row_bytes;
+    sp.a0 = sp.start & ~(size_t)15;
+    sp.nw = (int)((sp.start + (size_t)sp.nr * row_bytes + 15 - sp.a0) / 16);
+    return sp;
+}
+
+// The staged kernels' prologue after their weights are requested: wait for the kernel before (a programmatic
+// dependent launch), copy the activation row (n int8 into staged, nd scales into sd) and synchronise the block.
+__device__ __forceinline__ void stage_act_row(const int8_t* aq, const float* ad, int n, int nd, uint4* staged,
+                                              float* sd) {
+    pdl_wait();
+    aq = pdl_dep(aq);
+    ad = pdl_dep(ad);
+    for (int i = threadIdx.x; i < n / 16; i += blockDim.x) staged[i] = __ldg((const uint4*)aq + i);
+    for (int i = threadIdx.x; i < nd; i += blockDim.x) sd[i] = __ldg(ad + i);
+    __syncthreads();
+}
+
 // The products of one staged row group, rows r0 … r0 + nr − 1 at rows_at (shared memory), with the staged activation
 // row sq / sd: 8 lanes a row, lane s of a row takes chunks s, s + 8, …; y[r0 + r] written. Every lane of the warp
 // calls it (the group sums are shuffles).
@@ -256,10 +283,9 @@ matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
     uint4* buf = (uint4*)((uint8_t*)staged + staged_act_bytes(n, F::ABLK)) + (size_t)warp * staged_warp_words(row_bytes);
     // Rows r0 … r0 + kStagedRows − 1 (their 16-byte words from the boundary at or before r0) into buf.
     auto stage = [&](int64_t r0) {
-        const int nr = (int)min((int64_t)kStagedRows, rows - r0);
-        const size_t start = (size_t)r0 * row_bytes, a0 = start & ~(size_t)15;
-        const int nw = (int)((start + (size_t)nr * row_bytes + 15 - a0) / 16);
-        const uint4* src = (const uint4*)(W + a0);
+        const StagedSpan sp = staged_span(r0, rows, row_bytes);
+        const int nw = sp.nw;
+        const uint4* src = (const uint4*)(W + sp.a0);
         for (int i0 = 0; i0 < nw; i0 += 32 * kStagedBatch) {
             uint4 v[kStagedBatch];
 #pragma unroll
@@ -272,19 +298,13 @@ matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
     };
     const int64_t first = ((int64_t)blockIdx.x * kWarps + warp) * kStagedRows;
     if (first < rows) stage(first);   // weights only: before the wait of a programmatic dependent launch
-    pdl_wait();
-    aq = pdl_dep(aq);
-    ad = pdl_dep(ad);
-    for (int i = threadIdx.x; i < n / 16; i += blockDim.x) staged[i] = __ldg((const uint4*)aq + i);
-    for (int i = threadIdx.x; i < nd; i += blockDim.x) sd[i] = __ldg(ad + i);
-    __syncthreads();
+    stage_act_row(aq, ad, n, nd, staged, sd);
     const int64_t stride = (int64_t)gridDim.x * kWarps * kStagedRows;
     for (int64_t r0 = first; r0 < rows; r0 += stride) {
-        const int nr = (int)min((int64_t)kStagedRows, rows - r0);
-        const size_t start = (size_t)r0 * row_bytes, a0 = start & ~(size_t)15;
+        const StagedSpan sp = staged_span(r0, rows, row_bytes);
         if (r0 != first) stage(r0);
         __syncwarp();
-        staged_group_dot<F>((const uint8_t*)buf + (start - a0), row_bytes, units, grid, sq, sd, r0, nr, y);
+        staged_group_dot<F>((const uint8_t*)buf + (sp.start - sp.a0), row_bytes, units, grid, sq, sd, r0, sp.nr, y);
         __syncwarp();   // buf is rewritten by the next rows
     }
 }
@@ -310,22 +330,14 @@ matmul_q8_staged_pipe_kernel(const uint8_t* __restrict__ W, size_t row_bytes, in
     const int64_t groups = (rows + kStagedRows - 1) / kStagedRows, stride = (int64_t)gridDim.x * kWarps;
     int64_t g = (int64_t)blockIdx.x * kWarps + warp;
     auto issue = [&](int64_t grp, int b) {   // one commit group a call, every lane
-        const int64_t r0 = grp * kStagedRows;
-        const int nr = (int)min((int64_t)kStagedRows, rows - r0);
-        const size_t start = (size_t)r0 * row_bytes, a0 = start & ~(size_t)15;
-        const int nw = (int)((start + (size_t)nr * row_bytes + 15 - a0) / 16);
-        const uint4* src = (const uint4*)(W + a0);
+        const StagedSpan sp = staged_span(grp * kStagedRows, rows, row_bytes);
+        const uint4* src = (const uint4*)(W + sp.a0);
         uint4* dst = bufs + (size_t)b * words;
-        for (int i = lane; i < nw; i += 32) cp_async16(dst + i, src + i);
+        for (int i = lane; i < sp.nw; i += 32) cp_async16(dst + i, src + i);
         cp_async_commit();
     };
     if (g < groups) issue(g, 0);   // weights only: before the wait of a programmatic dependent launch
-    pdl_wait();
-    aq = pdl_dep(aq);
-    ad = pdl_dep(ad);
-    for (int i = threadIdx.x; i < n / 16; i += blockDim.x) staged[i] = __ldg((const uint4*)aq + i);
-    for (int i = threadIdx.x; i < nd; i += blockDim.x) sd[i] = __ldg(ad + i);
-    __syncthreads();
+    stage_act_row(aq, ad, n, nd, staged, sd);
     for (int cur = 0; g < groups; g += stride, cur ^= 1) {
         if (g + stride < groups) {
             issue(g + stride, cur ^ 1);
@@ -335,10 +347,9 @@ matmul_q8_staged_pipe_kernel(const uint8_t* __restrict__ W, size_t row_bytes, in
         }
         __syncwarp();   // every lane's copies of this group have landed
         const int64_t r0 = g * kStagedRows;
-        const int nr = (int)min((int64_t)kStagedRows, rows - r0);
-        const size_t start = (size_t)r0 * row_bytes, a0 = start & ~(size_t)15;
-        staged_group_dot<F>((const uint8_t*)(bufs + (size_t)cur * words) + (start - a0), row_bytes, units, grid, sq,
-                            sd, r0, nr, y);
+        const StagedSpan sp = staged_span(r0, rows, row_bytes);
+        staged_group_dot<F>((const uint8_t*)(bufs + (size_t)cur * words) + (sp.start - sp.a0), row_bytes, units, grid,
+                            sq, sd, r0, sp.nr, y);
         __syncwarp();   // this buffer is refilled for the group after next
     }
 }
