@@ -10,6 +10,7 @@
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
+#include "backend/cuda/kernels/plain_dot.cuh"
 #include "backend/cuda/kernels/t1_variants.h"
 #include "common/error.h"
 #include "model/topk_exact.h"
@@ -175,6 +176,36 @@ route_topk_reg_kernel(const float* logits, int E, int k, int32_t* ids, float* we
     route_topk_warp<VPL>(logits + (size_t)t * E, E, k, smem, ids + (size_t)t * k, weights + (size_t)t * k);
 }
 
+// The router (F32 / F16 / BF16, one token) and its top-k in one launch: block b computes logit b as
+// matmul_plain_splitk_kernel does (the same block shape and sums: the same bits), then the last block to finish
+// (counter, which that block resets to 0) routes over the logits through L2 with route_topk_warp. Saves the top-k's
+// own launch, one dependent kernel a MoE layer.
+constexpr int kRouterWarps = 4;   // matmul.cu's kWarps: the split-K router's block, so the logits keep their bits
+
+template <int TY, int V, int VPL>
+__global__ void __launch_bounds__(kRouterWarps * 32)
+router_topk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int E, int n, const float* __restrict__ x,
+                   float* __restrict__ logits, int k, int32_t* __restrict__ ids, float* __restrict__ weights,
+                   unsigned* __restrict__ counter) {
+    extern __shared__ float smem[];
+    __shared__ bool last;
+    pdl_launch_dependents();
+    prefetch_l2_lines(W + (size_t)blockIdx.x * row_bytes, row_bytes, threadIdx.x, blockDim.x);
+    pdl_wait();
+    x = pdl_dep(x);
+    const float sum = plain_row_dot_block<TY, V, kRouterWarps>(W + (size_t)blockIdx.x * row_bytes, n, x);
+    if (threadIdx.x == 0) {
+        logits[blockIdx.x] = sum;
+        __threadfence();   // this logit is visible before the count says so
+        last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();   // every block's logit (route_topk_warp reads them through L2)
+    if (threadIdx.x < 32) route_topk_warp<VPL>(logits, E, k, smem, ids, weights);
+    if (threadIdx.x == 0) *counter = 0u;
+}
+
 // fn(std::integral_constant<int, V>{}) for the smallest V in 1, 2, 4, …, 32 holding n values a lane (n ≤ 32).
 template <class Fn>
 void with_values_per_lane(int n, Fn&& fn) {
@@ -203,6 +234,37 @@ void route_topk_v1(cudaStream_t s, const float* logits, int T, int E, int k, int
     if (T <= 0) return;
     route_topk_kernel<<<T, 32, smem, s>>>(logits, E, k, ids, weights);
     CUDA_CHECK(cudaGetLastError());
+}
+
+// STRATA_CUDA_ROUTER_TOPK=0: the router matmul and route_topk as two launches (an A/B); read once.
+static bool router_topk_on() {
+    static const bool on = [] {
+        const char* v = std::getenv("STRATA_CUDA_ROUTER_TOPK");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+    return on;
+}
+
+bool router_topk(cudaStream_t s, const MatmulArgs& m, const float* x, int E, int k, float* logits, int32_t* ids,
+                 float* weights, unsigned* counter) {
+    const bool plain = m.type == GgmlType::F32 || m.type == GgmlType::F16 || m.type == GgmlType::BF16;
+    const size_t wa = m.type == GgmlType::F32 ? 16 : 8;   // launch_plain's 16-byte load conditions
+    if (!router_topk_on() || use_v1() || !plain || m.ids || m.rows != E || E < 1 || E > 1024 || k < 1 || k > E ||
+        m.n % 4 != 0 || (uintptr_t)x % 16 != 0 || (uintptr_t)m.w % wa != 0 || m.row_bytes % wa != 0)
+        return false;
+    const size_t smem = (size_t)E * (sizeof(float) + sizeof(topk_exact::Elem)) + (size_t)k * sizeof(int32_t);
+    with_values_per_lane((E + 31) / 32, [&](auto vpl) {
+        constexpr int VPL = decltype(vpl)::value;
+        auto launch = [&](auto kernel) {
+            launch_kernel(kernel, (unsigned)E, kRouterWarps * 32, smem, s, pdl_enabled(), m.w, m.row_bytes, E, m.n,
+                          x, logits, k, ids, weights, counter);
+        };
+        if (m.type == GgmlType::F32) launch(router_topk_kernel<kF32, 4, VPL>);
+        else if (m.type == GgmlType::F16) launch(router_topk_kernel<kF16, 4, VPL>);
+        else launch(router_topk_kernel<kBF16, 4, VPL>);
+    });
+    CUDA_CHECK(cudaGetLastError());
+    return true;
 }
 
 void route_topk(cudaStream_t s, const float* logits, int T, int E, int k, int32_t* ids, float* weights) {
