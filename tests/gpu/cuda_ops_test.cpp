@@ -1,5 +1,5 @@
 // Every Backend op on the CUDA backend against the CPU backend on random inputs: matmul and embed in all 21 weight
-// formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts and shared_expert (both modes), hyper_read, hyper_inject_read and gdn_block (both modes), fused activation quantization == unfused (bits), route_topk (exact ties too), router_topk (the fused router and top-k: the unfused bits), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
+// formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts and shared_expert (both modes), hyper_read, hyper_inject_read and gdn_block (both modes; the conv folded into the recurrence == not, bits), fused activation quantization == unfused (bits), route_topk (exact ties too), router_topk (the fused router and top-k: the unfused bits), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
 // keep-lists), indexer scores, select_cells, the cache writes at device positions (scatter_rows, pool_key_blocks) and
 // attention_cells (dense device counts and sparse cell lists). Ids and positions live in each backend's memory. Prints one line per check and writes JSON when given a path. Needs a GPU.
 // The matmul groups are in cuda_ops_matmul.h.
@@ -532,6 +532,52 @@ void test_gdn_quant_bits() {
     }
 }
 
+// gdn_block with the conv folded into the recurrence kernel (sm_90, d = 128, the published 16 key / 48 value heads
+// and 16 / 32) against the conv as its own kernel: y, S and the history the same bits; T = 1, 2, 5.
+void test_gdn_conv_fold() {
+    const int K = 4, H = 2048;
+    for (const int nv : {48, 32}) {
+        const int nk = 16, d = 128, kd = nk * d, vd = nv * d, cd = 2 * kd + vd;
+        GdnWeights w;
+        w.qkv = make_weight(GgmlType::Q2_0, H, cd, 1, "attn_qkv", false);
+        w.gate = make_weight(GgmlType::Q2_0, H, vd, 1, "attn_gate", false);
+        w.beta = make_weight(GgmlType::Q2_0, H, nv, 1, "ssm_beta", false);
+        w.alpha = make_weight(GgmlType::Q2_0, H, nv, 1, "ssm_alpha", false);
+        gpu->upload_together({&w.qkv, &w.gate, &w.beta, &w.alpha});
+        w.out = make_weight(GgmlType::Q2_0, vd, H, 1, "ssm_out");
+        std::vector<float> a = randn(nv, 0.5f);
+        for (float& v : a) v = -std::exp(v);
+        w.conv1d = make_f32_vector(randn((size_t)cd * K, 0.3f), "ssm_conv1d");
+        w.dt_bias = make_f32_vector(randn(nv), "ssm_dt.bias");
+        w.a = make_f32_vector(a, "ssm_a");
+        w.norm = make_f32_vector(randn(d, 0.3f), "ssm_norm");
+        Backend::GdnShape shape;
+        shape.nk = nk;
+        shape.nv = nv;
+        shape.d = d;
+        shape.conv_kernel = K;
+        shape.rms_eps = 1e-6f;
+        for (int T : {1, 2, 5}) {
+            const std::string name = "gdn_block conv folded nv=" + std::to_string(nv) + " T=" + std::to_string(T) + mode;
+            const std::vector<float> u = randn((size_t)T * H), hist = randn((size_t)(K - 1) * cd),
+                                     S = randn((size_t)vd * d, 0.1f);
+            std::vector<std::vector<float>> got[2];
+            int64_t folds[2];
+            for (int i = 0; i < 2; ++i) {
+                CudaBackend::set_gdn_conv_fold(i == 0 ? 1 : 0);
+                const int64_t before = CudaBackend::gdn_conv_folds();
+                Dev du(u), dh(hist), dS(S), dy((size_t)T * H);
+                gpu->gdn_block(w, shape, du, T, dh, dS, dy);
+                got[i] = {dy.get(), dS.get(), dh.get()};
+                folds[i] = CudaBackend::gdn_conv_folds() - before;
+            }
+            CudaBackend::set_gdn_conv_fold(-1);
+            for (int k = 0; k < 3; ++k) report_same_bits(name + " [" + "ySh"[k] + "] bits", got[0][k], got[1][k]);
+            report(name + " path", {(float)folds[0], (float)folds[1]}, {1.0f, 0.0f}, 0.0);
+        }
+    }
+}
+
 void test_gdn_block_unfused() {
     setenv("STRATA_CUDA_FUSED_GDN", "0", 1);
     CudaBackend unfused(0);
@@ -805,6 +851,7 @@ int main(int argc, char** argv) {
         group("gdn_block", [] { test_gdn_block(); });
         group("gdn_block_unfused", test_gdn_block_unfused);
         group("gdn_block_quant", test_gdn_quant_bits);
+        group("gdn_conv_fold", test_gdn_conv_fold);
         group("conv_gdn_rope_attention", test_conv_gdn_rope_attention);
         group("act_reuse", test_act_reuse);
         group("fused_quant_bits", test_fused_quant_bits);

@@ -88,11 +88,16 @@ public:
     // Row groups a warp of the double-buffered staged kernel for later calls (0 the one-group kernel, −1
     // STRATA_CUDA_STAGED_PIPE): the tests' switch.
     static void set_staged_pipe(int groups);
+    // gdn_block's conv folded into the recurrence kernel where it fits (1), never (0) or per STRATA_CUDA_GDN_CONV_FOLD
+    // (−1) for later calls: the tests' switch.
+    static void set_gdn_conv_fold(int mode);
+    static int64_t gdn_conv_folds();   // gdn_block calls (all CUDA backends) whose recurrence kernel did the conv
     void causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) override;
     void gdn_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int T,
                        int nk, int nv, int dk, int dv, float* S, float* o) override;
     // Two kernels between the projections (kernels/gdn_fused.cu): conv + silu + q/k l2 norms, then the recurrence
-    // with its gates and the gated RMSNorm, which also quantizes o for the out projection where the activation block
+    // with its gates and the gated RMSNorm (one kernel where the recurrence's clusters also do the conv: sm_90,
+    // d = 128; STRATA_CUDA_GDN_CONV_FOLD=0 off), which also quantizes o for the out projection where the activation block
     // fits (Q8_0 for d % 32 == 0, Q8_K for d = 128; STRATA_CUDA_GDN_QUANT=0 turns that off). The input projections
     // share one activation quantization, and run as one matmul per run of weights uploaded together. The primitive
     // ops with STRATA_CUDA_FUSED_GDN=0 or shapes the kernels do not take.

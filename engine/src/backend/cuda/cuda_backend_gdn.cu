@@ -7,6 +7,7 @@ namespace strata {
 namespace {
 std::atomic<int64_t> fused_gdn_count{0};       // gdn_block calls on the fused path, all backends
 std::atomic<int64_t> gdn_quant_count{0};       // of those, calls whose recurrence kernel quantized o
+std::atomic<int64_t> gdn_fold_count{0};        // of those, calls whose recurrence kernel did the conv
 }
 
 void CudaBackend::causal_conv(const float* x, int T, int C, const Weight& w, int K, int dil, float* hist, float* y) {
@@ -73,18 +74,29 @@ void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float*
             i = j;
         }
     }
-    Impl::Buf conv(*impl_, (size_t)T * cd * sizeof(float)), o(*impl_, (size_t)T * vd * sizeof(float));
-    {
+    Impl::Buf o(*impl_, (size_t)T * vd * sizeof(float));
+    cuda::GdnGatedArgs a;
+    a.nk = nk;
+    a.nv = nv;
+    a.d = d;
+    const int oblk = cuda::act_block(w.out.type);
+    a.qblk = impl_->gdn_quant && !impl_->f32_act && oblk && w.out.ne[0] == vd ? cuda::gdn_quantize_block(d, nv, oblk) : 0;
+    // The conv and q/k norms inside the recurrence kernel where it can (one launch fewer), else gdn_conv_norm first.
+    a.qkv = proj[0].y;
+    a.ld_qkv = proj[0].ld;
+    a.K = K;
+    a.conv_w = impl_->dev_f32(w.conv1d);
+    a.hist = conv_hist;
+    const bool fold_conv = cuda::gdn_conv_fold_supported(a);
+    if (fold_conv) ++gdn_fold_count;
+    Impl::Buf conv(*impl_, fold_conv ? 256 : (size_t)T * cd * sizeof(float));
+    if (!fold_conv) {
         Impl::OpScope step(*impl_, "gdn_block conv_norm");
-        cuda::gdn_conv_norm(impl_->stream, proj[0].y, proj[0].ld, T, nk, nv, d, impl_->dev_f32(w.conv1d), K, conv_hist, conv.as<float>());
+        cuda::gdn_conv_norm(impl_->stream, proj[0].y, proj[0].ld, T, nk, nv, d, a.conv_w, K, conv_hist, conv.as<float>());
+        a.conv = conv.as<float>();
     }
     {
-        Impl::OpScope step(*impl_, "gdn_block recurrent_gated");
-        cuda::GdnGatedArgs a;
-        a.conv = conv.as<float>();
-        a.nk = nk;
-        a.nv = nv;
-        a.d = d;
+        Impl::OpScope step(*impl_, fold_conv ? "gdn_block conv_recurrent_gated" : "gdn_block recurrent_gated");
         a.z = proj[1].y;
         a.ld_z = proj[1].ld;
         a.beta = proj[2].y;
@@ -97,8 +109,6 @@ void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float*
         a.norm_len = (int)values(w.norm);
         a.eps = s.rms_eps;
         // o quantized in the kernel for the out projection: handed to matmul_rows as its cached quantization.
-        const int oblk = cuda::act_block(w.out.type);
-        a.qblk = impl_->gdn_quant && !impl_->f32_act && oblk && w.out.ne[0] == vd ? cuda::gdn_quantize_block(d, nv, oblk) : 0;
         if (a.qblk) {
             impl_->drop_act_cache();
             a.q = static_cast<int8_t*>(impl_->scratch->get((size_t)T * vd));
@@ -119,5 +129,7 @@ void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float*
 
 int64_t CudaBackend::fused_gdn_blocks() { return fused_gdn_count.load(); }
 int64_t CudaBackend::gdn_quantized_outputs() { return gdn_quant_count.load(); }
+int64_t CudaBackend::gdn_conv_folds() { return gdn_fold_count.load(); }
+void CudaBackend::set_gdn_conv_fold(int mode) { cuda::gdn_set_conv_fold(mode); }
 
 }  // namespace strata

@@ -2,9 +2,14 @@
 // history update), and the recurrence with its β/g gates and the gated RMSNorm (optionally also quantizing its output
 // for the out projection). Same formulas and summation order per value as the primitive ops (causal_conv, unary,
 // l2_norm, gdn_recurrent, rms_norm, mul), except the split recurrences at d = 128 (recurrent_gated_split_kernel and,
-// on sm_90, recurrent_gated_cluster_kernel).
+// on sm_90, recurrent_gated_cluster_kernel). On sm_90 at d = 128 the cluster kernel can also do the first kernel's
+// work (gdn_conv_fold_supported), the same bits in one launch.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
@@ -19,6 +24,21 @@ namespace {
 constexpr int kMaxTaps = 8;
 
 __device__ __forceinline__ float sigmoid_f(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+// One token of a channel's causal conv and silu: taps oldest first (as CpuBackend::causal_conv) over the window's
+// K − 1 values and xt; the window then moves on by one.
+__device__ __forceinline__ float conv_silu_step(float xt, float (&win)[kMaxTaps], const float (&taps)[kMaxTaps],
+                                                int K) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxTaps; ++i)
+        if (i < K) acc += taps[i] * (i < K - 1 ? win[i] : xt);
+#pragma unroll
+    for (int i = 0; i + 1 < kMaxTaps; ++i)   // K − 1 ≤ 7 values
+        if (i < K - 2) win[i] = win[i + 1];
+        else if (i == K - 2) win[i] = xt;
+    return acc / (1.0f + expf(-acc));         // silu
+}
 
 // One block per head-sized group of d channels (q heads, k heads, then v heads), one thread per channel; the
 // channel's K − 1 history values stay in registers while the block walks the T tokens.
@@ -42,15 +62,7 @@ __global__ void conv_norm_kernel(const float* __restrict__ qkv, int ld, int T, i
     const float scale = is_q ? 1.0f / sqrtf((float)d) : 1.0f;
     for (int t = 0; t < T; ++t) {
         const float xt = active ? qkv[(size_t)t * ld + c] : 0.0f;
-        float acc = 0.0f;                                    // taps oldest first, as CpuBackend::causal_conv
-#pragma unroll
-        for (int i = 0; i < kMaxTaps; ++i)
-            if (i < K) acc += taps[i] * (i < K - 1 ? win[i] : xt);
-#pragma unroll
-        for (int i = 0; i + 1 < kMaxTaps; ++i)            // the window moves on by one (K − 1 ≤ 7 values)
-            if (i < K - 2) win[i] = win[i + 1];
-            else if (i == K - 2) win[i] = xt;
-        float v = acc / (1.0f + expf(-acc));                 // silu
+        float v = conv_silu_step(xt, win, taps, K);
         if (is_q || is_k) {
             const float ss = block_sum(active ? v * v : 0.0f);
             v *= scale / sqrtf(ss + 1e-6f);                  // transformers' l2norm eps, as block_gdn.cpp
@@ -252,22 +264,32 @@ recurrent_gated_split_kernel(GdnGatedArgs a, int T, float* __restrict__ S, float
             if (i0 + i < d) Sh[(size_t)(i0 + i) * d + j] = s[i];
 }
 
-// The same recurrence at d = DK with each head over a cluster of C blocks (sm_90): block rank c keeps columns
-// c·W … c·W + W − 1 (W = DK / C = 32) of the head's state, each column split over R threads as in the kernel above
-// (R chains of DK / R products). The split kernel keeps a head's 64 KB state on one multiprocessor (32 of them for
-// 32 heads); here C times as many share the reads and the dependent chains. The gated RMSNorm's Σ out² of the head
-// is the blocks' sums (warp 0 holds a block's 32 columns) read through distributed shared memory, added in rank
-// order, so every block of the cluster gets the same bits. Warp 0 is one Q8_0 block of o (columns h·d + c·W …).
-template <int DK, int C, int R, int QBLK>
+// The same recurrence at d = DK with each head over C blocks (sm_90): block rank c keeps columns c·W … c·W + W − 1
+// (W = DK / C = 32) of the head's state, each column split over R threads as in the kernel above (R chains of DK / R
+// products). The split kernel keeps a head's 64 KB state on one multiprocessor (32 of them for 32 heads); here C
+// times as many share the reads and the dependent chains. The gated RMSNorm's Σ out² of the head is its C blocks'
+// sums (warp 0 holds a block's 32 columns) read through distributed shared memory, added in rank order, so every
+// block of the head gets the same bits. Warp 0 is one Q8_0 block of o (columns h·d + c·W …).
+//
+// CONV (a.conv null): the causal conv, silu and q/k l2 norms of gdn_conv_norm done here from the raw projection
+// rows a.qkv, so that kernel's launch goes. A cluster is then a key head's G = nv / nk value heads (C·G blocks,
+// value head kh + nk·g for block rank g·C + c: the heads that share key head kh = h % nk): each block computes the
+// 2·DK q/k channels of kh (thread i: channel i of q, then k; the same sums as conv_norm_kernel) and part 0 the v
+// channels of its columns. Every block reads the history before the cluster's first barrier and the history moves
+// on after its last: kh's q/k rows by cluster rank 0, a block's v channels by that block.
+template <int DK, int C, int R, int QBLK, bool CONV>
 __global__ void __launch_bounds__(DK / C * R)
 recurrent_gated_cluster_kernel(GdnGatedArgs a, int T, float* __restrict__ S, float* __restrict__ o) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     constexpr int W = DK / C, RD = DK / R;
     static_assert(W == 32, "warp 0 holds the block's columns");
+    static_assert(!CONV || DK / C * R == 2 * DK, "CONV: one thread per q/k channel of the key head");
     pdl_launch_dependents();
     pdl_wait();
     a.conv = pdl_dep(a.conv);
+    a.qkv = pdl_dep(a.qkv);
+    a.hist = pdl_dep(a.hist);
     a.beta = pdl_dep(a.beta);
     a.alpha = pdl_dep(a.alpha);
     a.z = pdl_dep(a.z);
@@ -277,10 +299,33 @@ recurrent_gated_cluster_kernel(GdnGatedArgs a, int T, float* __restrict__ S, flo
     __shared__ float block_ss[2];   // this block's Σ out², by token parity (a token's value is read after the next
                                     // token's cluster barrier at the latest)
     cg::cluster_group cluster = cg::this_cluster();
-    const int rank = (int)cluster.block_rank();
+    const int crank = (int)cluster.block_rank(), rank = crank % C, head0 = crank - rank;   // head0: rank of c = 0
     const int part = threadIdx.x / W, jl = threadIdx.x % W;
-    const int h = blockIdx.x / C, d = DK, kh = h % a.nk, i0 = part * RD, j = rank * W + jl;
+    const int d = DK, i0 = part * RD, j = rank * W + jl;
+    int h, kh;
+    if constexpr (CONV) {
+        kh = blockIdx.x / (C * (a.nv / a.nk));
+        h = kh + a.nk * (crank / C);
+    } else {
+        h = blockIdx.x / C;
+        kh = h % a.nk;
+    }
     const int kd = a.nk * d, cd = 2 * kd + a.nv * d;
+    // CONV: this thread's q/k channel and, in part 0, its column's v channel, with their taps and history windows.
+    const int cqk = threadIdx.x < DK ? kh * d + threadIdx.x : kd + kh * d + (threadIdx.x - DK);
+    const int cv = 2 * kd + h * d + j;
+    float win_qk[kMaxTaps], taps_qk[kMaxTaps], win_v[kMaxTaps], taps_v[kMaxTaps];
+    __shared__ float vs[CONV ? W : 1];
+    __shared__ float qk_part[CONV ? 2 * DK / 32 : 1];
+    if constexpr (CONV) {
+#pragma unroll
+        for (int i = 0; i < kMaxTaps; ++i) {
+            win_qk[i] = i < a.K - 1 ? a.hist[(size_t)i * cd + cqk] : 0.0f;
+            taps_qk[i] = i < a.K ? a.conv_w[(size_t)cqk * a.K + i] : 0.0f;
+            win_v[i] = part == 0 && i < a.K - 1 ? a.hist[(size_t)i * cd + cv] : 0.0f;
+            taps_v[i] = part == 0 && i < a.K ? a.conv_w[(size_t)cv * a.K + i] : 0.0f;
+        }
+    }
     float* Sh = S + (size_t)h * d * d;
     float s[RD];
 #pragma unroll
@@ -296,8 +341,28 @@ recurrent_gated_cluster_kernel(GdnGatedArgs a, int T, float* __restrict__ S, flo
         return total;
     };
     for (int t = 0; t < T; ++t) {
-        const float* row = a.conv + (size_t)t * cd;
-        stage_qk(row, kh, d, kd, qs, ks);
+        float vj;   // column j's v
+        if constexpr (CONV) {
+            // conv_norm_kernel's arithmetic: silu(conv), then q · (1/√d) / ‖q‖ and k / ‖k‖ (block_sum's order over
+            // each half's DK / 32 warps)
+            const float* raw = a.qkv + (size_t)t * a.ld_qkv;
+            const int half = threadIdx.x / DK, lane = threadIdx.x & 31;
+            float v = conv_silu_step(raw[cqk], win_qk, taps_qk, a.K);
+            const float ss = warp_sum(v * v);
+            __syncthreads();   // the previous token's qs, ks, vs and qk_part are no longer read
+            if (lane == 0) qk_part[threadIdx.x >> 5] = ss;
+            if (part == 0) vs[jl] = conv_silu_step(raw[cv], win_v, taps_v, a.K);
+            __syncthreads();
+            const float tot = warp_sum(lane < DK / 32 ? qk_part[half * (DK / 32) + lane] : 0.0f);
+            v *= (half == 0 ? 1.0f / sqrtf((float)d) : 1.0f) / sqrtf(tot + 1e-6f);
+            (half == 0 ? qs : ks)[threadIdx.x % DK] = v;
+            __syncthreads();
+            vj = vs[jl];
+        } else {
+            const float* row = a.conv + (size_t)t * cd;
+            stage_qk(row, kh, d, kd, qs, ks);
+            vj = row[2 * kd + (size_t)h * d + j];
+        }
         float b, decay;
         token_gates(a, t, h, dt_bias, decay_rate, b, decay);
         float kv = 0.0f;
@@ -307,7 +372,7 @@ recurrent_gated_cluster_kernel(GdnGatedArgs a, int T, float* __restrict__ S, flo
             kv += s[i] * ks[i0 + i];
         }
         kv = column_total(kvp, kv);
-        const float delta = b * (row[2 * kd + (size_t)h * d + j] - kv);
+        const float delta = b * (vj - kv);
         float out = 0.0f;
 #pragma unroll
         for (int i = 0; i < RD; ++i) {
@@ -322,14 +387,22 @@ recurrent_gated_cluster_kernel(GdnGatedArgs a, int T, float* __restrict__ S, flo
         cluster.sync();
         if (part == 0) {
             float ss = 0.0f;
-            for (int c = 0; c < C; ++c) ss += *cluster.map_shared_rank(&block_ss[t & 1], c);
+            for (int c = 0; c < C; ++c) ss += *cluster.map_shared_rank(&block_ss[t & 1], head0 + c);
             const float rs = 1.0f / sqrtf(ss / d + a.eps);
             gated_output<QBLK>(out, rs, norm_w, a, t, h, j, true, o);
         }
     }
 #pragma unroll
     for (int i = 0; i < RD; ++i) Sh[(size_t)(i0 + i) * d + j] = s[i];
-    cluster.sync();   // no block leaves while another may still read its block_ss
+    cluster.sync();   // no block leaves while another may still read its block_ss (CONV: or the history)
+    if constexpr (CONV) {
+#pragma unroll
+        for (int i = 0; i < kMaxTaps; ++i) {
+            if (i >= a.K - 1) break;
+            if (crank == 0) a.hist[(size_t)i * cd + cqk] = win_qk[i];
+            if (part == 0) a.hist[(size_t)i * cd + cv] = win_v[i];
+        }
+    }
 #endif
 }
 
@@ -350,23 +423,47 @@ bool gdn_cluster() {
     return on;
 }
 
-template <int QBLK>
-void launch_cluster(cudaStream_t s, const GdnGatedArgs& a, int T, float* S, float* o) {
+// The launch configuration of the cluster kernel: nv·C blocks in clusters of C (CONV: C · nv / nk, a key head's).
+template <int QBLK, bool CONV>
+cudaLaunchConfig_t cluster_config(cudaStream_t s, const GdnGatedArgs& a, cudaLaunchAttribute (&attr)[2]) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)(a.nv * kGdnCluster));
     cfg.blockDim = dim3(128 / kGdnCluster * kGdnClusterParts);
     cfg.stream = s;
-    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kGdnCluster;
+    attr[0].val.clusterDim.x = (unsigned)(CONV ? kGdnCluster * (a.nv / a.nk) : kGdnCluster);
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
     attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = pdl_enabled() ? 2 : 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, recurrent_gated_cluster_kernel<128, kGdnCluster, kGdnClusterParts, QBLK>, a, T,
-                                  S, o));
+    return cfg;
+}
+
+template <int QBLK, bool CONV>
+void launch_cluster(cudaStream_t s, const GdnGatedArgs& a, int T, float* S, float* o) {
+    cudaLaunchAttribute attr[2];
+    const cudaLaunchConfig_t cfg = cluster_config<QBLK, CONV>(s, a, attr);
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, recurrent_gated_cluster_kernel<128, kGdnCluster, kGdnClusterParts, QBLK, CONV>,
+                                  a, T, S, o));
+}
+
+// Whether the CONV cluster kernel can run for nk key and nv value heads here: clusters of C · nv / nk blocks (12
+// for the published 16 / 48 heads: above the portable 8, allowed on sm_90 by opting in) that the GPU can place.
+template <int QBLK>
+bool conv_cluster_fits(const GdnGatedArgs& a) {
+    auto kernel = recurrent_gated_cluster_kernel<128, kGdnCluster, kGdnClusterParts, QBLK, true>;
+    const int size = kGdnCluster * (a.nv / a.nk);
+    if (size > 8) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    cudaLaunchAttribute attr[2];
+    const cudaLaunchConfig_t cfg = cluster_config<QBLK, true>(nullptr, a, attr);
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();   // an unsupported size: not an error of the pass
+        return false;
+    }
+    return clusters > 0;
 }
 
 inline int threads_for_head(int d) { return (d + 31) / 32 * 32; }
@@ -398,6 +495,31 @@ void gdn_conv_norm(cudaStream_t s, const float* qkv, int ld, int T, int nk, int 
 
 // Q8_0 only: the Q8_K form (two heads per 256-block) gave y 1e-7 off the separate quantization on the H200
 // (tests/gpu/results/2026-11-30-round2: gdn_block quantized o IQ2_XS), so the out matmul quantizes Q8_K itself.
+// STRATA_CUDA_GDN_CONV_FOLD=0 (or gdn_set_conv_fold(0)): gdn_conv_norm as its own kernel (an A/B of the fold).
+std::atomic<int> g_conv_fold{-1};
+
+void gdn_set_conv_fold(int mode) { g_conv_fold.store(mode < 0 ? -1 : mode ? 1 : 0); }
+
+bool gdn_conv_fold_supported(const GdnGatedArgs& a) {
+    int on = g_conv_fold.load();
+    if (on < 0) {
+        const char* v = std::getenv("STRATA_CUDA_GDN_CONV_FOLD");
+        on = v && std::strcmp(v, "0") == 0 ? 0 : 1;
+        g_conv_fold.store(on);
+    }
+    if (!on || a.d != 128 || a.qblk == 256 || !gdn_split() || !gdn_cluster() || a.nk < 1 || a.nv % a.nk != 0 ||
+        a.K < 1 || a.K > kMaxTaps || a.nv / a.nk > 16 / kGdnCluster)
+        return false;
+    // Whether the GPU can place such clusters: asked once per (nk, nv, qblk) shape.
+    static std::mutex mu;
+    static std::map<std::tuple<int, int, int>, bool> fits;
+    std::lock_guard<std::mutex> lock(mu);
+    const auto key = std::make_tuple(a.nk, a.nv, a.qblk);
+    auto it = fits.find(key);
+    if (it == fits.end()) it = fits.emplace(key, a.qblk == 32 ? conv_cluster_fits<32>(a) : conv_cluster_fits<0>(a)).first;
+    return it->second;
+}
+
 int gdn_quantize_block(int d, int nv, int blk) {
     (void)nv;
     if (blk == 32 && d % 32 == 0 && d <= 128) return 32;
@@ -408,10 +530,18 @@ void gdn_recurrent_gated(cudaStream_t s, const GdnGatedArgs& a, int T, float* S,
     STRATA_CHECK(a.d >= 1 && a.d <= 128, "cuda gdn_recurrent_gated: head dim ", a.d, " is outside 1..128");
     STRATA_CHECK(a.norm_len > 0, "cuda gdn_recurrent_gated: the norm weight is empty");
     if (!T || !a.nv) return;
+    if (!a.conv) {   // the conv folded in: the cluster kernel only
+        STRATA_CHECK(gdn_conv_fold_supported(a) && a.qkv && a.conv_w && a.hist, "cuda gdn_recurrent_gated: the conv ",
+                     "cannot be folded for ", a.nk, " key and ", a.nv, " value heads of ", a.d);
+        if (a.qblk == 32) launch_cluster<32, true>(s, a, T, S, o);
+        else launch_cluster<0, true>(s, a, T, S, o);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     const int threads = threads_for_head(a.d);
     if (gdn_split() && a.d == 128 && a.qblk != 256 && gdn_cluster()) {   // 4 blocks a head, 8 threads a column
-        if (a.qblk == 32) launch_cluster<32>(s, a, T, S, o);
-        else launch_cluster<0>(s, a, T, S, o);
+        if (a.qblk == 32) launch_cluster<32, false>(s, a, T, S, o);
+        else launch_cluster<0, false>(s, a, T, S, o);
     } else if (gdn_split() && a.d > 64 && a.qblk != 256) {   // d = 128: 4 threads a column, 512 a head
         if (a.qblk == 32) recurrent_gated_split_kernel<128, 4, 32><<<a.nv, 4 * threads, 0, s>>>(a, T, S, o);
         else recurrent_gated_split_kernel<128, 4, 0><<<a.nv, 4 * threads, 0, s>>>(a, T, S, o);

@@ -166,8 +166,18 @@ struct GdnGatedArgs {
     int qblk = 0;
     int8_t* q = nullptr;
     float* qd = nullptr;
+    // conv null: gdn_conv_norm folded into the recurrence (where gdn_conv_fold_supported): the raw projection rows
+    // qkv [T, ld_qkv ≥ cd], the taps conv_w [cd, K] f32 and the history hist [K − 1, cd], moved on by T rows.
+    const float* qkv = nullptr;
+    int ld_qkv = 0, K = 0;
+    const float* conv_w = nullptr;
+    float* hist = nullptr;
 };
 int gdn_quantize_block(int d, int nv, int blk);
+// Whether gdn_recurrent_gated can do gdn_conv_norm's work itself for a's shape (nk, nv, d, K, qblk; sm_90: the
+// cluster kernel) and STRATA_CUDA_GDN_CONV_FOLD is not 0. gdn_set_conv_fold(0 / 1 / −1 = the variable) for tests.
+bool gdn_conv_fold_supported(const GdnGatedArgs& a);
+void gdn_set_conv_fold(int mode);
 void gdn_recurrent_gated(cudaStream_t s, const GdnGatedArgs& a, int T, float* S, float* o);
 
 // ---- rope.cu ---- positions pos[t] on the device, or pos0 + t when pos is null.
