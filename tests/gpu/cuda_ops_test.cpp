@@ -1,5 +1,5 @@
 // Every Backend op on the CUDA backend against the CPU backend on random inputs: matmul and embed in all 21 weight
-// formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts and shared_expert (both modes), hyper_read, hyper_inject_read and gdn_block (both modes; the conv folded into the recurrence == not, bits), fused activation quantization == unfused (bits), route_topk (exact ties too), router_topk (the fused router and top-k: the unfused bits), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
+// formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts and shared_expert (both modes), hyper_read, hyper_inject_read and gdn_block (both modes; the conv folded into the recurrence == not, bits), fused activation quantization == unfused (bits; the MoE kernels' too), route_topk (exact ties too), router_topk (the fused router and top-k: the unfused bits), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
 // keep-lists), indexer scores, select_cells, the cache writes at device positions (scatter_rows, pool_key_blocks) and
 // attention_cells (dense device counts and sparse cell lists). Ids and positions live in each backend's memory. Prints one line per check and writes JSON when given a path. Needs a GPU.
 // The matmul groups are in cuda_ops_matmul.h.
@@ -226,6 +226,51 @@ void test_route_topk() {
             report(name + " ids", got_ids, want_ids, 0.0);
             report(name + " weights", got_sorted_w, want_sorted_w, 1e-5);
         }
+    }
+}
+
+// The merged MoE op at one token with the gate/up kernel quantizing u itself (STRATA_CUDA_MOE_FQ, the default;
+// Q8_0 blocks one a thread, Q2_0 in decode_perm's order with the blocks' Σa) against a backend made with it off
+// (quantize_act first): the same bits. Q2_0 and Q8_0 (Q8_0 blocks), IQ2_XS (Q8_K blocks, the older in-kernel path).
+void test_moe_fq_bits() {
+    setenv("STRATA_CUDA_MOE_FQ", "0", 1);
+    CudaBackend plain(0);
+    unsetenv("STRATA_CUDA_MOE_FQ");
+    const int E = 16, k = 10, H = 2560, I = 512;
+    for (GgmlType t : {GgmlType::Q2_0, GgmlType::Q8_0, GgmlType::IQ2_XS}) {
+        MoeWeights m;
+        m.gate_exps = make_weight(t, H, I, E, "fq_gate_exps");
+        m.up_exps = make_weight(t, H, I, E, "fq_up_exps");
+        m.down_exps = make_weight(GgmlType::Q2_0, I, H, E, "fq_down_exps");
+        m.gate_shexp = make_weight(t, H, I, 1, "fq_gate_shexp");
+        m.up_shexp = make_weight(t, H, I, 1, "fq_up_shexp");
+        m.down_shexp = make_weight(GgmlType::Q2_0, I, H, 1, "fq_down_shexp");
+        m.shexp_gate_inp = make_f32_vector(randn(H, 0.05f), "fq_shexp_gate_inp." + std::string(ggml_type_name(t)));
+        for (const Weight* w : {&m.gate_exps, &m.up_exps, &m.down_exps, &m.gate_shexp, &m.up_shexp, &m.down_shexp,
+                                &m.shexp_gate_inp})
+            plain.upload_weight(*w);
+        std::vector<float> ids_bits(k), wts(k);
+        for (int p = 0; p < k; ++p) {
+            const int32_t id = (p * 7 + 3) % E;
+            std::memcpy(&ids_bits[p], &id, 4);
+            wts[p] = 0.05f + 0.02f * p;
+        }
+        const std::vector<float> u = randn(H);
+        std::vector<float> got[2];
+        for (int i = 0; i < 2; ++i) {
+            CudaBackend& b = i == 0 ? *gpu : plain;
+            float* d_ids = b.alloc(k);
+            float* d_wts = b.alloc(k);
+            b.to_device(d_ids, ids_bits.data(), k);
+            b.to_device(d_wts, wts.data(), k);
+            got[i] = run_on(b, u, H, [&](float* du, float* dy) {
+                b.moe_experts_with_shared(m, du, 1, k, reinterpret_cast<const int32_t*>(d_ids), d_wts, dy);
+            });
+            b.release(d_ids);
+            b.release(d_wts);
+        }
+        report_same_bits(std::string("moe_experts_with_shared in-kernel quantization == quantize_act ") +
+                             ggml_type_name(t), got[0], got[1]);
     }
 }
 
@@ -845,6 +890,7 @@ int main(int argc, char** argv) {
         group("shared_expert", test_shared_expert);
         group("route_topk", test_route_topk);
         group("router_topk", test_router_topk);
+        group("moe_fq_bits", test_moe_fq_bits);
         group("small_ops", test_small_ops);
         group("hyper_read", test_hyper_read);
         group("hyper_inject_read", test_hyper_inject_read);

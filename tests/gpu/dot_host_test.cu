@@ -81,6 +81,43 @@ int check_format(GgmlType t, std::mt19937& rng) {
     return ok ? 0 : 1;
 }
 
+// Formats with decode_perm (kActPerm): each chunk's term from decode_perm against activations in permute_act16's
+// order with Σa given (chunk_term_sum) is the same float as chunk_term after decode.
+template <class F>
+int check_perm(GgmlType t, std::mt19937& rng) {
+    using Q = cuda::QInt<F>;
+    static_assert(Q::kActPerm, "a format with decode_perm");
+    const int n = 1024, rows = 16;
+    const std::vector<uint8_t> data = gputest::random_rows(t, rows, n, rng);
+    const size_t row_bytes = ggml_row_bytes(t, n);
+    std::uniform_int_distribution<int> byte(-127, 127);
+    int bad = 0;
+    for (int r = 0; r < rows; ++r)
+        for (int u = 0; u < n / 32; ++u) {
+            int8_t q[32];
+            for (int8_t& v : q) v = (int8_t)byte(rng);
+            int a[8], ap[8], asum = 0;
+            std::memcpy(a, q, 32);
+            std::memcpy(ap, q, 32);
+            for (int v : q) asum += v;
+            for (int h = 0; h < 2; ++h) {
+                uint32_t g[4];
+                std::memcpy(g, ap + 4 * h, 16);
+                cuda::permute_act16(g);
+                std::memcpy(ap + 4 * h, g, 16);
+            }
+            const uint8_t* blk = data.data() + r * row_bytes + (size_t)(u / (F::QK / 32)) * F::BYTES;
+            cuda::IChunk c, cp;
+            Q::decode(blk, u % (F::QK / 32), nullptr, c);
+            Q::decode_perm(blk, u % (F::QK / 32), nullptr, cp);
+            const float want = cuda::chunk_term<Q>(c, a, 0.37f), got = cuda::chunk_term_sum<Q>(cp, ap, 0.37f, asum);
+            bad += want != got;
+        }
+    std::printf("%-8s decode_perm: %d of %d chunk terms differ  %s\n", ggml_type_name(t), bad, rows * n / 32,
+                bad ? "FAIL" : "ok");
+    return bad ? 1 : 0;
+}
+
 }  // namespace
 
 int main() {
@@ -105,6 +142,7 @@ int main() {
     failed += check_format<FmtIQ2_S>(GgmlType::IQ2_S, rng);
     failed += check_format<FmtIQ3_XXS>(GgmlType::IQ3_XXS, rng);
     failed += check_format<FmtIQ3_S>(GgmlType::IQ3_S, rng);
+    failed += check_perm<FmtQ2_0>(GgmlType::Q2_0, rng);
     std::printf("%s\n", failed ? "dot_host_test: FAILED" : "dot_host_test: all formats within rounding of the CPU");
     return failed ? 1 : 0;
 }

@@ -257,7 +257,7 @@ void CudaBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, i
     const size_t bytes = cuda::moe_decode_scratch_bytes(T * (k + 1), I);
     Impl::Buf scratch(im, bytes);
     const float* gvec = reinterpret_cast<const float*>(im.dev(w.shexp_gate_inp));
-    cuda::moe_shexp_decode(im.stream, ga, ua, da, sg, su, sd, gvec, im.quantized(x, T, H, cuda::act_block(ga.type)), x,
+    cuda::moe_shexp_decode(im.stream, ga, ua, da, sg, su, sd, gvec, im.moe_act(x, T, H, cuda::act_block(ga.type)), x,
                            d_w, T, k, scratch.p, bytes, y);
     ++fused_gate_up_count;
     if (joined) hybrid->join_device(y, T);   // the CPU's pairs, added on the device

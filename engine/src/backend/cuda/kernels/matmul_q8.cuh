@@ -54,6 +54,54 @@ __device__ __forceinline__ void quantize_rows_to_smem(const float* __restrict__ 
     ad = d;
 }
 
+// One row of x (n values, n % 32 == 0) quantized in Q8_0 blocks into shared memory by one thread a block (its 32
+// values as float4s, no shuffles: for blocks of many warps), quantize_act_block<32>'s arithmetic (the same bits):
+// int8 values at q (PERM: each 16 in permute_act16's order), scales at d and, with sums, each block's Σ of its int8
+// values. The caller synchronises the block before reading them.
+template <bool PERM>
+__device__ __forceinline__ void quantize_row32_to_smem(const float* __restrict__ x, int n, int8_t* q, float* d,
+                                                       int* sums) {
+    for (int b = threadIdx.x; b < n / 32; b += blockDim.x) {
+        float4 v[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = ((const float4*)(x + 32 * b))[i];
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+        const float dd = amax / 127.0f;
+        const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        uint32_t w[8];
+        int sum = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const float f[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+            uint32_t word = 0;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int r = (int)rintf(f[k] * id);
+                sum += r;
+                word |= (uint32_t)(uint8_t)(int8_t)r << (8 * k);
+            }
+            w[i] = word;
+        }
+        if constexpr (PERM) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                uint32_t g[4] = {w[4 * h], w[4 * h + 1], w[4 * h + 2], w[4 * h + 3]};
+                permute_act16(g);
+#pragma unroll
+                for (int k = 0; k < 4; ++k) w[4 * h + k] = g[k];
+            }
+        }
+        uint4* qo = (uint4*)(q + 32 * b);
+        qo[0] = make_uint4(w[0], w[1], w[2], w[3]);
+        qo[1] = make_uint4(w[4], w[5], w[6], w[7]);
+        d[b] = __half2float(__float2half_rn(dd));
+        if (sums) sums[b] = sum;
+    }
+}
+
 // Dynamic shared memory bytes of quantize_rows_to_smem for `rows` rows of n values in blocks of blk.
 inline size_t fused_act_bytes(int rows, int n, int blk) {
     return (size_t)rows * n + (size_t)rows * (n / blk) * sizeof(float);
@@ -207,8 +255,9 @@ constexpr int kStagedBatch = 8;   // 16-byte words per lane in flight
 __host__ __device__ inline size_t staged_warp_words(size_t row_bytes) {
     return (kStagedRows * row_bytes + 15) / 16 + 1;
 }
+// The staged activation row: n int8, n / ablk scales, n / 32 chunk sums (Σa, for kActPerm formats).
 __host__ __device__ inline size_t staged_act_bytes(int n, int ablk) {
-    return ((size_t)n + (size_t)(n / ablk) * 4 + 15) / 16 * 16;
+    return ((size_t)n + (size_t)(n / ablk) * 4 + (size_t)(n / 32) * 4 + 15) / 16 * 16;
 }
 inline size_t staged_smem_bytes(int n, int ablk, size_t row_bytes) {
     return staged_act_bytes(n, ablk) + (size_t)kWarps * staged_warp_words(row_bytes) * 16;
@@ -231,12 +280,30 @@ __device__ __forceinline__ StagedSpan staged_span(int64_t r0, int64_t rows, size
 
 // The staged kernels' prologue after their weights are requested: wait for the kernel before (a programmatic
 // dependent launch), copy the activation row (n int8 into staged, nd scales into sd) and synchronise the block.
+// PERM: each 16 values in permute_act16's order and each 32's Σ into ss (for decode_perm and chunk_term_sum).
+template <bool PERM>
 __device__ __forceinline__ void stage_act_row(const int8_t* aq, const float* ad, int n, int nd, uint4* staged,
-                                              float* sd) {
+                                              float* sd, int* ss) {
     pdl_wait();
     aq = pdl_dep(aq);
     ad = pdl_dep(ad);
-    for (int i = threadIdx.x; i < n / 16; i += blockDim.x) staged[i] = __ldg((const uint4*)aq + i);
+    if constexpr (PERM) {
+        for (int u = threadIdx.x; u < n / 32; u += blockDim.x) {
+            uint4 v[2] = {__ldg((const uint4*)aq + 2 * u), __ldg((const uint4*)aq + 2 * u + 1)};
+            int sum = 0;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                uint32_t g[4] = {v[h].x, v[h].y, v[h].z, v[h].w};
+#pragma unroll
+                for (int k = 0; k < 4; ++k) sum = dp4a((int)g[k], 0x01010101, sum);
+                permute_act16(g);
+                staged[2 * u + h] = make_uint4(g[0], g[1], g[2], g[3]);
+            }
+            ss[u] = sum;
+        }
+    } else {
+        for (int i = threadIdx.x; i < n / 16; i += blockDim.x) staged[i] = __ldg((const uint4*)aq + i);
+    }
     for (int i = threadIdx.x; i < nd; i += blockDim.x) sd[i] = __ldg(ad + i);
     __syncthreads();
 }
@@ -244,9 +311,11 @@ __device__ __forceinline__ void stage_act_row(const int8_t* aq, const float* ad,
 // The products of one staged row group, rows r0 … r0 + nr − 1 at rows_at (shared memory), with the staged activation
 // row sq / sd: 8 lanes a row, lane s of a row takes chunks s, s + 8, …; y[r0 + r] written. Every lane of the warp
 // calls it (the group sums are shuffles).
-template <class F>
+// PERM (QInt<F>::kActPerm): sq in permute_act16's order and ss the chunks' Σa (stage_act_row<true>).
+template <class F, bool PERM>
 __device__ __forceinline__ void staged_group_dot(const uint8_t* rows_at, size_t row_bytes, int units, const void* grid,
-                                                 const int8_t* sq, const float* sd, int64_t r0, int nr, float* y) {
+                                                 const int8_t* sq, const float* sd, const int* ss, int64_t r0, int nr,
+                                                 float* y) {
     using Q = QInt<F>;
     constexpr int kLanes = 32 / kStagedRows;
     constexpr int kSub = F::QK / 32;
@@ -257,11 +326,16 @@ __device__ __forceinline__ void staged_group_dot(const uint8_t* rows_at, size_t 
 #pragma unroll 2
         for (int u = s; u < units; u += kLanes) {
             IChunk c;
-            Q::decode(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, c);
             const int4* q4 = (const int4*)(sq + 32 * u);
             const int4 lo = q4[0], hi = q4[1];
             const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-            acc += chunk_term<Q>(c, a, sd[(32 * u) / F::ABLK]);
+            if constexpr (PERM) {
+                Q::decode_perm(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, c);
+                acc += chunk_term_sum<Q>(c, a, sd[(32 * u) / F::ABLK], ss[u]);
+            } else {
+                Q::decode(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, c);
+                acc += chunk_term<Q>(c, a, sd[(32 * u) / F::ABLK]);
+            }
         }
     }
     acc = group_sum<kLanes>(acc);
@@ -278,8 +352,10 @@ matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
     const void* grid = stage_grid<F>(smem);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int nd = n / F::ABLK, units = n / 32;
+    constexpr bool PERM = QInt<F>::kActPerm;
     int8_t* sq = (int8_t*)staged;
     float* sd = (float*)(sq + n);
+    int* ss = (int*)(sd + nd);
     uint4* buf = (uint4*)((uint8_t*)staged + staged_act_bytes(n, F::ABLK)) + (size_t)warp * staged_warp_words(row_bytes);
     // Rows r0 … r0 + kStagedRows − 1 (their 16-byte words from the boundary at or before r0) into buf.
     auto stage = [&](int64_t r0) {
@@ -298,13 +374,14 @@ matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
     };
     const int64_t first = ((int64_t)blockIdx.x * kWarps + warp) * kStagedRows;
     if (first < rows) stage(first);   // weights only: before the wait of a programmatic dependent launch
-    stage_act_row(aq, ad, n, nd, staged, sd);
+    stage_act_row<PERM>(aq, ad, n, nd, staged, sd, ss);
     const int64_t stride = (int64_t)gridDim.x * kWarps * kStagedRows;
     for (int64_t r0 = first; r0 < rows; r0 += stride) {
         const StagedSpan sp = staged_span(r0, rows, row_bytes);
         if (r0 != first) stage(r0);
         __syncwarp();
-        staged_group_dot<F>((const uint8_t*)buf + (sp.start - sp.a0), row_bytes, units, grid, sq, sd, r0, sp.nr, y);
+        staged_group_dot<F, PERM>((const uint8_t*)buf + (sp.start - sp.a0), row_bytes, units, grid, sq, sd, ss, r0,
+                                  sp.nr, y);
         __syncwarp();   // buf is rewritten by the next rows
     }
 }
@@ -323,8 +400,10 @@ matmul_q8_staged_pipe_kernel(const uint8_t* __restrict__ W, size_t row_bytes, in
     const void* grid = stage_grid<F>(smem);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int nd = n / F::ABLK, units = n / 32;
+    constexpr bool PERM = QInt<F>::kActPerm;
     int8_t* sq = (int8_t*)staged;
     float* sd = (float*)(sq + n);
+    int* ss = (int*)(sd + nd);
     const size_t words = staged_warp_words(row_bytes);
     uint4* bufs = (uint4*)((uint8_t*)staged + staged_act_bytes(n, F::ABLK)) + (size_t)warp * 2 * words;
     const int64_t groups = (rows + kStagedRows - 1) / kStagedRows, stride = (int64_t)gridDim.x * kWarps;
@@ -337,7 +416,7 @@ matmul_q8_staged_pipe_kernel(const uint8_t* __restrict__ W, size_t row_bytes, in
         cp_async_commit();
     };
     if (g < groups) issue(g, 0);   // weights only: before the wait of a programmatic dependent launch
-    stage_act_row(aq, ad, n, nd, staged, sd);
+    stage_act_row<PERM>(aq, ad, n, nd, staged, sd, ss);
     for (int cur = 0; g < groups; g += stride, cur ^= 1) {
         if (g + stride < groups) {
             issue(g + stride, cur ^ 1);
@@ -348,8 +427,8 @@ matmul_q8_staged_pipe_kernel(const uint8_t* __restrict__ W, size_t row_bytes, in
         __syncwarp();   // every lane's copies of this group have landed
         const int64_t r0 = g * kStagedRows;
         const StagedSpan sp = staged_span(r0, rows, row_bytes);
-        staged_group_dot<F>((const uint8_t*)(bufs + (size_t)cur * words) + (sp.start - sp.a0), row_bytes, units, grid,
-                            sq, sd, r0, sp.nr, y);
+        staged_group_dot<F, PERM>((const uint8_t*)(bufs + (size_t)cur * words) + (sp.start - sp.a0), row_bytes, units,
+                                  grid, sq, sd, ss, r0, sp.nr, y);
         __syncwarp();   // this buffer is refilled for the group after next
     }
 }

@@ -79,7 +79,23 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
         ids = nullptr;
     }
     const void* grid = stage_grid<F>(smem);
-    if constexpr (FQ) quantize_rows_to_smem<F::ABLK>(x, n, arow, arow, aq, ad);
+    // FQ with Q8_0 blocks: one thread a block quantizes (quantize_row32_to_smem), in decode_perm's order with the
+    // blocks' Σa for formats that have one (PERM: Q2_0, 8 byte permutes and 8 dp4a a chunk fewer).
+    constexpr bool PERM = FQ && Q::kActPerm && F::ABLK == 32;
+    const int* asums = nullptr;
+    if constexpr (FQ && F::ABLK == 32) {
+        extern __shared__ uint4 act_smem[];
+        int8_t* q = (int8_t*)act_smem;
+        float* d = (float*)(q + n);
+        int* sums = (int*)(d + n / 32);
+        quantize_row32_to_smem<PERM>(x + (size_t)arow * n, n, q, d, PERM ? sums : nullptr);
+        __syncthreads();
+        aq = q;
+        ad = d;
+        asums = sums;
+    } else if constexpr (FQ) {
+        quantize_rows_to_smem<F::ABLK>(x, n, arow, arow, aq, ad);
+    }
     constexpr int kSub = F::QK / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, s = lane % kLanes;
     const int local = warp * ROWS + lane / kLanes;   // row within the block's 32
@@ -96,14 +112,22 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
             if (u >= units) continue;
             const size_t b = off + (size_t)(u / kSub) * F::BYTES;
             IChunk cg, cu;
-            Q::decode(Wg + b, u % kSub, grid, cg);
-            Q::decode(Wu + b, u % kSub, grid, cu);
             const int4* q4 = (const int4*)(xq + 32 * u);
             const int4 lo = load_act4<FQ>(q4), hi = load_act4<FQ>(q4 + 1);
             const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
             const float da = load_act_scale<FQ>(xd + (32 * u) / F::ABLK);
-            ag += chunk_term<Q>(cg, a, da);
-            au += chunk_term<Q>(cu, a, da);
+            if constexpr (PERM) {
+                Q::decode_perm(Wg + b, u % kSub, grid, cg);
+                Q::decode_perm(Wu + b, u % kSub, grid, cu);
+                const int asum = asums[u];
+                ag += chunk_term_sum<Q>(cg, a, da, asum);
+                au += chunk_term_sum<Q>(cu, a, da, asum);
+            } else {
+                Q::decode(Wg + b, u % kSub, grid, cg);
+                Q::decode(Wu + b, u % kSub, grid, cu);
+                ag += chunk_term<Q>(cg, a, da);
+                au += chunk_term<Q>(cu, a, da);
+            }
         }
     }
     ag = group_sum<kLanes>(ag);
@@ -269,7 +293,9 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
             if (act.q) {
                 launch_rows(std::false_type{}, 0);
             } else {
-                const size_t smem = q8::fused_act_bytes(1, gate.n, F::ABLK);
+                // x quantized and, with Q8_0 blocks, the blocks' Σa (moe_gate_up_q8h_kernel)
+                const size_t smem = q8::fused_act_bytes(1, gate.n, F::ABLK) +
+                                    (F::ABLK == 32 ? (size_t)(gate.n / 32) * sizeof(int) : 0);
                 STRATA_CHECK(x && smem <= q8::kFusedXMax, "cuda moe_decode: no quantized input, and x of ", gate.n,
                              " values needs ", smem, " bytes of shared memory to quantize in the kernel");
                 launch_rows(std::true_type{}, smem);

@@ -45,6 +45,15 @@ SD float chunk_term(const IChunk& c, const int* a, float da) {
     return r;
 }
 
+// The same term with Σa given (act_sum of the chunk's activations, computed once where they are staged): the same
+// integer, so the same bits; for formats with an offset (Q2_0).
+template <class Q>
+SD float chunk_term_sum(const IChunk& c, const int* a, float da, int asum) {
+    static_assert(!Q::kSplit && !Q::kMin && Q::kOffset != 0, "the offset formats' term");
+    const int sq = c.s0 * dot_words(c.w, a, 0, 8) - Q::kOffset * asum;
+    return da * (c.d * (float)sq);
+}
+
 struct NoGrid {
     static constexpr int kGridBytes = 0;
     SD static const void* global_grid() { return nullptr; }
@@ -58,10 +67,26 @@ struct QInt {
     static constexpr bool kHas = false;
 };
 
+// kActPerm: decode_perm() gives the chunk's weights in a permuted order (permute_act16 below, every 16 weights) that
+// costs fewer instructions than decode(); kernels that stage the activations in shared memory may store them in that
+// order once (and the chunks' Σa, act_sum) and use decode_perm with chunk_term_sum.
 struct QIntBase : NoGrid {
-    static constexpr bool kHas = true, kSplit = false, kMin = false;
+    static constexpr bool kHas = true, kSplit = false, kMin = false, kActPerm = false;
     static constexpr int kOffset = 0;
 };
+
+// The 4 × 4 byte transpose of words w[0 … 3] (word i byte j → word j byte i): Q2_0's decode order.
+SD void transpose4x4(uint32_t (&w)[4]) {
+    const uint32_t t0 = prmt(w[0], w[1], 0x5140), t1 = prmt(w[0], w[1], 0x7362);
+    const uint32_t t2 = prmt(w[2], w[3], 0x5140), t3 = prmt(w[2], w[3], 0x7362);
+    w[0] = prmt(t0, t2, 0x5410);
+    w[1] = prmt(t0, t2, 0x7632);
+    w[2] = prmt(t1, t3, 0x5410);
+    w[3] = prmt(t1, t3, 0x7632);
+}
+
+// 16 activations (4 words) in decode_perm's order for kActPerm formats: word s byte j = activation 4j + s.
+SD void permute_act16(uint32_t (&w)[4]) { transpose4x4(w); }
 
 template <>
 struct QInt<FmtQ8_0> : QIntBase {
@@ -162,27 +187,32 @@ struct QInt<FmtQ5_1> : QIntBase {
 
 // Q2_0: byte j of the chunk holds weights 4j … 4j+3 (2 bits each, value code − 1). The four shifted masks give the
 // codes of weights {4j + s}; a 4×4 byte transpose puts them back in order. The codes stay 0 … 3 (kOffset 1).
+// decode_perm: the four masks' words as they are (word s of each 16 holds weights {4j + s}), for activations in
+// permute_act16's order: 8 byte permutes a chunk fewer.
 template <>
 struct QInt<FmtQ2_0> : QIntBase {
     static constexpr int kOffset = 1;
-    SD static void decode(const uint8_t* b, int sub, const void*, IChunk& c) {
+    static constexpr bool kActPerm = true;
+    SD static void decode_perm(const uint8_t* b, int sub, const void*, IChunk& c) {
         uint32_t qw[2];
         load_words<2>(b + 2 + 8 * sub, qw);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const uint32_t q = qw[h];
-            uint32_t v[4];
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-            for (int s = 0; s < 4; ++s) v[s] = (q >> (2 * s)) & 0x03030303u;
-            const uint32_t t0 = prmt(v[0], v[1], 0x5140), t1 = prmt(v[0], v[1], 0x7362);
-            const uint32_t t2 = prmt(v[2], v[3], 0x5140), t3 = prmt(v[2], v[3], 0x7362);
-            c.w[4 * h + 0] = (int)prmt(t0, t2, 0x5410);
-            c.w[4 * h + 1] = (int)prmt(t0, t2, 0x7632);
-            c.w[4 * h + 2] = (int)prmt(t1, t3, 0x5410);
-            c.w[4 * h + 3] = (int)prmt(t1, t3, 0x7632);
-        }
+            for (int s = 0; s < 4; ++s) c.w[4 * h + s] = (int)((qw[h] >> (2 * s)) & 0x03030303u);
         c.d = half_to_float(ld16(b));
         c.s0 = 1;
+    }
+    SD static void decode(const uint8_t* b, int sub, const void* grid, IChunk& c) {
+        decode_perm(b, sub, grid, c);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            uint32_t v[4] = {(uint32_t)c.w[4 * h], (uint32_t)c.w[4 * h + 1], (uint32_t)c.w[4 * h + 2],
+                             (uint32_t)c.w[4 * h + 3]};
+            transpose4x4(v);
+#pragma unroll
+            for (int s = 0; s < 4; ++s) c.w[4 * h + s] = (int)v[s];
+        }
     }
 };
 
