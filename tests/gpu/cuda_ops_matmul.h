@@ -122,6 +122,20 @@ inline void test_matmul_many_rows() {
     }
     for (GgmlType t : {GgmlType::Q2_0, GgmlType::IQ2_XS, GgmlType::IQ3_XXS, GgmlType::Q4_K})
         run(t, 2560, 16480);   // the GDN in_proj
+    // The split-K kernel (one row a block): 4-warp blocks at 512 rows, 2-warp ones at the GDN out projection's 2,560
+    // (more rows than 4-warp blocks fit at once on an H200).
+    for (GgmlType t : {GgmlType::Q2_0, GgmlType::IQ2_XS, GgmlType::Q4_K})
+        for (const auto [n, rows] : {std::pair{2560, 512}, std::pair{6144, 2560}}) {
+            const Weight& w = make_weight(t, n, rows, 1, "splitk");
+            unfused.upload_weight(w);
+            const std::vector<float> x = randn((size_t)n);
+            std::vector<float> want((size_t)rows);
+            cpu->matmul(w, x.data(), 1, want.data());
+            report(std::string("matmul split-K ") + ggml_type_name(t) + " n=" + std::to_string(n) + " rows=" +
+                       std::to_string(rows),
+                   run_on(unfused, x, (size_t)rows, [&](float* dx, float* dy) { unfused.matmul(w, dx, 1, dy); }), want,
+                   1e-5);
+        }
 }
 
 // With STRATA_CUDA_FUSED_QUANT=1 (set in main) the decode matmuls (T <= 8, and expert pairs of <= 8 tokens) quantize

@@ -1,5 +1,7 @@
 // Small device helpers shared by the kernels: warp and block reductions, grid sizing.
 #pragma once
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -32,6 +34,22 @@ __device__ __forceinline__ float block_sum(float v) {
     __syncthreads();
     float r = lane < nwarps ? partial[lane] : 0.0f;
     return warp_sum(r);
+}
+
+// Blocks of `threads` threads and smem bytes of dynamic shared memory that the GPU holds at once (occupancy times
+// multiprocessors), asked once into known. Unlike matmul.cu's resident_blocks also inside a capture (relaxed mode allows the
+// query): for choices of a kernel's shape that graphs must see too.
+template <class Kernel>
+inline unsigned blocks_at_once(Kernel kernel, int threads, size_t smem, std::atomic<unsigned>& known) {
+    const unsigned k = known.load(std::memory_order_relaxed);
+    if (k) return k;
+    int dev = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+    const unsigned r = (unsigned)std::max(1, sms * per_sm);
+    known.store(r, std::memory_order_relaxed);
+    return r;
 }
 
 inline unsigned grid_for(size_t n, int block) {

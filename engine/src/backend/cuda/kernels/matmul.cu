@@ -326,6 +326,15 @@ bool t1_rows() {
 // Split-K for one activation row (matmul_q8_splitk_kernel / matmul_plain_splitk_kernel): when the output has too
 // few rows to fill the GPU with one row per warp and the rows are long enough for a block's 128 threads.
 // STRATA_CUDA_SPLITK=0 turns it off (A/B in bench/cuda_kernels/run.sh); read once.
+// STRATA_CUDA_SPLITK_2WARPS=0: the split-K kernel always with 4-warp blocks (an A/B of the one-wave choice above).
+bool splitk_two_warps() {
+    static const bool on = [] {
+        const char* v = std::getenv("STRATA_CUDA_SPLITK_2WARPS");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+    return on;
+}
+
 constexpr int64_t kSplitKMaxRows = 8192;
 constexpr int kSplitKMinUnits = 64;   // 32-value chunks (or V-wide steps) per row
 constexpr int64_t kSplitKFusedBlocks = 1024;
@@ -420,8 +429,17 @@ void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, i
             }
         if (splitk(m, P, m.n / 32)) {   // fused quantization: fewer blocks, each quantizing x once for many rows
             const unsigned grid = FQ ? (unsigned)std::min<int64_t>(m.rows, kSplitKFusedBlocks) : (unsigned)m.rows;
-            launch_kernel(matmul_q8_splitk_kernel<F, FQ>, grid, kWarps * 32, smem, s, pdl_enabled(), m.w, m.row_bytes,
-                          m.rows, m.n, act.q, act.d, x, y);
+            // 2-warp blocks where 4-warp ones would not all fit at once (and 2-warp ones do): one wave
+            static std::atomic<unsigned> known4{0}, known2{0};
+            const bool two = !FQ && splitk_two_warps() &&
+                             grid > blocks_at_once(matmul_q8_splitk_kernel<F, FQ, 4>, 128, smem, known4) &&
+                             grid <= blocks_at_once(matmul_q8_splitk_kernel<F, FQ, 2>, 64, smem, known2);
+            if (two)
+                launch_kernel(matmul_q8_splitk_kernel<F, FQ, 2>, grid, 64, smem, s, pdl_enabled(), m.w, m.row_bytes,
+                              m.rows, m.n, act.q, act.d, x, y);
+            else
+                launch_kernel(matmul_q8_splitk_kernel<F, FQ, 4>, grid, kWarps * 32, smem, s, pdl_enabled(), m.w,
+                              m.row_bytes, m.rows, m.n, act.q, act.d, x, y);
             return;
         }
         if constexpr (QInt<F>::kHas) {

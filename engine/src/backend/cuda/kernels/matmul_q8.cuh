@@ -190,13 +190,15 @@ matmul_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, 
 // row per block, the block's threads take the row's chunks t, t + 128, … (split-K over its 4 warps, so a short row
 // count still fills the GPU), the warps' sums added in warp order (deterministic). Rows looped over the grid.
 // FQ: the block quantizes x (one row) into shared memory first, as matmul_q8_kernel.
-template <class F, bool FQ = false>
-__global__ void __launch_bounds__(kWarps * 32)
+// WARPS: 2 where the rows outnumber the 4-warp blocks that fit at once (the GDN out projection's 2,560 rows against
+// 16 blocks an SM: a second wave), 4 otherwise.
+template <class F, bool FQ = false, int WARPS = kWarps>
+__global__ void __launch_bounds__(WARPS * 32)
 matmul_q8_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
                         const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x,
                         float* __restrict__ y) {
     __shared__ uint4 smem[GridSmem<F>::kWords];
-    __shared__ float partial[kWarps];
+    __shared__ float partial[WARPS];
     pdl_launch_dependents();
     if (blockIdx.x < rows) prefetch_l2_lines(W + (size_t)blockIdx.x * row_bytes, row_bytes, threadIdx.x, blockDim.x);
     const void* grid = stage_grid<F>(smem);
@@ -211,7 +213,7 @@ matmul_q8_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
         const uint8_t* wr = W + (size_t)row * row_bytes;
         float acc[1] = {0.0f};
 #pragma unroll 2
-        for (int u = threadIdx.x; u < units; u += kWarps * 32) {
+        for (int u = threadIdx.x; u < units; u += WARPS * 32) {
             const auto act = [&](int, int (&a)[8]) -> float {
                 const int4* q4 = (const int4*)(aq + 32 * u);
                 const int4 lo = load_act4<FQ>(q4), hi = load_act4<FQ>(q4 + 1);
@@ -227,7 +229,7 @@ matmul_q8_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
         if (threadIdx.x == 0) {
             float sum = 0.0f;
 #pragma unroll
-            for (int w = 0; w < kWarps; ++w) sum += partial[w];
+            for (int w = 0; w < WARPS; ++w) sum += partial[w];
             y[row] = sum;
         }
         __syncthreads();   // partial is rewritten by the next row
@@ -244,13 +246,12 @@ __device__ __forceinline__ float group_sum(float v) {
 
 // One activation row, many output rows (the GDN input projections 2560 -> 16480), integer formats: each warp copies
 // kStagedRows consecutive rows (contiguous bytes, from the 16-byte boundary at or before them to the one at or after
-// them) into its part of shared memory with 16-byte loads, all issued before any is stored, then decodes them from
+// them) into its part of shared memory with 16-byte cp.async copies, all in flight together, then decodes them from
 // there, 8 lanes a row (lane s: chunks s, s + 8, …), against the activation row that the block copied to shared
 // memory once. Needs W 16-byte aligned and rows · row_bytes a multiple of 16 (so no load passes the matrix's end);
 // dynamic shared memory staged_smem_bytes(). The default for such matmuls since r29 (STRATA_CUDA_T1_STAGED=0: off).
 // A warp's first rows are copied before the activation row (launched with pdl: before the wait, see common.cuh).
 constexpr int kStagedRows = 4;
-constexpr int kStagedBatch = 8;   // 16-byte words per lane in flight
 
 __host__ __device__ inline size_t staged_warp_words(size_t row_bytes) {
     return (kStagedRows * row_bytes + 15) / 16 + 1;
@@ -343,7 +344,7 @@ __device__ __forceinline__ void staged_group_dot(const uint8_t* rows_at, size_t 
 }
 
 template <class F>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, 8)   // 8 blocks an SM: the in_proj's 1,030 in one wave
 matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
                         const int8_t* __restrict__ aq, const float* __restrict__ ad, float* __restrict__ y) {
     extern __shared__ uint4 staged[];   // the activation row (n int8, then its scales), then each warp's rows
@@ -357,20 +358,14 @@ matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
     float* sd = (float*)(sq + n);
     int* ss = (int*)(sd + nd);
     uint4* buf = (uint4*)((uint8_t*)staged + staged_act_bytes(n, F::ABLK)) + (size_t)warp * staged_warp_words(row_bytes);
-    // Rows r0 … r0 + kStagedRows − 1 (their 16-byte words from the boundary at or before r0) into buf.
+    // Rows r0 … r0 + kStagedRows − 1 (their 16-byte words from the boundary at or before r0) into buf with cp.async:
+    // every word in flight at once without holding registers (a batch of 8 uint4 loads a lane took the kernel to 72
+    // registers, 7 blocks an SM: 924 resident for the in_proj's 1,030, a second wave).
     auto stage = [&](int64_t r0) {
         const StagedSpan sp = staged_span(r0, rows, row_bytes);
-        const int nw = sp.nw;
         const uint4* src = (const uint4*)(W + sp.a0);
-        for (int i0 = 0; i0 < nw; i0 += 32 * kStagedBatch) {
-            uint4 v[kStagedBatch];
-#pragma unroll
-            for (int j = 0; j < kStagedBatch; ++j)
-                if (i0 + lane + 32 * j < nw) v[j] = __ldg(src + i0 + lane + 32 * j);
-#pragma unroll
-            for (int j = 0; j < kStagedBatch; ++j)
-                if (i0 + lane + 32 * j < nw) buf[i0 + lane + 32 * j] = v[j];
-        }
+        for (int i = lane; i < sp.nw; i += 32) cp_async16(buf + i, src + i);
+        cp_async_commit();
     };
     const int64_t first = ((int64_t)blockIdx.x * kWarps + warp) * kStagedRows;
     if (first < rows) stage(first);   // weights only: before the wait of a programmatic dependent launch
@@ -379,6 +374,7 @@ matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
     for (int64_t r0 = first; r0 < rows; r0 += stride) {
         const StagedSpan sp = staged_span(r0, rows, row_bytes);
         if (r0 != first) stage(r0);
+        cp_async_wait<0>();
         __syncwarp();
         staged_group_dot<F, PERM>((const uint8_t*)buf + (sp.start - sp.a0), row_bytes, units, grid, sq, sd, ss, r0,
                                   sp.nr, y);

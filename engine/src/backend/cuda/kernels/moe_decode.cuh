@@ -244,9 +244,21 @@ int gate_up_rows() {
     static const int rows = env_choice("STRATA_CUDA_MOE_GATE_UP_ROWS", q8::kGateUpRows, {1, 2, 4});
     return rows;
 }
-int down_split() {
-    static const int split = env_choice("STRATA_CUDA_MOE_DOWN_SPLIT", q8::kDownSplit, {1, 2, 4});
-    return split;
+// Warps a down row: STRATA_CUDA_MOE_DOWN_SPLIT = 1, 2 or 4; unset, the largest of 4, 2 whose grid (rows ·
+// split / kDecodeWarps blocks a token) the GPU holds at once, else 1. A second wave of these short blocks costs
+// their whole latency again: at split 4 the 2,560 rows of a token are 1,280 blocks where 792 fit (40 registers).
+template <class F>
+int down_split_for(int64_t rows, int T) {
+    static const int forced = env_choice("STRATA_CUDA_MOE_DOWN_SPLIT", 0, {1, 2, 4});
+    if (forced) return forced;
+    static std::atomic<unsigned> known4{0}, known2{0};
+    auto blocks = [&](int split) {
+        const int64_t per_block = q8::kDecodeWarps / split * q8::kDownRows;
+        return (int64_t)T * ((rows + per_block - 1) / per_block);
+    };
+    if (blocks(4) <= blocks_at_once(q8::moe_down_combine_kernel<F, 4>, q8::kDecodeWarps * 32, 0, known4)) return 4;
+    if (blocks(2) <= blocks_at_once(q8::moe_down_combine_kernel<F, 2>, q8::kDecodeWarps * 32, 0, known2)) return 2;
+    return 1;
 }
 
 struct DecodeScratch {
@@ -306,7 +318,7 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
     with_block_format(down.type, [&](auto f) {
         using F = decltype(f);
         if constexpr (QInt<F>::kHas && F::ABLK == q8::kHBlock) {
-            const int split = down_split();
+            const int split = down_split_for<F>(down.rows, T);
             const unsigned per_block = q8::kDecodeWarps / split * q8::kDownRows;
             const dim3 grid((unsigned)((down.rows + per_block - 1) / per_block), (unsigned)T);
             auto launch = [&](auto kernel) {
