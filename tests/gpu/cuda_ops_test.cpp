@@ -281,10 +281,19 @@ void test_router_topk() {
     const struct { GgmlType t; int E, k, n; } shapes[] = {
         {GgmlType::F32, 512, 10, 2560}, {GgmlType::F32, 64, 4, 256}, {GgmlType::F16, 512, 10, 2560},
         {GgmlType::BF16, 128, 8, 512}, {GgmlType::F32, 40, 40, 128}};
+    for (int tied = 0; tied < 2; ++tied)
     for (const auto& sh : shapes) {
-        const Weight& w = make_weight(sh.t, sh.n, sh.E, 1, "router");
+        if (tied && (sh.t != GgmlType::F32 || sh.E < 64)) continue;
+        // tied: row 7 times 3 and rows 40 … 59 copies of it: 21 equal logits contend for the top k (the exact tie rule)
+        const Weight& w = make_weight(sh.t, sh.n, sh.E, 1, "router", !tied);
+        if (tied) {
+            float* rows = reinterpret_cast<float*>(const_cast<uint8_t*>(w.data));
+            for (int i = 0; i < sh.n; ++i) rows[(size_t)7 * sh.n + i] *= 3.0f;
+            for (int r = 40; r < 60; ++r) std::memcpy(rows + (size_t)r * sh.n, rows + (size_t)7 * sh.n, sh.n * 4);
+            gpu->upload_weight(w);
+        }
         const std::string name = std::string("router_topk ") + ggml_type_name(sh.t) + " E=" + std::to_string(sh.E) +
-                                 " k=" + std::to_string(sh.k);
+                                 " k=" + std::to_string(sh.k) + (tied ? " ties" : "");
         for (int rep = 0; rep < 3; ++rep) {
             const std::vector<float> x = randn(sh.n);
             Dev dx(x), l_ref(sh.E), i_ref(sh.k), w_ref(sh.k), l_got(sh.E), i_got(sh.k), w_got(sh.k);

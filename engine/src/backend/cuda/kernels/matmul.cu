@@ -459,8 +459,12 @@ void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, i
                 static ResidentCache known;
                 const unsigned resident = resident_for(s, matmul_q8_staged_kernel<F>, known, staged);
                 const unsigned grid = std::min(grid_for((size_t)m.rows, kWarps * kStagedRows), resident);
-                launch_kernel(matmul_q8_staged_kernel<F>, grid, kWarps * 32, staged, s, pdl_enabled(), m.w,
-                              m.row_bytes, m.rows, m.n, act.q, act.d, y);
+                if (QInt<F>::kActPerm && !q2_perm())
+                    launch_kernel(matmul_q8_staged_kernel<F, false>, grid, kWarps * 32, staged, s, pdl_enabled(), m.w,
+                                  m.row_bytes, m.rows, m.n, act.q, act.d, y);
+                else
+                    launch_kernel(matmul_q8_staged_kernel<F>, grid, kWarps * 32, staged, s, pdl_enabled(), m.w,
+                                  m.row_bytes, m.rows, m.n, act.q, act.d, y);
                 g_t1_staged_calls.fetch_add(1, std::memory_order_relaxed);
                 return;
             }

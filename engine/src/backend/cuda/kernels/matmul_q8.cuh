@@ -343,7 +343,8 @@ __device__ __forceinline__ void staged_group_dot(const uint8_t* rows_at, size_t 
     if (s == 0 && r < nr) y[r0 + r] = acc;
 }
 
-template <class F>
+// PERM: the activation row staged in decode_perm's order (formats with kActPerm; STRATA_CUDA_Q2_PERM=0: not).
+template <class F, bool PERM = QInt<F>::kActPerm>
 __global__ void __launch_bounds__(kWarps * 32, 8)   // 8 blocks an SM: the in_proj's 1,030 in one wave
 matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
                         const int8_t* __restrict__ aq, const float* __restrict__ ad, float* __restrict__ y) {
@@ -353,7 +354,6 @@ matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
     const void* grid = stage_grid<F>(smem);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int nd = n / F::ABLK, units = n / 32;
-    constexpr bool PERM = QInt<F>::kActPerm;
     int8_t* sq = (int8_t*)staged;
     float* sd = (float*)(sq + n);
     int* ss = (int*)(sd + nd);

@@ -14,6 +14,16 @@
 
 namespace strata::cuda {
 
+// STRATA_CUDA_Q2_PERM=0: the staged and MoE gate/up kernels dot Q2_0 with decode() against activations in their
+// own order instead of decode_perm() against permuted ones (an A/B); read once.
+inline bool q2_perm() {
+    static const bool on = [] {
+        const char* v = std::getenv("STRATA_CUDA_Q2_PERM");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+    return on;
+}
+
 namespace q8 {
 
 constexpr int kDecodeWarps = 8;       // warps per block of both kernels
@@ -38,7 +48,7 @@ constexpr size_t kFusedXMax = 40 * 1024;   // shared memory for x quantized in t
 // block column gridDim.x − 1 instead computes gate_out[p − P] = σ(x[p − P] · gvec) for the shared pairs (f32, the
 // shared expert's gate). FQ: aq / ad are ignored and the block quantizes its activation row of x into shared memory
 // itself (quantize_act's arithmetic, the same bits).
-template <class F, bool FQ, int ROWS = kGateUpRows>
+template <class F, bool FQ, int ROWS = kGateUpRows, bool PERM_ON = true>
 __global__ void __launch_bounds__(kHBlock / ROWS * 32)
 moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, size_t row_bytes, int rows,
                        int n, size_t mat_stride, const int32_t* __restrict__ ids, int act_div, int P, SharedPairs sh,
@@ -81,7 +91,7 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
     const void* grid = stage_grid<F>(smem);
     // FQ with Q8_0 blocks: one thread a block quantizes (quantize_row32_to_smem), in decode_perm's order with the
     // blocks' Σa for formats that have one (PERM: Q2_0, 8 byte permutes and 8 dp4a a chunk fewer).
-    constexpr bool PERM = FQ && Q::kActPerm && F::ABLK == 32;
+    constexpr bool PERM = PERM_ON && FQ && Q::kActPerm && F::ABLK == 32;
     const int* asums = nullptr;
     if constexpr (FQ && F::ABLK == 32) {
         extern __shared__ uint4 act_smem[];
@@ -298,6 +308,12 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
             };
             auto launch_rows = [&](auto fq, size_t smem) {
                 constexpr bool FQ = decltype(fq)::value;
+                if constexpr (FQ && QInt<F>::kActPerm) {
+                    if (!q2_perm() && rows_a_warp == q8::kGateUpRows) {
+                        launch(q8::moe_gate_up_q8h_kernel<F, FQ, q8::kGateUpRows, false>, smem);
+                        return;
+                    }
+                }
                 if (rows_a_warp == 1) launch(q8::moe_gate_up_q8h_kernel<F, FQ, 1>, smem);
                 else if (rows_a_warp == 2) launch(q8::moe_gate_up_q8h_kernel<F, FQ, 2>, smem);
                 else launch(q8::moe_gate_up_q8h_kernel<F, FQ, 4>, smem);

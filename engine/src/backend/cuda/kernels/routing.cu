@@ -165,6 +165,147 @@ __device__ __forceinline__ void route_topk_warp(const float* l, int E, int k, fl
     }
 }
 
+// The same routing by a block's first 4 warps (threads 0-127) for k ≤ 32: warp 0 computes the probabilities with
+// route_topk_warp's arithmetic into ps; each warp then picks the top k of its quarter of the experts (w·32 + lane +
+// 128·i: ≤ VPL / 4 values a lane, so each round's rescan is a quarter as long) into 4·k candidates, and warp 0 the top
+// k of those (largest p, then smallest index: route_topk_warp's choice, order and weights, bit for bit). smem: E
+// floats, E Elems, k ints, then 4·k keys and 4·k indices (route_topk_block4_smem).
+inline size_t route_topk_block4_smem(int E, int k) {
+    return (size_t)E * (sizeof(float) + sizeof(topk_exact::Elem)) + (size_t)k * sizeof(int32_t) + (size_t)8 * k * 4;
+}
+
+template <int VPL>
+__device__ __forceinline__ void route_topk_block4(const float* l, int E, int k, float* smem, int32_t* ids,
+                                                  float* weights) {
+    constexpr int QV = (VPL + 3) / 4;   // values a lane in a warp's quarter
+    float* ps = smem;                                                  // [E]
+    topk_exact::Elem* q = reinterpret_cast<topk_exact::Elem*>(ps + E);
+    int32_t* sel = reinterpret_cast<int32_t*>(q + E);                  // [k]
+    unsigned* ckey = reinterpret_cast<unsigned*>(sel + k);             // [4k] the quarters' picks
+    int* cidx = reinterpret_cast<int*>(ckey + 4 * k);                  // [4k]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float p[VPL];   // warp 0: experts lane + 32·i, as route_topk_warp
+    if (warp == 0) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < VPL; ++i) {
+            const int e = lane + 32 * i;
+            p[i] = e < E ? __ldcg(l + e) : -INFINITY;
+            mx = fmaxf(mx, p[i]);
+        }
+        mx = warp_max(mx);
+        float sum = 0;
+#pragma unroll
+        for (int i = 0; i < VPL; ++i)
+            if (lane + 32 * i < E) {
+                p[i] = expf(p[i] - mx);
+                sum += p[i];
+            }
+        sum = warp_sum(sum);
+#pragma unroll
+        for (int i = 0; i < VPL; ++i)
+            if (lane + 32 * i < E) {
+                p[i] = p[i] / sum;
+                ps[lane + 32 * i] = p[i];
+            }
+    }
+    __syncthreads();
+    if (warp < 4) {   // this warp's quarter: its top k (key bits(p) + 1, 0 = none left), lowest index on equal keys
+        unsigned key[QV];
+#pragma unroll
+        for (int i = 0; i < QV; ++i) {
+            const int e = warp * 32 + lane + 128 * i;
+            key[i] = e < E ? __float_as_uint(ps[e]) + 1u : 0u;
+        }
+        unsigned best_key = 0;
+        int best_i = 0;
+        const auto local_best = [&] {
+            best_key = 0;
+            best_i = 0;
+#pragma unroll
+            for (int i = 0; i < QV; ++i)
+                if (key[i] > best_key) { best_key = key[i]; best_i = i; }
+        };
+        local_best();
+        for (int j = 0; j < k; ++j) {
+            const unsigned best = __reduce_max_sync(0xffffffffu, best_key);
+            const int mine = best_key == best && best ? warp * 32 + lane + 128 * best_i : INT_MAX;
+            const int bi = (int)__reduce_min_sync(0xffffffffu, (unsigned)mine);
+            if (lane == 0) {
+                ckey[warp * k + j] = best;
+                cidx[warp * k + j] = best ? bi : INT_MAX;
+            }
+            if (best && bi == mine) {
+#pragma unroll
+                for (int i = 0; i < QV; ++i)
+                    if (i == best_i) key[i] = 0;
+                local_best();
+            }
+        }
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    // The top k of the 4·k candidates (≤ 4 a lane): largest key, then smallest index.
+    unsigned key[4];
+    int idx[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int c = lane + 32 * i;
+        key[i] = c < 4 * k ? ckey[c] : 0u;
+        idx[i] = c < 4 * k ? cidx[c] : INT_MAX;
+    }
+    unsigned best_key = 0;
+    int best_idx = INT_MAX;
+    const auto local_best = [&] {
+        best_key = 0;
+        best_idx = INT_MAX;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            if (key[i] > best_key || (key[i] == best_key && key[i] && idx[i] < best_idx)) {
+                best_key = key[i];
+                best_idx = idx[i];
+            }
+    };
+    local_best();
+    float top = 0;
+    for (int j = 0; j < k; ++j) {
+        const unsigned best = __reduce_max_sync(0xffffffffu, best_key);
+        const int bi = (int)__reduce_min_sync(0xffffffffu, best_key == best ? (unsigned)best_idx : (unsigned)INT_MAX);
+        top += __uint_as_float(best - 1u);
+        if (lane == 0) sel[j] = bi;
+        if (best_key == best && best_idx == bi) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                if (idx[i] == bi) key[i] = 0;
+            local_best();
+        }
+    }
+    __syncwarp();
+    // Is the k-th value shared with an expert left out? Then the tie rule decides: torch.topk's steps.
+    const float vk = ps[sel[k - 1]];
+    int equal = 0;
+#pragma unroll
+    for (int i = 0; i < VPL; ++i) {
+        const int e = lane + 32 * i;
+        if (e < E && p[i] == vk) {
+            bool chosen = false;
+            for (int j = 0; j < k; ++j) chosen |= sel[j] == e;
+            equal += !chosen;
+        }
+    }
+    equal = __reduce_add_sync(0xffffffffu, (unsigned)equal);
+    if (equal > 0) {
+        if (lane == 0) topk_exact::topk(ps, E, k, q, sel);
+        __syncwarp();
+        top = 0;
+        for (int j = 0; j < k; ++j) top += ps[sel[j]];
+    }
+    for (int j = lane; j < k; j += 32) {
+        ids[j] = sel[j];
+        weights[j] = ps[sel[j]] / top;
+    }
+}
+
 template <int VPL>
 __global__ void __launch_bounds__(32)
 route_topk_reg_kernel(const float* logits, int E, int k, int32_t* ids, float* weights) {
@@ -186,7 +327,7 @@ template <int TY, int V, int VPL>
 __global__ void __launch_bounds__(kRouterWarps * 32)
 router_topk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int E, int n, const float* __restrict__ x,
                    float* __restrict__ logits, int k, int32_t* __restrict__ ids, float* __restrict__ weights,
-                   unsigned* __restrict__ counter) {
+                   unsigned* __restrict__ counter, bool block4) {
     extern __shared__ float smem[];
     __shared__ bool last;
     pdl_launch_dependents();
@@ -201,8 +342,9 @@ router_topk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int E, int n
     }
     __syncthreads();
     if (!last) return;
-    __threadfence();   // every block's logit (route_topk_warp reads them through L2)
-    if (threadIdx.x < 32) route_topk_warp<VPL>(logits, E, k, smem, ids, weights);
+    __threadfence();   // every block's logit (the routing reads them through L2)
+    if (block4) route_topk_block4<VPL>(logits, E, k, smem, ids, weights);
+    else if (threadIdx.x < 32) route_topk_warp<VPL>(logits, E, k, smem, ids, weights);
     if (threadIdx.x == 0) *counter = 0u;
 }
 
@@ -252,12 +394,19 @@ bool router_topk(cudaStream_t s, const MatmulArgs& m, const float* x, int E, int
     if (!router_topk_on() || use_v1() || !plain || m.ids || m.rows != E || E < 1 || E > 1024 || k < 1 || k > E ||
         m.n % 4 != 0 || (uintptr_t)x % 16 != 0 || (uintptr_t)m.w % wa != 0 || m.row_bytes % wa != 0)
         return false;
-    const size_t smem = (size_t)E * (sizeof(float) + sizeof(topk_exact::Elem)) + (size_t)k * sizeof(int32_t);
+    // The last block routes with its 4 warps (route_topk_block4, k ≤ 32; STRATA_CUDA_ROUTER_TOPK_WARPS=1: with one)
+    static const bool four = [] {
+        const char* v = std::getenv("STRATA_CUDA_ROUTER_TOPK_WARPS");
+        return !(v && std::strcmp(v, "1") == 0);
+    }();
+    const bool block4 = four && k <= 32;
+    const size_t smem = block4 ? route_topk_block4_smem(E, k)
+                               : (size_t)E * (sizeof(float) + sizeof(topk_exact::Elem)) + (size_t)k * sizeof(int32_t);
     with_values_per_lane((E + 31) / 32, [&](auto vpl) {
         constexpr int VPL = decltype(vpl)::value;
         auto launch = [&](auto kernel) {
             launch_kernel(kernel, (unsigned)E, kRouterWarps * 32, smem, s, pdl_enabled(), m.w, m.row_bytes, E, m.n,
-                          x, logits, k, ids, weights, counter);
+                          x, logits, k, ids, weights, counter, block4);
         };
         if (m.type == GgmlType::F32) launch(router_topk_kernel<kF32, 4, VPL>);
         else if (m.type == GgmlType::F16) launch(router_topk_kernel<kF16, 4, VPL>);
