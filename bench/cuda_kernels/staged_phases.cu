@@ -8,8 +8,7 @@
 //   rows_smem   the same words stored into the warp's shared memory and read back (the staging itself)
 //   act_rows    the block first copies a 2.9 KB activation row into shared memory and waits for it (the prologue)
 //   matmul      the real call (cuda::matmul, the staged path: decode and dot products from shared memory)
-// and stream, act_rows and matmul again with every launch reading the same window (*_l2: the weights in L2), and the
-// double-buffered staged kernel at 2, 3 and 4 row groups a warp (matmul_pipeN, STRATA_CUDA_STAGED_PIPE).
+// and stream, act_rows and matmul again with every launch reading the same window (*_l2: the weights in L2).
 // Each timed as N launches in one CUDA graph, launch p reading its own 11.9 MB window of a 1 GiB buffer (so weights
 // come from HBM, as in a pass), 10 timed runs after 3 warm-ups (CUDA events); µs a call and GB/s of weights.
 // usage: staged_phases [N=200]
@@ -22,7 +21,6 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/kernels.h"
-#include "backend/cuda/kernels/t1_variants.h"
 
 namespace {
 
@@ -98,7 +96,6 @@ struct Case {
     const char* name;
     int kind;          // 0 stream, 1-3 rows_kernel<kind - 1>, 4 matmul
     bool hot = false;  // every launch reads the same window (it stays in L2: what a prefetch into L2 could give)
-    int pipe = 0;      // matmul: row groups a warp of the double-buffered staged kernel (0: the one-group kernel)
 };
 
 }  // namespace
@@ -128,8 +125,7 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
         const Case cases[] = {{"stream", 0}, {"rows", 1}, {"rows_smem", 2}, {"act_rows", 3}, {"matmul", 4},
-                              {"stream_l2", 0, true}, {"act_rows_l2", 3, true}, {"matmul_l2", 4, true},
-                              {"matmul_pipe2", 4, false, 2}, {"matmul_pipe3", 4, false, 3}, {"matmul_pipe4", 4, false, 4}};
+                              {"stream_l2", 0, true}, {"act_rows_l2", 3, true}, {"matmul_l2", 4, true}};
         std::printf("staged_phases: %lld rows x %d (Q2_0, %.2f MB a call), %d calls a graph\n", (long long)kRows, kN,
                     kCallBytes / 1e6, n);
         strata::cuda::MatmulArgs m;
@@ -142,7 +138,6 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaStreamSynchronize(s));
         for (const Case& c : cases) {
             const int64_t staged_before = strata::cuda::matmul_t1_staged_calls();
-            strata::cuda::matmul_staged_set_pipe(c.pipe);
             cudaGraph_t g;
             CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
             for (int p = 0; p < n; ++p) {

@@ -178,7 +178,6 @@ int64_t CudaBackend::folded_injections() { return cuda::hyper_inject_read_folded
 int64_t CudaBackend::fused_hyper_reads() { return cuda::hyper_read_fused_calls(); }
 int64_t CudaBackend::q6k_t1_matmuls() { return cuda::matmul_q6k_t1_calls(); }
 int64_t CudaBackend::t1_staged_matmuls() { return cuda::matmul_t1_staged_calls(); }
-void CudaBackend::set_staged_pipe(int groups) { cuda::matmul_staged_set_pipe(groups); }
 
 void CudaBackend::rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) {
     Impl::OpScope prof_op(*impl_, "rope");

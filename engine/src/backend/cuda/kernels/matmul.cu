@@ -351,18 +351,6 @@ bool splitk(const MatmulArgs& m, int P, int units) {
 // (H200, decode at 1K all on the GPU: r29 224.5 / 226.5 tok/s against 213.7 / 222.1 without, r31 221.0 / 221.6
 // against 219.7: a small gain at most, never slower); STRATA_CUDA_T1_STAGED=0 turns it off. Read once.
 std::atomic<int64_t> g_t1_staged_calls{0};   // launches, for the tests' path checks
-// Row groups a warp for the double-buffered staged kernel (matmul_q8_staged_pipe_kernel); 0: the one-group kernel.
-// −1: STRATA_CUDA_STAGED_PIPE (default 0: written 2026-12-04, not yet measured on a GPU); matmul_staged_set_pipe.
-std::atomic<int> g_staged_pipe{-1};
-int staged_pipe() {
-    int v = g_staged_pipe.load();
-    if (v < 0) {
-        const char* e = std::getenv("STRATA_CUDA_STAGED_PIPE");
-        v = e ? std::max(0, std::atoi(e)) : 0;
-        g_staged_pipe.store(v);
-    }
-    return v;
-}
 bool t1_staged(const MatmulArgs& m, size_t smem) {
     static const bool on = [] {
         const char* v = std::getenv("STRATA_CUDA_T1_STAGED");
@@ -445,17 +433,6 @@ void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, i
         if constexpr (QInt<F>::kHas) {
             const size_t staged = staged_smem_bytes(m.n, F::ABLK, m.row_bytes);
             if (!FQ && t1_staged(m, staged)) {
-                const int pipe = staged_pipe();
-                const size_t piped = staged_pipe_smem_bytes(m.n, F::ABLK, m.row_bytes);
-                if (pipe > 0 && piped <= 48 * 1024) {
-                    static ResidentCache known_pipe;
-                    const unsigned resident = resident_for(s, matmul_q8_staged_pipe_kernel<F>, known_pipe, piped);
-                    const unsigned grid = std::min(grid_for((size_t)m.rows, kWarps * kStagedRows * pipe), resident);
-                    launch_kernel(matmul_q8_staged_pipe_kernel<F>, grid, kWarps * 32, piped, s, pdl_enabled(), m.w,
-                                  m.row_bytes, m.rows, m.n, act.q, act.d, y);
-                    g_t1_staged_calls.fetch_add(1, std::memory_order_relaxed);
-                    return;
-                }
                 static ResidentCache known;
                 const unsigned resident = resident_for(s, matmul_q8_staged_kernel<F>, known, staged);
                 const unsigned grid = std::min(grid_for((size_t)m.rows, kWarps * kStagedRows), resident);
@@ -570,7 +547,6 @@ int act_block(GgmlType t) {
 
 int64_t matmul_q6k_t1_calls() { return g_q6k_t1_calls.load(); }
 int64_t matmul_t1_staged_calls() { return g_t1_staged_calls.load(); }
-void matmul_staged_set_pipe(int groups) { g_staged_pipe.store(groups < 0 ? -1 : groups); }
 
 void quantize_act(cudaStream_t s, int block, const float* x, int rows, int n, ActQ8 a) {
     STRATA_CHECK(n % block == 0, "cuda quantize_act: row length ", n, " is not a multiple of the block ", block);

@@ -382,55 +382,6 @@ matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
     }
 }
 
-// The same products with the warps' row groups double-buffered (STRATA_CUDA_STAGED_PIPE = groups a warp): each warp
-// takes groups g, g + stride, … and copies the next group into its second buffer with cp.async while it decodes
-// the current one, so a group's loads overlap the previous group's arithmetic (in matmul_q8_staged_kernel every
-// warp of the one wave computes only after its rows land). The same lanes, order and sums: the same bits.
-template <class F>
-__global__ void __launch_bounds__(kWarps * 32)
-matmul_q8_staged_pipe_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
-                             const int8_t* __restrict__ aq, const float* __restrict__ ad, float* __restrict__ y) {
-    extern __shared__ uint4 staged[];   // the activation row, then two row-group buffers a warp
-    __shared__ uint4 smem[GridSmem<F>::kWords];
-    pdl_launch_dependents();
-    const void* grid = stage_grid<F>(smem);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int nd = n / F::ABLK, units = n / 32;
-    constexpr bool PERM = QInt<F>::kActPerm;
-    int8_t* sq = (int8_t*)staged;
-    float* sd = (float*)(sq + n);
-    int* ss = (int*)(sd + nd);
-    const size_t words = staged_warp_words(row_bytes);
-    uint4* bufs = (uint4*)((uint8_t*)staged + staged_act_bytes(n, F::ABLK)) + (size_t)warp * 2 * words;
-    const int64_t groups = (rows + kStagedRows - 1) / kStagedRows, stride = (int64_t)gridDim.x * kWarps;
-    int64_t g = (int64_t)blockIdx.x * kWarps + warp;
-    auto issue = [&](int64_t grp, int b) {   // one commit group a call, every lane
-        const StagedSpan sp = staged_span(grp * kStagedRows, rows, row_bytes);
-        const uint4* src = (const uint4*)(W + sp.a0);
-        uint4* dst = bufs + (size_t)b * words;
-        for (int i = lane; i < sp.nw; i += 32) cp_async16(dst + i, src + i);
-        cp_async_commit();
-    };
-    if (g < groups) issue(g, 0);   // weights only: before the wait of a programmatic dependent launch
-    stage_act_row<PERM>(aq, ad, n, nd, staged, sd, ss);
-    for (int cur = 0; g < groups; g += stride, cur ^= 1) {
-        if (g + stride < groups) {
-            issue(g + stride, cur ^ 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncwarp();   // every lane's copies of this group have landed
-        const int64_t r0 = g * kStagedRows;
-        const StagedSpan sp = staged_span(r0, rows, row_bytes);
-        staged_group_dot<F, PERM>((const uint8_t*)(bufs + (size_t)cur * words) + (sp.start - sp.a0), row_bytes, units,
-                                  grid, sq, sd, ss, r0, sp.nr, y);
-        __syncwarp();   // this buffer is refilled for the group after next
-    }
-}
-inline size_t staged_pipe_smem_bytes(int n, int ablk, size_t row_bytes) {
-    return staged_act_bytes(n, ablk) + (size_t)kWarps * 2 * staged_warp_words(row_bytes) * 16;
-}
 
 // Several activation rows (T ≥ 2) and an integer format: each warp takes kRows consecutive rows at once, so every
 // activation chunk it loads serves kRows rows (with one row per warp, re-reading the activations of 8 tokens for

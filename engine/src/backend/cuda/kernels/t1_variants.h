@@ -13,9 +13,6 @@ void rms_norm_v1(cudaStream_t s, const float* x, const float* w, int w_len, int 
 // hyper_read's kernel 1 with its one-pass prologue at T = 1 (1 on, 0 the two-pass one, −1 back to
 // STRATA_CUDA_HR_ONE_PASS, default on).
 void hyper_read_set_one_pass(int mode);
-// The staged one-row matmul double-buffered with `groups` row groups a warp (0: the one-group kernel, −1: back to
-// STRATA_CUDA_STAGED_PIPE, default 0).
-void matmul_staged_set_pipe(int groups);
 void hyper_inject_v1(cudaStream_t s, float* X, const float* inj, const float* y, int T, int n, int H);
 
 }  // namespace strata::cuda
