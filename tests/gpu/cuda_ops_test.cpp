@@ -1,5 +1,5 @@
 // Every Backend op on the CUDA backend against the CPU backend on random inputs: matmul and embed in all 21 weight
-// formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts and shared_expert (both modes), hyper_read, hyper_inject_read and gdn_block (both modes; the conv folded into the recurrence == not, bits), fused activation quantization == unfused (bits; the MoE kernels' too), route_topk (exact ties too), router_topk (the fused router and top-k: the unfused bits), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
+// formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts and shared_expert (both modes), hyper_read, hyper_inject_read and gdn_block (both modes; the conv folded into the recurrence == not, bits), fused activation quantization == unfused (bits; the MoE kernels' too), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
 // keep-lists), indexer scores, select_cells, the cache writes at device positions (scatter_rows, pool_key_blocks) and
 // attention_cells (dense device counts and sparse cell lists). Ids and positions live in each backend's memory. Prints one line per check and writes JSON when given a path. Needs a GPU.
 // The matmul groups are in cuda_ops_matmul.h.
@@ -271,49 +271,6 @@ void test_moe_fq_bits() {
         }
         report_same_bits(std::string("moe_experts_with_shared in-kernel quantization == quantize_act ") +
                              ggml_type_name(t), got[0], got[1]);
-    }
-}
-
-// router_topk at one token: the fused kernel (cuda::router_topk) gives the bits of the router matmul followed by
-// route_topk on the GPU (logits, ids and weights), and the CPU's experts. Each shape runs three times in a row (the
-// kernel resets its own count of finished blocks).
-void test_router_topk() {
-    const struct { GgmlType t; int E, k, n; } shapes[] = {
-        {GgmlType::F32, 512, 10, 2560}, {GgmlType::F32, 64, 4, 256}, {GgmlType::F16, 512, 10, 2560},
-        {GgmlType::BF16, 128, 8, 512}, {GgmlType::F32, 40, 40, 128}};
-    for (int tied = 0; tied < 2; ++tied)
-    for (const auto& sh : shapes) {
-        if (tied && (sh.t != GgmlType::F32 || sh.E < 64)) continue;
-        // tied: row 7 times 3 and rows 40 … 59 copies of it: 21 equal logits contend for the top k (the exact tie rule)
-        const Weight& w = make_weight(sh.t, sh.n, sh.E, 1, "router", !tied);
-        if (tied) {
-            float* rows = reinterpret_cast<float*>(const_cast<uint8_t*>(w.data));
-            for (int i = 0; i < sh.n; ++i) rows[(size_t)7 * sh.n + i] *= 3.0f;
-            for (int r = 40; r < 60; ++r) std::memcpy(rows + (size_t)r * sh.n, rows + (size_t)7 * sh.n, sh.n * 4);
-            gpu->upload_weight(w);
-        }
-        const std::string name = std::string("router_topk ") + ggml_type_name(sh.t) + " E=" + std::to_string(sh.E) +
-                                 " k=" + std::to_string(sh.k) + (tied ? " ties" : "");
-        for (int rep = 0; rep < 3; ++rep) {
-            const std::vector<float> x = randn(sh.n);
-            Dev dx(x), l_ref(sh.E), i_ref(sh.k), w_ref(sh.k), l_got(sh.E), i_got(sh.k), w_got(sh.k);
-            gpu->matmul(w, dx, 1, l_ref);
-            gpu->route_topk(l_ref, 1, sh.E, sh.k, reinterpret_cast<int32_t*>(i_ref.p), w_ref);
-            gpu->router_topk(w, dx, 1, sh.E, sh.k, l_got, reinterpret_cast<int32_t*>(i_got.p), w_got);
-            std::vector<float> cl(sh.E), cw(sh.k);
-            std::vector<int32_t> ci(sh.k);
-            cpu->router_topk(w, x.data(), 1, sh.E, sh.k, cl.data(), ci.data(), cw.data());
-            std::vector<int32_t> gi(sh.k);
-            const std::vector<float> gbits = i_got.get();
-            std::memcpy(gi.data(), gbits.data(), (size_t)sh.k * 4);
-            std::sort(gi.begin(), gi.end());
-            std::sort(ci.begin(), ci.end());
-            const std::string r = rep ? " (run " + std::to_string(rep + 1) + ")" : "";
-            report_same_bits(name + " logits == matmul" + r, l_got.get(), l_ref.get());
-            report_same_bits(name + " ids == route_topk" + r, i_got.get(), i_ref.get());
-            report_same_bits(name + " weights == route_topk" + r, w_got.get(), w_ref.get());
-            report_same_bits(name + " experts == cpu" + r, int_bits(gi), int_bits(ci));
-        }
     }
 }
 
@@ -898,7 +855,6 @@ int main(int argc, char** argv) {
         group("moe", test_moe);
         group("shared_expert", test_shared_expert);
         group("route_topk", test_route_topk);
-        group("router_topk", test_router_topk);
         group("moe_fq_bits", test_moe_fq_bits);
         group("small_ops", test_small_ops);
         group("hyper_read", test_hyper_read);

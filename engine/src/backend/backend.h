@@ -158,10 +158,6 @@ public:
     // choice among exact ties: model/topk.h), weights[t, j] = p_ids[t,j] / Σ_j p_ids[t,j]. logits [T, E];
     // ids, weights [T, k] in the backend's memory (ids are int32 values in memory from alloc()).
     virtual void route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) = 0;
-    // logits = router · u [T, E], then route_topk of them. The default (model/block_moe.cpp) issues exactly those two
-    // ops; a GPU backend may run them as one kernel.
-    virtual void router_topk(const Weight& router, const float* u, int T, int E, int k, float* logits, int32_t* ids,
-                             float* weights);
     // y[t] = Σ_j w[t, j] · experts_j(x[t]) for the routed experts ids[t, j]; ids and weights in the backend's
     // memory (as route_topk writes them). SwiGLU experts from 3-D tensors.
     virtual void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,

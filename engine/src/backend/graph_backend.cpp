@@ -18,7 +18,7 @@ enum Op : int {
     kToDevice = 1, kFill, kCopy, kEmbed, kMatmul, kRmsNorm, kL2Norm, kUnary, kMul, kAdd, kScale, kAddRow, kMulRow,
     kSliceCols, kConcatCols, kDeinterleave, kMeanRows, kRepeatStreams, kPleGate, kHyperMix, kHyperInject,
     kHyperRead, kCausalConv, kGdnRecurrent, kGdnBlock, kRope, kScatterRows, kPoolKeyBlocks, kAttentionCells,
-    kRouteTopk, kMoeExperts, kSharedExpert, kRopeMulti, kMoeWithShared, kArgmaxRows, kHyperInjectRead, kRouterTopk,
+    kRouteTopk, kMoeExperts, kSharedExpert, kRopeMulti, kMoeWithShared, kArgmaxRows, kHyperInjectRead,
 };
 // Executable graphs kept (least recently used dropped first). The expert-cache path splits a pass into ~49 runs per
 // window size, and speculation adds windows of 2 … 4 tokens and the MTP head's passes: a few hundred in use.
@@ -454,12 +454,6 @@ void GraphBackend::indexer_scores(const float* q, const float* kb, int nb, int n
 void GraphBackend::route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) {
     record(kRouteTopk, [=, this] { inner_->route_topk(logits, T, E, k, ids, weights); }, (const void*)logits, T, E, k,
            (const void*)ids, (const void*)weights);
-}
-
-void GraphBackend::router_topk(const Weight& router, const float* u, int T, int E, int k, float* logits,
-                               int32_t* ids, float* weights) {
-    record(kRouterTopk, [=, this, &router] { inner_->router_topk(router, u, T, E, k, logits, ids, weights); }, router,
-           (const void*)u, T, E, k, (const void*)logits, (const void*)ids, (const void*)weights);
 }
 
 void GraphBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,

@@ -101,8 +101,6 @@ public:
                          const int32_t* off, const int32_t* cells, int max_cells, float* o) override;
     void indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) override;
     void route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) override;
-    void router_topk(const Weight& router, const float* u, int T, int E, int k, float* logits, int32_t* ids,
-                     float* weights) override;
     void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids, const float* weights,
                      float* y) override;
     void shared_expert(const MoeWeights& w, const float* u, int T, float* y) override;

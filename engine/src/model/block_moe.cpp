@@ -20,12 +20,6 @@ void Backend::shared_expert(const MoeWeights& w, const float* u, int T, float* y
     be.hyper_inject(y, sg, sh, T, 1, H);   // y += σ(gate)·shared, one "stream"
 }
 
-void Backend::router_topk(const Weight& router, const float* u, int T, int E, int k, float* logits, int32_t* ids,
-                          float* weights) {
-    matmul(router, u, T, logits);
-    route_topk(logits, T, E, k, ids, weights);
-}
-
 void Backend::moe_experts_with_shared(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
                                       const float* weights, float* y) {
     moe_experts(w, x, T, k, ids, weights, y);
@@ -36,7 +30,8 @@ void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float*
     const int E = hp.n_expert, k = hp.n_expert_used;
     Scratch logits(be, (size_t)T * E), ids(be, (size_t)T * k), weights(be, (size_t)T * k);
     int32_t* ids_dev = reinterpret_cast<int32_t*>(ids.get());     // int32 values in float-sized slots
-    be.router_topk(w.router, u, T, E, k, logits, ids_dev, weights);
+    be.matmul(w.router, u, T, logits);
+    be.route_topk(logits, T, E, k, ids_dev, weights);
     be.moe_experts_with_shared(w, u, T, k, ids_dev, weights, y);
 }
 

@@ -56,8 +56,6 @@ CudaBackend::CudaBackend(int device, const GpuOptions& opt) : impl_(std::make_un
     impl_->fused_moe = !(fused_env && std::strcmp(fused_env, "0") == 0);
     CUDA_CHECK(cudaMalloc(&impl_->zero_ids, cuda::kTiledMinRows * sizeof(int32_t)));
     CUDA_CHECK(cudaMemset(impl_->zero_ids, 0, cuda::kTiledMinRows * sizeof(int32_t)));
-    CUDA_CHECK(cudaMalloc(&impl_->router_counter, sizeof(unsigned)));
-    CUDA_CHECK(cudaMemset(impl_->router_counter, 0, sizeof(unsigned)));
     // The profile's events time ops issued directly. (The hybrid path's MoE runs outside graphs: moe_on_host.)
     impl_->graphs_on = graphs_wanted && !impl_->sync_each_op && !impl_->prof->on();
     if (graphs_wanted && impl_->prof->on()) log_info("cuda", "STRATA_CUDA_PROFILE=1 turns CUDA graphs off");
@@ -74,7 +72,6 @@ CudaBackend::~CudaBackend() {
     impl_->hybrid.reset();
     impl_->drop_moe_input();
     cudaFree(impl_->zero_ids);
-    cudaFree(impl_->router_counter);
     cudaFree(impl_->argmax_state);
     for (auto& [host, up] : impl_->weights)
         if (up.owner) cudaFree(up.dev);

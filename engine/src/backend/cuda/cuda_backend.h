@@ -116,9 +116,6 @@ public:
     void attention_cells(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                          const int32_t* off, const int32_t* cells, int max_cells, float* o) override;
     void route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) override;
-    // One token: the router and its top-k in one kernel (cuda::router_topk) when it fits, else the two ops.
-    void router_topk(const Weight& router, const float* u, int T, int E, int k, float* logits, int32_t* ids,
-                     float* weights) override;
     void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids, const float* weights,
                      float* y) override;
     // Decode-sized T: gate+up+swiglu (moe_gate_up), the down matmul and one kernel for the gate and the add;

@@ -77,7 +77,6 @@ struct CudaBackend::Impl {
     // STRATA_CUDA_FUSED_MOE=0 turns it off.
     bool fused_moe = true;
     int32_t* zero_ids = nullptr;                 // kTiledMinRows zeros: the shared expert as "expert 0"
-    unsigned* router_counter = nullptr;          // cuda::router_topk's finished blocks (0 between calls)
 
     uint64_t ops = 0;                            // Backend ops done, for moe_input's validity
 

@@ -25,22 +25,6 @@ void CudaBackend::route_topk(const float* logits, int T, int E, int k, int32_t* 
     impl_->done("route_topk", true);
 }
 
-void CudaBackend::router_topk(const Weight& router, const float* u, int T, int E, int k, float* logits, int32_t* ids,
-                              float* weights) {
-    if (T == 1) {
-        Impl::OpScope prof_op(*impl_, "router_topk");
-        if (cuda::router_topk(impl_->stream, impl_->dense_args(router), u, E, k, logits, ids, weights,
-                              impl_->router_counter)) {
-            impl_->wrote(logits, (size_t)E * 4);
-            impl_->wrote(ids, (size_t)k * 4);
-            impl_->wrote(weights, (size_t)k * 4);
-            impl_->done("router_topk", true);
-            return;
-        }
-    }
-    Backend::router_topk(router, u, T, E, k, logits, ids, weights);
-}
-
 void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* d_ids,
                               const float* d_w, float* y) {
     Impl::OpScope prof_op(*impl_, "moe_experts");

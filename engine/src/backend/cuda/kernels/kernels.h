@@ -75,11 +75,6 @@ void swiglu(cudaStream_t s, const float* gate, const float* up, size_t n, float*
 
 // ---- routing.cu ---- Backend::route_topk on the device: ids, weights [T, k] from logits [T, E] (E ≤ 3000).
 void route_topk(cudaStream_t s, const float* logits, int T, int E, int k, int32_t* ids, float* weights);
-// One token's router matmul (m: F32 / F16 / BF16, E rows, no ids) and route_topk in one launch: logits [E] as
-// matmul writes them, then ids / weights [k]. counter: a device unsigned, 0 between calls (the kernel resets it).
-// Returns false (nothing launched) when the shape or format does not fit or STRATA_CUDA_ROUTER_TOPK=0.
-bool router_topk(cudaStream_t s, const MatmulArgs& m, const float* x, int E, int k, float* logits, int32_t* ids,
-                 float* weights, unsigned* counter);
 
 // ---- select_cells.cu ---- Backend::select_cells; scratch of select_cells_scratch_bytes (ties at the budget).
 size_t select_cells_scratch_bytes(int T, int stride);

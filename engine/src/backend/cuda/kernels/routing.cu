@@ -10,7 +10,6 @@
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
-#include "backend/cuda/kernels/plain_dot.cuh"
 #include "backend/cuda/kernels/t1_variants.h"
 #include "common/error.h"
 #include "model/topk_exact.h"
@@ -165,147 +164,6 @@ __device__ __forceinline__ void route_topk_warp(const float* l, int E, int k, fl
     }
 }
 
-// The same routing by a block's first 4 warps (threads 0-127) for k ≤ 32: warp 0 computes the probabilities with
-// route_topk_warp's arithmetic into ps; each warp then picks the top k of its quarter of the experts (w·32 + lane +
-// 128·i: ≤ VPL / 4 values a lane, so each round's rescan is a quarter as long) into 4·k candidates, and warp 0 the top
-// k of those (largest p, then smallest index: route_topk_warp's choice, order and weights, bit for bit). smem: E
-// floats, E Elems, k ints, then 4·k keys and 4·k indices (route_topk_block4_smem).
-inline size_t route_topk_block4_smem(int E, int k) {
-    return (size_t)E * (sizeof(float) + sizeof(topk_exact::Elem)) + (size_t)k * sizeof(int32_t) + (size_t)8 * k * 4;
-}
-
-template <int VPL>
-__device__ __forceinline__ void route_topk_block4(const float* l, int E, int k, float* smem, int32_t* ids,
-                                                  float* weights) {
-    constexpr int QV = (VPL + 3) / 4;   // values a lane in a warp's quarter
-    float* ps = smem;                                                  // [E]
-    topk_exact::Elem* q = reinterpret_cast<topk_exact::Elem*>(ps + E);
-    int32_t* sel = reinterpret_cast<int32_t*>(q + E);                  // [k]
-    unsigned* ckey = reinterpret_cast<unsigned*>(sel + k);             // [4k] the quarters' picks
-    int* cidx = reinterpret_cast<int*>(ckey + 4 * k);                  // [4k]
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float p[VPL];   // warp 0: experts lane + 32·i, as route_topk_warp
-    if (warp == 0) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < VPL; ++i) {
-            const int e = lane + 32 * i;
-            p[i] = e < E ? __ldcg(l + e) : -INFINITY;
-            mx = fmaxf(mx, p[i]);
-        }
-        mx = warp_max(mx);
-        float sum = 0;
-#pragma unroll
-        for (int i = 0; i < VPL; ++i)
-            if (lane + 32 * i < E) {
-                p[i] = expf(p[i] - mx);
-                sum += p[i];
-            }
-        sum = warp_sum(sum);
-#pragma unroll
-        for (int i = 0; i < VPL; ++i)
-            if (lane + 32 * i < E) {
-                p[i] = p[i] / sum;
-                ps[lane + 32 * i] = p[i];
-            }
-    }
-    __syncthreads();
-    if (warp < 4) {   // this warp's quarter: its top k (key bits(p) + 1, 0 = none left), lowest index on equal keys
-        unsigned key[QV];
-#pragma unroll
-        for (int i = 0; i < QV; ++i) {
-            const int e = warp * 32 + lane + 128 * i;
-            key[i] = e < E ? __float_as_uint(ps[e]) + 1u : 0u;
-        }
-        unsigned best_key = 0;
-        int best_i = 0;
-        const auto local_best = [&] {
-            best_key = 0;
-            best_i = 0;
-#pragma unroll
-            for (int i = 0; i < QV; ++i)
-                if (key[i] > best_key) { best_key = key[i]; best_i = i; }
-        };
-        local_best();
-        for (int j = 0; j < k; ++j) {
-            const unsigned best = __reduce_max_sync(0xffffffffu, best_key);
-            const int mine = best_key == best && best ? warp * 32 + lane + 128 * best_i : INT_MAX;
-            const int bi = (int)__reduce_min_sync(0xffffffffu, (unsigned)mine);
-            if (lane == 0) {
-                ckey[warp * k + j] = best;
-                cidx[warp * k + j] = best ? bi : INT_MAX;
-            }
-            if (best && bi == mine) {
-#pragma unroll
-                for (int i = 0; i < QV; ++i)
-                    if (i == best_i) key[i] = 0;
-                local_best();
-            }
-        }
-    }
-    __syncthreads();
-    if (warp != 0) return;
-    // The top k of the 4·k candidates (≤ 4 a lane): largest key, then smallest index.
-    unsigned key[4];
-    int idx[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int c = lane + 32 * i;
-        key[i] = c < 4 * k ? ckey[c] : 0u;
-        idx[i] = c < 4 * k ? cidx[c] : INT_MAX;
-    }
-    unsigned best_key = 0;
-    int best_idx = INT_MAX;
-    const auto local_best = [&] {
-        best_key = 0;
-        best_idx = INT_MAX;
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-            if (key[i] > best_key || (key[i] == best_key && key[i] && idx[i] < best_idx)) {
-                best_key = key[i];
-                best_idx = idx[i];
-            }
-    };
-    local_best();
-    float top = 0;
-    for (int j = 0; j < k; ++j) {
-        const unsigned best = __reduce_max_sync(0xffffffffu, best_key);
-        const int bi = (int)__reduce_min_sync(0xffffffffu, best_key == best ? (unsigned)best_idx : (unsigned)INT_MAX);
-        top += __uint_as_float(best - 1u);
-        if (lane == 0) sel[j] = bi;
-        if (best_key == best && best_idx == bi) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-                if (idx[i] == bi) key[i] = 0;
-            local_best();
-        }
-    }
-    __syncwarp();
-    // Is the k-th value shared with an expert left out? Then the tie rule decides: torch.topk's steps.
-    const float vk = ps[sel[k - 1]];
-    int equal = 0;
-#pragma unroll
-    for (int i = 0; i < VPL; ++i) {
-        const int e = lane + 32 * i;
-        if (e < E && p[i] == vk) {
-            bool chosen = false;
-            for (int j = 0; j < k; ++j) chosen |= sel[j] == e;
-            equal += !chosen;
-        }
-    }
-    equal = __reduce_add_sync(0xffffffffu, (unsigned)equal);
-    if (equal > 0) {
-        if (lane == 0) topk_exact::topk(ps, E, k, q, sel);
-        __syncwarp();
-        top = 0;
-        for (int j = 0; j < k; ++j) top += ps[sel[j]];
-    }
-    for (int j = lane; j < k; j += 32) {
-        ids[j] = sel[j];
-        weights[j] = ps[sel[j]] / top;
-    }
-}
-
 template <int VPL>
 __global__ void __launch_bounds__(32)
 route_topk_reg_kernel(const float* logits, int E, int k, int32_t* ids, float* weights) {
@@ -315,37 +173,6 @@ route_topk_reg_kernel(const float* logits, int E, int k, int32_t* ids, float* we
     logits = pdl_dep(logits);
     const int t = blockIdx.x;
     route_topk_warp<VPL>(logits + (size_t)t * E, E, k, smem, ids + (size_t)t * k, weights + (size_t)t * k);
-}
-
-// The router (F32 / F16 / BF16, one token) and its top-k in one launch: block b computes logit b as
-// matmul_plain_splitk_kernel does (the same block shape and sums: the same bits), then the last block to finish
-// (counter, which that block resets to 0) routes over the logits through L2 with route_topk_warp. Saves the top-k's
-// own launch, one dependent kernel a MoE layer.
-constexpr int kRouterWarps = 4;   // matmul.cu's kWarps: the split-K router's block, so the logits keep their bits
-
-template <int TY, int V, int VPL>
-__global__ void __launch_bounds__(kRouterWarps * 32)
-router_topk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int E, int n, const float* __restrict__ x,
-                   float* __restrict__ logits, int k, int32_t* __restrict__ ids, float* __restrict__ weights,
-                   unsigned* __restrict__ counter, bool block4) {
-    extern __shared__ float smem[];
-    __shared__ bool last;
-    pdl_launch_dependents();
-    prefetch_l2_lines(W + (size_t)blockIdx.x * row_bytes, row_bytes, threadIdx.x, blockDim.x);
-    pdl_wait();
-    x = pdl_dep(x);
-    const float sum = plain_row_dot_block<TY, V, kRouterWarps>(W + (size_t)blockIdx.x * row_bytes, n, x);
-    if (threadIdx.x == 0) {
-        logits[blockIdx.x] = sum;
-        __threadfence();   // this logit is visible before the count says so
-        last = atomicAdd(counter, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();   // every block's logit (the routing reads them through L2)
-    if (block4) route_topk_block4<VPL>(logits, E, k, smem, ids, weights);
-    else if (threadIdx.x < 32) route_topk_warp<VPL>(logits, E, k, smem, ids, weights);
-    if (threadIdx.x == 0) *counter = 0u;
 }
 
 // fn(std::integral_constant<int, V>{}) for the smallest V in 1, 2, 4, …, 32 holding n values a lane (n ≤ 32).
@@ -376,44 +203,6 @@ void route_topk_v1(cudaStream_t s, const float* logits, int T, int E, int k, int
     if (T <= 0) return;
     route_topk_kernel<<<T, 32, smem, s>>>(logits, E, k, ids, weights);
     CUDA_CHECK(cudaGetLastError());
-}
-
-// STRATA_CUDA_ROUTER_TOPK=0: the router matmul and route_topk as two launches (an A/B); read once.
-static bool router_topk_on() {
-    static const bool on = [] {
-        const char* v = std::getenv("STRATA_CUDA_ROUTER_TOPK");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
-    return on;
-}
-
-bool router_topk(cudaStream_t s, const MatmulArgs& m, const float* x, int E, int k, float* logits, int32_t* ids,
-                 float* weights, unsigned* counter) {
-    const bool plain = m.type == GgmlType::F32 || m.type == GgmlType::F16 || m.type == GgmlType::BF16;
-    const size_t wa = m.type == GgmlType::F32 ? 16 : 8;   // launch_plain's 16-byte load conditions
-    if (!router_topk_on() || use_v1() || !plain || m.ids || m.rows != E || E < 1 || E > 1024 || k < 1 || k > E ||
-        m.n % 4 != 0 || (uintptr_t)x % 16 != 0 || (uintptr_t)m.w % wa != 0 || m.row_bytes % wa != 0)
-        return false;
-    // The last block routes with its 4 warps (route_topk_block4, k ≤ 32; STRATA_CUDA_ROUTER_TOPK_WARPS=1: with one)
-    static const bool four = [] {
-        const char* v = std::getenv("STRATA_CUDA_ROUTER_TOPK_WARPS");
-        return !(v && std::strcmp(v, "1") == 0);
-    }();
-    const bool block4 = four && k <= 32;
-    const size_t smem = block4 ? route_topk_block4_smem(E, k)
-                               : (size_t)E * (sizeof(float) + sizeof(topk_exact::Elem)) + (size_t)k * sizeof(int32_t);
-    with_values_per_lane((E + 31) / 32, [&](auto vpl) {
-        constexpr int VPL = decltype(vpl)::value;
-        auto launch = [&](auto kernel) {
-            launch_kernel(kernel, (unsigned)E, kRouterWarps * 32, smem, s, pdl_enabled(), m.w, m.row_bytes, E, m.n,
-                          x, logits, k, ids, weights, counter, block4);
-        };
-        if (m.type == GgmlType::F32) launch(router_topk_kernel<kF32, 4, VPL>);
-        else if (m.type == GgmlType::F16) launch(router_topk_kernel<kF16, 4, VPL>);
-        else launch(router_topk_kernel<kBF16, 4, VPL>);
-    });
-    CUDA_CHECK(cudaGetLastError());
-    return true;
 }
 
 void route_topk(cudaStream_t s, const float* logits, int T, int E, int k, int32_t* ids, float* weights) {
