@@ -22,6 +22,7 @@
 #include "backend/cuda/kernels/matmul_tiled.h"
 #include "backend/cuda/kernels/moe_gate_up.h"
 #include "backend/cuda/pinned_staging.h"
+#include "common/env.h"
 #include "common/error.h"
 
 namespace strata {
@@ -223,10 +224,7 @@ struct CudaBackend::Impl {
 
     // STRATA_CUDA_MOE_FQ=0: the decode MoE kernels' input quantized by a quantize_act launch first (an A/B of
     // moe_act below); read when the backend is made.
-    const bool moe_fq = [] {
-        const char* v = std::getenv("STRATA_CUDA_MOE_FQ");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
+    const bool moe_fq = env_switch("STRATA_CUDA_MOE_FQ", true);
 
     // The input of the decode MoE kernels (cuda::moe_decode / moe_shexp_decode) at one token: null, so that the
     // gate/up kernel's blocks quantize x themselves (the same bits, one launch fewer), unless x's quantization is
@@ -295,10 +293,7 @@ struct CudaBackend::Impl {
     // STRATA_CUDA_FUSED_QUANT=1 turns on the fused quantization below (read when the backend is made). Off by default:
     // on the H200 the synthetic full-size model decoded 87.5 tok/s without it and 77.5 with it (same tokens); each
     // block re-quantizing the whole row costs more than the launch it saves on small matrices.
-    const bool fused_quant = [] {
-        const char* v = std::getenv("STRATA_CUDA_FUSED_QUANT");
-        return v && std::strcmp(v, "1") == 0;
-    }();
+    const bool fused_quant = env_switch("STRATA_CUDA_FUSED_QUANT", false);
 
     // y[p] = W_p · x[p / act_div] for P activation rows; quantizes x first for block formats as the CPU path does.
     // order: the pairs sorted by expert (prompt-sized moe_experts), run by the tiled kernels. Decode-sized calls

@@ -5,6 +5,7 @@
 #include "backend/cuda/kernels/matmul_tiled.h"
 #include "backend/cuda/kernels/moe_gate_up.h"
 #include "backend/cuda/kernels/shared_expert.h"
+#include "common/env.h"
 
 namespace strata {
 
@@ -193,10 +194,7 @@ void CudaBackend::shared_expert_into(const MoeWeights& w, const float* u, int T,
 
 void CudaBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, int T, int k, const int32_t* d_ids,
                                           const float* d_w, float* y) {
-    static const bool merge_on = [] {
-        const char* v = std::getenv("STRATA_CUDA_MERGE_SHEXP");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
+    static const bool merge_on = env_switch("STRATA_CUDA_MERGE_SHEXP", true);
     const int H = (int)w.gate_exps.ne[0], I = (int)w.gate_exps.ne[1];
     Impl& im = *impl_;
     cuda::HybridMoe* hybrid = im.hybrid.get();

@@ -20,6 +20,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/hybrid_moe.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -43,10 +44,7 @@ void read_ahead(const void* p, size_t bytes) {
 // 1.3-1.4 s instead of 2.4-4.2 s (fewer pages to fault, fill and lock); the CPU pool's decode rate was the same with
 // and without (104.1 / 103.3 / 106.1 vs 104.4 / 104.0 / 105.6 tok/s). STRATA_PIN_HUGEPAGES=0 turns it off; read once.
 bool pin_hugepages() {
-    static const bool on = [] {
-        const char* v = std::getenv("STRATA_PIN_HUGEPAGES");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
+    static const bool on = env_switch("STRATA_PIN_HUGEPAGES", true);
     return on;
 }
 

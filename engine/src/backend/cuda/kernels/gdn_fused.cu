@@ -16,6 +16,7 @@
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
+#include "common/env.h"
 
 namespace strata::cuda {
 
@@ -470,10 +471,7 @@ inline int threads_for_head(int d) { return (d + 31) / 32 * 32; }
 
 // STRATA_CUDA_GDN_SPLIT=0: the recurrence one thread per state column (an A/B of the split kernel); read once.
 bool gdn_split() {
-    static const bool on = [] {
-        const char* v = std::getenv("STRATA_CUDA_GDN_SPLIT");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
+    static const bool on = env_switch("STRATA_CUDA_GDN_SPLIT", true);
     return on;
 }
 

@@ -13,6 +13,7 @@
 #include "backend/cuda/kernels/hyper_read_v1.cuh"
 #include "backend/cuda/kernels/kernels.h"
 #include "backend/cuda/kernels/t1_variants.h"
+#include "common/env.h"
 #include "common/error.h"
 
 namespace strata::cuda {
@@ -399,10 +400,7 @@ bool use_v1() {
 }
 
 bool fused_enabled() {
-    static const bool on = [] {
-        const char* v = std::getenv("STRATA_CUDA_FUSED_HYPER");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
+    static const bool on = env_switch("STRATA_CUDA_FUSED_HYPER", true);
     return on;
 }
 
@@ -418,10 +416,7 @@ bool one_pass_on() {
 
 // STRATA_CUDA_INJECT_FOLD=0: hyper_inject_read as hyper_inject + hyper_read (an A/B of the fold); read once.
 bool inject_fold_on() {
-    static const bool on = [] {
-        const char* v = std::getenv("STRATA_CUDA_INJECT_FOLD");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
+    static const bool on = env_switch("STRATA_CUDA_INJECT_FOLD", true);
     return on;
 }
 

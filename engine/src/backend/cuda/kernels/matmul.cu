@@ -20,6 +20,7 @@
 #include "backend/cuda/kernels/t1_variants.h"
 #include "backend/cuda/kernels/quant_dots.cuh"
 #include "backend/cuda/kernels/quant_formats.cuh"
+#include "common/env.h"
 #include "common/error.h"
 
 namespace strata::cuda {
@@ -316,46 +317,35 @@ constexpr int kGroupTile = 4;
 // STRATA_CUDA_T1_ROWS=1: single-row matmuls (decode) of the integer formats also take 4 rows per warp. An A/B switch
 // for bench/cuda_kernels/run.sh until the H200 numbers pick one; read once.
 bool t1_rows() {
-    static const bool on = [] {
-        const char* v = std::getenv("STRATA_CUDA_T1_ROWS");
-        return v && std::strcmp(v, "1") == 0;
-    }();
+    static const bool on = env_switch("STRATA_CUDA_T1_ROWS", false);
+    return on;
+}
+
+// STRATA_CUDA_SPLITK_2WARPS=0: the split-K kernel always with 4-warp blocks (an A/B of its one-wave choice in
+// launch_q8); read once.
+bool splitk_two_warps() {
+    static const bool on = env_switch("STRATA_CUDA_SPLITK_2WARPS", true);
     return on;
 }
 
 // Split-K for one activation row (matmul_q8_splitk_kernel / matmul_plain_splitk_kernel): when the output has too
 // few rows to fill the GPU with one row per warp and the rows are long enough for a block's 128 threads.
 // STRATA_CUDA_SPLITK=0 turns it off (A/B in bench/cuda_kernels/run.sh); read once.
-// STRATA_CUDA_SPLITK_2WARPS=0: the split-K kernel always with 4-warp blocks (an A/B of the one-wave choice above).
-bool splitk_two_warps() {
-    static const bool on = [] {
-        const char* v = std::getenv("STRATA_CUDA_SPLITK_2WARPS");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
-    return on;
-}
-
 constexpr int64_t kSplitKMaxRows = 8192;
 constexpr int kSplitKMinUnits = 64;   // 32-value chunks (or V-wide steps) per row
 constexpr int64_t kSplitKFusedBlocks = 1024;
 bool splitk(const MatmulArgs& m, int P, int units) {
-    static const bool on = [] {
-        const char* v = std::getenv("STRATA_CUDA_SPLITK");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
+    static const bool on = env_switch("STRATA_CUDA_SPLITK", true);
     return on && P == 1 && !m.ids && m.rows <= kSplitKMaxRows && units >= kSplitKMinUnits;
 }
 
 // Single-row matmuls of many rows (over kSplitKMaxRows: the GDN in_proj 2560 -> 16480) in the integer formats copy
-// their rows to shared memory with 16-byte loads first (matmul_q8_staged_kernel). On by default since 2026-12-04
+// their rows to shared memory with 16-byte cp.async copies first (matmul_q8_staged_kernel). On by default since 2026-12-04
 // (H200, decode at 1K all on the GPU: r29 224.5 / 226.5 tok/s against 213.7 / 222.1 without, r31 221.0 / 221.6
 // against 219.7: a small gain at most, never slower); STRATA_CUDA_T1_STAGED=0 turns it off. Read once.
 std::atomic<int64_t> g_t1_staged_calls{0};   // launches, for the tests' path checks
 bool t1_staged(const MatmulArgs& m, size_t smem) {
-    static const bool on = [] {
-        const char* v = std::getenv("STRATA_CUDA_T1_STAGED");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
+    static const bool on = env_switch("STRATA_CUDA_T1_STAGED", true);
     return on && !m.ids && m.rows > kSplitKMaxRows && (m.rows * m.row_bytes) % 16 == 0 && (uintptr_t)m.w % 16 == 0 &&
            smem <= kFusedSmemMax;
 }
@@ -375,10 +365,7 @@ size_t smem_optin_bytes() {
     return bytes;
 }
 bool q6k_t1(const MatmulArgs& m) {
-    static const bool on = [] {
-        const char* v = std::getenv("STRATA_CUDA_Q6K_T1");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
+    static const bool on = env_switch("STRATA_CUDA_Q6K_T1", true);
     return on && !m.ids && m.type == GgmlType::Q6_K && m.rows >= kQ6kT1MinRows && m.rows % kQ6Rows == 0 &&
            (kQ6Rows * m.row_bytes) % 16 == 0 && (uintptr_t)m.w % 16 == 0 && m.n % 256 == 0 &&
            q6k_t1_smem_bytes(m.n, m.row_bytes) <= smem_optin_bytes();

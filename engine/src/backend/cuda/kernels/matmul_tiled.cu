@@ -9,6 +9,7 @@
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/matmul_tiled.h"
 #include "backend/cuda/kernels/quant_formats.cuh"
+#include "common/env.h"
 #include "common/error.h"
 
 namespace strata::cuda {
@@ -262,10 +263,7 @@ void tiled_upload_tables() {
 }
 
 bool tiled_enabled() {
-    static const bool on = [] {
-        const char* v = std::getenv("STRATA_CUDA_TILED");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
+    static const bool on = env_switch("STRATA_CUDA_TILED", true);
     return on;
 }
 

@@ -10,6 +10,7 @@
 #include "backend/cuda/kernels/matmul_q8.cuh"
 #include "backend/cuda/kernels/moe_gate_up.h"
 #include "backend/cuda/kernels/quant_formats.cuh"
+#include "common/env.h"
 #include "common/error.h"
 
 namespace strata::cuda {
@@ -17,10 +18,7 @@ namespace strata::cuda {
 // STRATA_CUDA_Q2_PERM=0: the staged and MoE gate/up kernels dot Q2_0 with decode() against activations in their
 // own order instead of decode_perm() against permuted ones (an A/B); read once.
 inline bool q2_perm() {
-    static const bool on = [] {
-        const char* v = std::getenv("STRATA_CUDA_Q2_PERM");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
+    static const bool on = env_switch("STRATA_CUDA_Q2_PERM", true);
     return on;
 }
 
@@ -226,10 +224,7 @@ namespace {
 
 // STRATA_CUDA_MOE_DECODE=0 turns the two-launch decode path off (A/B in bench/cuda_kernels/run.sh); read once.
 bool moe_decode_enabled() {
-    static const bool on = [] {
-        const char* v = std::getenv("STRATA_CUDA_MOE_DECODE");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
+    static const bool on = env_switch("STRATA_CUDA_MOE_DECODE", true);
     return on;
 }
 
