@@ -52,6 +52,17 @@ inline unsigned blocks_at_once(Kernel kernel, int threads, size_t smem, std::ato
     return r;
 }
 
+// The current device's compute capability major version (sm_90: 9), asked once: the switches of the sm_90 paths.
+inline int device_cc_major() {
+    static const int major = [] {
+        int dev = 0, m = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev));
+        return m;
+    }();
+    return major;
+}
+
 inline unsigned grid_for(size_t n, int block) {
     size_t g = (n + block - 1) / block;
     return (unsigned)(g < 1 ? 1 : (g > 0x7fffffff ? 0x7fffffff : g));

@@ -413,14 +413,7 @@ constexpr int kGdnClusterParts = 8;   // threads a column (16 rows each): 256 th
 // STRATA_CUDA_GDN_CLUSTER=0: the one-block-a-head split kernel instead of the cluster kernel (A/B); read once. The
 // cluster kernel needs sm_90.
 bool gdn_cluster() {
-    static const bool on = [] {
-        const char* v = std::getenv("STRATA_CUDA_GDN_CLUSTER");
-        if (v && std::strcmp(v, "0") == 0) return false;
-        int dev = 0, major = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        return major >= 9;
-    }();
+    static const bool on = env_switch("STRATA_CUDA_GDN_CLUSTER", true) && device_cc_major() >= 9;
     return on;
 }
 

@@ -26,14 +26,7 @@
 namespace strata::cuda {
 
 bool pdl_enabled() {
-    static const bool on = [] {
-        const char* e = std::getenv("STRATA_CUDA_PDL");
-        if (e && std::strcmp(e, "0") == 0) return false;
-        int dev = 0, major = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        return major >= 9;
-    }();
+    static const bool on = env_switch("STRATA_CUDA_PDL", true) && device_cc_major() >= 9;
     return on;
 }
 

@@ -279,7 +279,7 @@ __device__ __forceinline__ StagedSpan staged_span(int64_t r0, int64_t rows, size
     return sp;
 }
 
-// The staged kernels' prologue after their weights are requested: wait for the kernel before (a programmatic
+// The staged kernel's prologue after its weights are requested: wait for the kernel before (a programmatic
 // dependent launch), copy the activation row (n int8 into staged, nd scales into sd) and synchronise the block.
 // PERM: each 16 values in permute_act16's order and each 32's Σ into ss (for decode_perm and chunk_term_sum).
 template <bool PERM>
