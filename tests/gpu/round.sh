@@ -17,6 +17,8 @@
 #   phases     bench/cuda_kernels: staged_phases (the staged projection step by step) and kernel_boundary
 #   t1         bench/cuda_kernels/t1_ops.sh   t1dec    tests/gpu/t1_ops_decode.sh
 #   matmul     tests/gpu/matmul_t1.sh         pool     tests/gpu/cpu_pool.sh (the pool + one hybrid decode)
+#   prefill    tests/gpu/prefill_profile.sh: a 2,048-token prompt with STRATA_CUDA_PROFILE=1 (gpu and pc12): the prompt
+#              chunks' GPU time by op
 #   head       the output head and greedy choice: cuda_ops_test's Q6_K-rows, argmax and fused-quantization groups,
 #              cuda_matmul_speed --head with and without the Q6_K head kernel, serve greedy GPU = CPU (tiny models)
 # usage: [TARGETS="strata cuda_ops_test ..."] tests/gpu/round.sh NAME STEP[:SECONDS] ...   (TARGETS: build only those)
@@ -68,6 +70,7 @@ for spec in "$@"; do
     t1dec)   cmd=(env OUT=$dir bash tests/gpu/t1_ops_decode.sh build-gpu "$MODEL") ;;
     matmul)  cmd=(env OUT=$dir bash tests/gpu/matmul_t1.sh build-gpu "$MODEL") ;;
     pool)    cmd=(env OUT=$dir bash tests/gpu/cpu_pool.sh build-gpu "$MODEL") ;;
+    prefill) cmd=(env OUT=$dir bash tests/gpu/prefill_profile.sh build-gpu "$MODEL") ;;
     graphs)  cmd=(env OUT=$dir SKIP_OPS=1 bash tests/gpu/graphs_check.sh build-gpu) ;;
     devjoin) cmd=(bash -c "build-gpu/engine/moe_decode_test | grep -E 'tables|FAIL|failed'; python3 tests/gpu/device_join_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/device_join.json") ;;
     memjoin) cmd=(bash tests/gpu/device_join_memcheck.sh build-gpu .gpu-models) ;;

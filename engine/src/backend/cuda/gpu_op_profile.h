@@ -1,6 +1,7 @@
-// Per-op GPU time of the CUDA backend's decode passes, on with STRATA_CUDA_PROFILE=1: CUDA events around each op, read
-// back only after the stream has been synchronised anyway (to_host), and per pass the host's enqueue time against the
-// GPU's busy time. The table goes to stderr when the backend is destroyed. Costs one branch per op when off.
+// Per-op GPU time of the CUDA backend, on with STRATA_CUDA_PROFILE=1: CUDA events around each op, read back only after
+// the stream has been synchronised anyway (to_host), and per decode pass the host's enqueue time against the GPU's busy
+// time. Two tables go to stderr when the backend is destroyed: the ops of decode passes, and the ops outside them
+// (prompt chunks, state copies), so a prompt's time can be split by op too. Costs one branch per op when off.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -61,14 +62,15 @@ private:
     cudaEvent_t event();
     void end_segment(Open& o, bool last);
     void resolve();
+    static void print_table(const char* title, const std::map<std::string, Entry>& entries);
 
     cudaStream_t stream_;
     bool on_ = false, printed_ = false;
     std::vector<cudaEvent_t> free_;
     std::vector<Open> open_;
     std::vector<Span> pending_;
-    std::map<std::string, Entry> entries_;
-    Entry outside_;      // ops outside decode passes (prompt chunks, state copies)
+    std::map<std::string, Entry> entries_;           // ops of decode passes
+    std::map<std::string, Entry> outside_entries_;   // ops outside them (prompt chunks, state copies)
     // The pass in flight: its start (event, clock), its end event once the host is done, its ops' GPU and host time.
     bool in_pass_ = false, pass_enqueued_ = false;
     cudaEvent_t pass_start_ = nullptr, pass_end_ = nullptr;
