@@ -3,8 +3,9 @@
 //   dense    the model's real dense shapes (GGUF.md: H 2560, qkv 10240, gate 6144, hc 10240 -> 320, head 248320)
 //   experts  the expert-by-id path on a 512-expert tensor (gate 2560 -> 640, down 640 -> 2560), top-10 pairs for
 //            T = 1 and T = 4 tokens (T = 4: the tokens share about half their experts), GB/s of the experts read
-//   prompt   T = 256 and 1024 (prompt chunks): attn_qkv on one matrix and gate_exps over 512 experts top-10 (pairs
-//            sorted by expert on the device, sort timed too): the tiled kernels (matmul_tiled.cu), with TFLOP/s
+//   prompt   T = 256 and 1024 (prompt chunks): attn_qkv on one matrix, gate_exps and down_exps over 512 experts
+//            top-10 (pairs sorted by expert on the device, sort timed too): the tiled kernels (matmul_tiled.cu), f32
+//            and tensor-core (" mmq"), with TFLOP/s
 //   decode   the decode pass's dense shapes (GDN in_proj as one matrix, ssm_out, hc_down, router F32, BF16) T = 1..8
 //   moe      routed experts (top-10 of 512, T = 1) and the shared expert (T = 1..8) as whole calls, per format mix
 // Each case runs back to back `iters` times between two events; small cases include the launch cost (as decode does).
@@ -374,46 +375,61 @@ void bench_moe(cudaStream_t s) {
     free_acts(a);
 }
 
-// Prompt chunks of T = 256 and 1024 tokens: one matrix (attn_qkv 2560 -> 10240) and gate_exps (2560 -> 640) over
-// 512 experts, top-10 per token drawn at random. Both take the tiled kernels (T >= cuda::kTiledMinRows).
+// Prompt chunks of T = 256 and 1024 tokens: one matrix (attn_qkv 2560 -> 10240), gate_exps (2560 -> 640) and
+// down_exps (640 -> 2560) over 512 experts, top-10 per token drawn at random. All take the tiled kernels (T >=
+// cuda::kTiledMinRows): each case with the f32 tiled kernel and with the tensor-core one (" mmq", STRATA_CUDA_MMQ's
+// kernel, matmul_mmq.cuh).
 void bench_prompt(cudaStream_t s) {
     const int E = 512, k = 10, H = 2560, I = 640, Tmax = 1024;
-    Acts a = make_acts(Tmax, H);
+    Acts a = make_acts(Tmax * k, H);   // down_exps reads one row per pair
     float* y = nullptr;
-    CUDA_CHECK(cudaMalloc(&y, (size_t)Tmax * k * I * 4 > (size_t)Tmax * 10240 * 4 ? (size_t)Tmax * k * I * 4
-                                                                                   : (size_t)Tmax * 10240 * 4));
+    CUDA_CHECK(cudaMalloc(&y, (size_t)Tmax * k * H * 4));
     int32_t* d_ids = nullptr;
     CUDA_CHECK(cudaMalloc(&d_ids, (size_t)Tmax * k * 4));
     void* sort_scratch = nullptr;
     CUDA_CHECK(cudaMalloc(&sort_scratch, cuda::expert_order_bytes(Tmax * k, E)));
-    for (GgmlType t : {GgmlType::Q2_0, GgmlType::IQ2_XS, GgmlType::Q4_K}) {
-        uint8_t* w = upload_rows(t, 10240, H);
-        for (int T : {256, 1024})
-            time_case(s, "prompt", "attn_qkv 2560->10240 T=" + std::to_string(T), dense_args(t, w, H, 10240), a, T, T,
-                      y, ggml_row_bytes(t, H) * 10240, 10);
-        cudaFree(w);
-    }
-    for (GgmlType t : {GgmlType::Q2_0, GgmlType::IQ2_XS}) {
-        const size_t row_bytes = ggml_row_bytes(t, H);
-        uint8_t* w = upload_rows(t, (int64_t)E * I, H);
-        for (int T : {256, 1024}) {
-            std::vector<int32_t> ids;
-            std::vector<int> pool(E);
-            for (int i = 0; i < E; ++i) pool[i] = i;
-            for (int tt = 0; tt < T; ++tt) {
-                std::shuffle(pool.begin(), pool.end(), rng);
-                ids.insert(ids.end(), pool.begin(), pool.begin() + k);
-            }
-            CUDA_CHECK(cudaMemcpy(d_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
-            cuda::MatmulArgs m = dense_args(t, w, H, I);
-            m.mat_stride = row_bytes * I;
-            m.ids = d_ids;
-            m.act_div = k;
-            time_case(s, "prompt", "gate_exps 512x top-10 T=" + std::to_string(T), m, a, T, T * k, y,
-                      (size_t)E * m.mat_stride, 10, E, sort_scratch);
+    for (int mmq : {0, 1}) {
+        cuda::tiled_set_mmq(mmq);
+        const std::string tag = mmq ? " mmq" : "";
+        for (GgmlType t : {GgmlType::Q2_0, GgmlType::IQ2_XS, GgmlType::Q4_K}) {
+            uint8_t* w = upload_rows(t, 10240, H);
+            for (int T : {256, 1024})
+                time_case(s, "prompt", "attn_qkv 2560->10240 T=" + std::to_string(T) + tag, dense_args(t, w, H, 10240),
+                          a, T, T, y, ggml_row_bytes(t, H) * 10240, 10);
+            cudaFree(w);
         }
-        cudaFree(w);
+        struct Experts {
+            const char* name;
+            GgmlType type;
+            int n, rows, act_div;   // act_div k: every pair reads its token's row; 1: its own row (down)
+        };
+        const Experts cases[] = {{"gate_exps 512x top-10", GgmlType::Q2_0, H, I, k},
+                                 {"gate_exps 512x top-10", GgmlType::IQ2_XS, H, I, k},
+                                 {"down_exps 512x top-10", GgmlType::Q2_0, I, H, 1},
+                                 {"down_exps 512x top-10", GgmlType::IQ4_NL, I, H, 1}};
+        for (const Experts& c : cases) {
+            const size_t row_bytes = ggml_row_bytes(c.type, c.n);
+            uint8_t* w = upload_rows(c.type, (int64_t)E * c.rows, c.n);
+            for (int T : {256, 1024}) {
+                std::vector<int32_t> ids;
+                std::vector<int> pool(E);
+                for (int i = 0; i < E; ++i) pool[i] = i;
+                for (int tt = 0; tt < T; ++tt) {
+                    std::shuffle(pool.begin(), pool.end(), rng);
+                    ids.insert(ids.end(), pool.begin(), pool.begin() + k);
+                }
+                CUDA_CHECK(cudaMemcpy(d_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+                cuda::MatmulArgs m = dense_args(c.type, w, c.n, c.rows);
+                m.mat_stride = row_bytes * c.rows;
+                m.ids = d_ids;
+                m.act_div = c.act_div;
+                time_case(s, "prompt", std::string(c.name) + " T=" + std::to_string(T) + tag, m, a,
+                          c.act_div == 1 ? T * k : T, T * k, y, (size_t)E * m.mat_stride, 10, E, sort_scratch);
+            }
+            cudaFree(w);
+        }
     }
+    cuda::tiled_set_mmq(-1);
     cudaFree(sort_scratch);
     cudaFree(d_ids);
     cudaFree(y);

@@ -113,6 +113,33 @@ void test_moe() {
     test_moe_shape(64, 8, {40, 200});
 }
 
+// The tensor-core prompt kernels (STRATA_CUDA_MMQ, kernels/matmul_mmq.cuh) against the CPU: one matrix in every block
+// format at prompt-sized T (partial token and row tiles) with the path taken, then routed experts (tiles of one
+// expert's pairs) through moe_experts. Q8 activations only (the kernels need them).
+void test_matmul_mmq() {
+    CudaBackend::set_prompt_mmq(1);
+    for (GgmlType t : gputest::all_formats()) {
+        if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16) continue;
+        const int n = 512, rows = 97;
+        const Weight& w = make_weight(t, n, rows, 1, "mm");
+        for (int T : {32, 64, 100, 257}) {
+            const std::vector<float> x = randn((size_t)T * n);
+            std::vector<float> want((size_t)T * rows);
+            cpu->matmul(w, x.data(), T, want.data());
+            Dev dx(x), dy((size_t)T * rows);
+            const int64_t before = CudaBackend::prompt_mmq_matmuls();
+            gpu->matmul(w, dx, T, dy);
+            const std::string name = std::string("matmul mmq ") + ggml_type_name(t) + " T=" + std::to_string(T);
+            report(name, dy.get(), want, 1e-5);
+            report(name + " path", {(float)(CudaBackend::prompt_mmq_matmuls() - before)}, {1.0f}, 0.0);
+        }
+    }
+    const int64_t before = CudaBackend::prompt_mmq_matmuls();
+    test_moe_shape(64, 8, {40, 200});
+    report("moe_experts mmq path", {(float)(CudaBackend::prompt_mmq_matmuls() > before)}, {1.0f}, 0.0);
+    CudaBackend::set_prompt_mmq(-1);
+}
+
 // shared_expert (y += σ(u·g)·down(silu(gate·u) ⊙ up·u)) on a random y, alone and right after moe_experts of the same
 // u (the CUDA backend hands moe_experts' quantized u to the shared expert). Decode sizes take the fused kernels
 // (gate+up+swiglu, gate and add), T = 40 the primitive ops.
@@ -852,6 +879,7 @@ int main(int argc, char** argv) {
         group("matmul_q6k_rows", test_matmul_q6k_rows);
         group("argmax_rows", test_argmax_rows);
         group("matmul_many_rows", test_matmul_many_rows);
+        group("matmul_mmq", test_matmul_mmq);
         group("moe", test_moe);
         group("shared_expert", test_shared_expert);
         group("route_topk", test_route_topk);

@@ -9,6 +9,7 @@
 
 // The dots are __host__ __device__ and call this file's host lambdas: fine on the host, where they run.
 #pragma nv_diag_suppress 20011, 20013, 20014
+#include "backend/cuda/kernels/matmul_mmq.cuh"
 #include "backend/cuda/kernels/quant_dots.cuh"
 #include "quant/quant_internal.h"
 #include "random_blocks.h"
@@ -118,6 +119,88 @@ int check_perm(GgmlType t, std::mt19937& rng) {
     return bad ? 1 : 0;
 }
 
+// The tensor-core prompt kernel's tile (kernels/matmul_mmq.cuh) on the host: 64 weight rows × 16 tokens staged by its
+// helpers, each warp's mma emulated by rebuilding A and B from the lanes' fragments with the PTX layouts (written out
+// here, apart from the helpers) and handing each lane its C elements, the terms added as the kernel adds them;
+// against the CPU's scalar vec_dot.
+template <class F>
+int check_mmq(GgmlType t, std::mt19937& rng) {
+    namespace mmq = cuda::mmq;
+    using Q = cuda::QInt<F>;
+    constexpr int TT = 16, NJ = TT / 8, kWarps = mmq::kRows / 16;
+    const int n = 512, rows = mmq::kRows, nd = n / F::ABLK;
+    const std::vector<uint8_t> data = gputest::random_rows(t, rows, n, rng);
+    const size_t row_bytes = ggml_row_bytes(t, n);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<int8_t> q((size_t)TT * n);
+    std::vector<float> d((size_t)TT * nd);
+    std::vector<std::vector<uint8_t>> act(TT, std::vector<uint8_t>(act_bytes(t, n)));
+    for (int p = 0; p < TT; ++p) {
+        std::vector<float> x(n);
+        for (float& v : x) v = normal(rng);
+        quantize_act(t, x.data(), act[p].data(), n);
+        gpu_layout(t, F::ABLK, act[p], n, q.data() + (size_t)p * n, d.data() + (size_t)p * nd);
+    }
+    std::vector<uint8_t> ws(mmq::kRows * mmq::kStride), xs(TT * mmq::kStride);
+    mmq::RowScale wsc[mmq::kChunks][mmq::kRows];
+    mmq::TokInfo xinfo[mmq::kChunks][TT];
+    std::vector<float> acc((size_t)kWarps * 32 * NJ * 4, 0.0f);   // [warp][lane][j][i]
+    auto at = [&](int w, int lane, int j, int i) -> float& { return acc[(((size_t)w * 32 + lane) * NJ + j) * 4 + i]; };
+    for (int k0 = 0; k0 < n; k0 += mmq::kStep) {
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < mmq::kChunks; ++c)
+                mmq::stage_weight_chunk<F>(data.data() + r * row_bytes, k0 / 32 + c, Q::global_grid(),
+                                           ws.data() + r * mmq::kStride + 32 * c, wsc[c][r]);
+        for (int tok = 0; tok < TT; ++tok)
+            for (int c = 0; c < mmq::kChunks; ++c) {
+                const int k = k0 + 32 * c;
+                mmq::stage_act_chunk(q.data() + (size_t)tok * n + k, d[(size_t)tok * nd + k / F::ABLK],
+                                     xs.data() + tok * mmq::kStride + 32 * c, xinfo[c][tok]);
+            }
+        for (int w = 0; w < kWarps; ++w)
+            for (int c = 0; c < mmq::kChunks; ++c)
+                for (int j = 0; j < NJ; ++j) {
+                    int8_t A[16][32], B[32][8];
+                    for (int lane = 0; lane < 32; ++lane) {
+                        uint32_t a[4], b[2];
+                        mmq::load_a(ws.data(), 16 * w, c, lane, a);
+                        mmq::load_b(xs.data(), 8 * j, c, lane, b);
+                        const int g = lane / 4, tq = lane % 4;
+                        for (int e = 0; e < 4; ++e) {
+                            for (int r = 0; r < 4; ++r) A[g + 8 * (r & 1)][4 * tq + 16 * (r >> 1) + e] = (int8_t)(a[r] >> (8 * e));
+                            for (int r = 0; r < 2; ++r) B[4 * tq + 16 * r + e][g] = (int8_t)(b[r] >> (8 * e));
+                        }
+                    }
+                    for (int lane = 0; lane < 32; ++lane)
+                        for (int i = 0; i < 4; ++i) {
+                            const int row = lane / 4 + 8 * (i / 2), col = 2 * (lane % 4) + (i % 2);
+                            int lo = 0, hi = 0;
+                            for (int k = 0; k < 32; ++k) {
+                                const int v = (int)A[row][k] * (int)B[k][col];
+                                if (Q::kSplit && k >= 16) hi += v;
+                                else lo += v;
+                            }
+                            const mmq::RowScale& rs = wsc[c][16 * w + mmq::c_row(lane, i)];
+                            at(w, lane, j, i) += mmq::term<Q>(lo, hi, rs, xinfo[c][8 * j + mmq::c_col(lane, i)]);
+                        }
+                }
+    }
+    double max_diff = 0, max_want = 0;
+    for (int w = 0; w < kWarps; ++w)
+        for (int lane = 0; lane < 32; ++lane)
+            for (int j = 0; j < NJ; ++j)
+                for (int i = 0; i < 4; ++i) {
+                    const int row = 16 * w + mmq::c_row(lane, i), tok = 8 * j + mmq::c_col(lane, i);
+                    const float want = vec_dot_isa(Isa::scalar, t, n, data.data() + row * row_bytes, act[tok].data());
+                    max_diff = std::max(max_diff, std::fabs((double)at(w, lane, j, i) - want));
+                    max_want = std::max(max_want, (double)std::fabs(want));
+                }
+    const double worst = max_diff / std::max(max_want, 1e-30);
+    const bool ok = worst <= 1e-6;
+    std::printf("%-8s mmq tile: worst rel %.2e  %s\n", ggml_type_name(t), worst, ok ? "ok" : "FAIL");
+    return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main() {
@@ -143,6 +226,19 @@ int main() {
     failed += check_format<FmtIQ3_XXS>(GgmlType::IQ3_XXS, rng);
     failed += check_format<FmtIQ3_S>(GgmlType::IQ3_S, rng);
     failed += check_perm<FmtQ2_0>(GgmlType::Q2_0, rng);
+    failed += check_mmq<FmtQ8_0>(GgmlType::Q8_0, rng);
+    failed += check_mmq<FmtQ4_0>(GgmlType::Q4_0, rng);
+    failed += check_mmq<FmtQ4_1>(GgmlType::Q4_1, rng);
+    failed += check_mmq<FmtIQ4_NL>(GgmlType::IQ4_NL, rng);
+    failed += check_mmq<FmtQ2_0>(GgmlType::Q2_0, rng);
+    failed += check_mmq<FmtQ2_K>(GgmlType::Q2_K, rng);
+    failed += check_mmq<FmtQ3_K>(GgmlType::Q3_K, rng);
+    failed += check_mmq<FmtQ4_K>(GgmlType::Q4_K, rng);
+    failed += check_mmq<FmtQ5_K>(GgmlType::Q5_K, rng);
+    failed += check_mmq<FmtQ6_K>(GgmlType::Q6_K, rng);
+    failed += check_mmq<FmtIQ2_XS>(GgmlType::IQ2_XS, rng);
+    failed += check_mmq<FmtIQ3_XXS>(GgmlType::IQ3_XXS, rng);
+    failed += check_mmq<FmtIQ2_S>(GgmlType::IQ2_S, rng);
     std::printf("%s\n", failed ? "dot_host_test: FAILED" : "dot_host_test: all formats within rounding of the CPU");
     return failed ? 1 : 0;
 }

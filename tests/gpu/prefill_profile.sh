@@ -3,7 +3,8 @@
 # public project's 5070 does 2,171-2,653 at 32K): `strata generate` on the synthetic model with a prompt of PROMPT
 # tokens (chunks of CHUNK) and STRATA_CUDA_PROFILE=1, whose second table splits the prompt chunks' GPU time by op.
 # Settings: gpu (every expert on the GPU; records a routing profile) and pc12 (4,100 slots, 6 CPU workers, filled from
-# that profile). Writes $OUT/prefill_<setting>.log (the tables, the speeds) and a summary; <= ~2 x 60 s.
+# that profile), each with the f32 tiled prompt matmuls and with the tensor-core ones (_mmq: STRATA_CUDA_MMQ=1).
+# Writes $OUT/prefill_<setting>.log (the tables, the speeds) and a summary; <= ~4 x 60 s.
 # usage: bash tests/gpu/prefill_profile.sh BUILD_DIR [SYN_MODEL] [BACKEND]   (BACKEND cpu: the plumbing on a tiny model)
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
@@ -19,9 +20,9 @@ mkdir -p "$OUT"
 VOCAB=$("$BUILD/engine/strata" info "$MODEL" 2>/dev/null | awk '$1 == "vocabulary" {print $2}')
 python3 -c "v = int('${VOCAB:-512}') * 15 // 16; print(','.join(str((1000003 * i + 17) % (v - 10) + 10) for i in range($PROMPT)))" \
     > "$OUT/prompt.ids"
-run() {   # name, extra strata arguments...
-  local name=$1; shift
-  local env=(STRATA_CUDA_PROFILE=1)
+run() {   # name, STRATA_CUDA_MMQ value, extra strata arguments...
+  local name=$1 mmq=$2; shift 2
+  local env=(STRATA_CUDA_PROFILE=1 STRATA_CUDA_MMQ=$mmq)
   [ "$BACKEND" = cpu ] && env=(STRATA_PROFILE=1)
   env "${env[@]}" timeout 60 "$BUILD/engine/strata" generate --backend "$BACKEND" --model "$MODEL" \
       --prompt-file "$OUT/prompt.ids" -n 4 --ignore-eos --ctx $((PROMPT + 64)) --chunk "$CHUNK" "$@" \
@@ -33,9 +34,12 @@ run() {   # name, extra strata arguments...
       "$OUT/prefill_$name.log"
 }
 if [ "$BACKEND" = cuda ]; then
-  run gpu --routing-profile-out "$OUT/routing.profile"
-  run pc12 --expert-cache 4100-slots --cpu-workers 6 --routing-profile "$OUT/routing.profile"
+  run gpu 0 --routing-profile-out "$OUT/routing.profile"
+  run gpu_mmq 1
+  run pc12 0 --expert-cache 4100-slots --cpu-workers 6 --routing-profile "$OUT/routing.profile"
+  run pc12_mmq 1 --expert-cache 4100-slots --cpu-workers 6 --routing-profile "$OUT/routing.profile"
 else
-  run cpu
+  run cpu 0
 fi
-grep -h -E '^prompt:|^rc ' "$OUT"/prefill_*.log > "$OUT/summary.txt"
+for f in "$OUT"/prefill_*.log; do echo "$(basename "$f" .log): $(grep -h -E '^prompt:' "$f") $(tail -1 "$f")"; done \
+    > "$OUT/summary.txt"

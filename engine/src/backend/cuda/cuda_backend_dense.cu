@@ -178,6 +178,8 @@ int64_t CudaBackend::folded_injections() { return cuda::hyper_inject_read_folded
 int64_t CudaBackend::fused_hyper_reads() { return cuda::hyper_read_fused_calls(); }
 int64_t CudaBackend::q6k_t1_matmuls() { return cuda::matmul_q6k_t1_calls(); }
 int64_t CudaBackend::t1_staged_matmuls() { return cuda::matmul_t1_staged_calls(); }
+void CudaBackend::set_prompt_mmq(int mode) { cuda::tiled_set_mmq(mode); }
+int64_t CudaBackend::prompt_mmq_matmuls() { return cuda::tiled_mmq_calls(); }
 
 void CudaBackend::rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) {
     Impl::OpScope prof_op(*impl_, "rope");

@@ -3,10 +3,12 @@
 // quant_formats.cuh) and multiplies it with the activation tile (f32 x, or the Q8 rows as int8 · scale). Routed
 // experts: the pairs are sorted by expert on the device (counting sort) and each tile holds pairs of one expert.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/matmul_mmq.cuh"
 #include "backend/cuda/kernels/matmul_tiled.h"
 #include "backend/cuda/kernels/quant_formats.cuh"
 #include "common/env.h"
@@ -217,6 +219,47 @@ void launch(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int 
     CUDA_CHECK_LAUNCH();
 }
 
+// The tensor-core kernel (matmul_mmq.cuh) for format F, TT activation rows a block.
+template <class F, int TT>
+void launch_mmq(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, const ExpertOrder* o, float* y) {
+    const unsigned gx = grid_for((size_t)m.rows, mmq::kRows);
+    const unsigned gy = o ? (unsigned)o->max_items : (unsigned)((P + TT - 1) / TT);
+    STRATA_CHECK(gy <= 65535, "cuda mmq matmul: ", gy, " activation tiles is out of range (P = ", P, ")");
+    mmq::matmul_mmq_kernel<F, TT><<<dim3(gx, gy), mmq::kThreads, 0, s>>>(
+        m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.act_div, act.q, act.d, F::ABLK, P, o ? o->order : nullptr,
+        o ? o->items : nullptr, o ? o->n_items : nullptr, y);
+    CUDA_CHECK_LAUNCH();
+}
+
+std::atomic<int> g_mmq{-1};            // -1: STRATA_CUDA_MMQ (default off); tiled_set_mmq overrides
+std::atomic<int64_t> g_mmq_calls{0};
+
+bool mmq_on() {
+    int v = g_mmq.load();
+    if (v < 0) {
+        v = env_switch("STRATA_CUDA_MMQ", false) && device_cc_major() >= 8 ? 1 : 0;
+        g_mmq.store(v);
+    }
+    return v == 1;
+}
+
+// The tensor-core kernel when it is on and takes m (an integer decoder for its format, Q8 activations whose rows
+// start 16-byte aligned, rows of whole steps): true when launched.
+bool try_mmq(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, const ExpertOrder* o, float* y) {
+    if (!act.q || !mmq_on() || m.n % mmq::kStep != 0 || reinterpret_cast<uintptr_t>(act.q) % 16 != 0) return false;
+    bool launched = false;
+    with_block_format(m.type, [&](auto f) {
+        using F = decltype(f);
+        if constexpr (QInt<F>::kHas) {
+            if (o) launch_mmq<F, kExpertTile>(s, m, act, P, o, y);
+            else launch_mmq<F, kDenseTile>(s, m, act, P, nullptr, y);
+            launched = true;
+        }
+    });
+    if (launched) g_mmq_calls.fetch_add(1, std::memory_order_relaxed);
+    return launched;
+}
+
 // Calls fn(Decoder{}, activation block) for weight type t; false when the tiled kernels do not take t.
 template <class Fn>
 bool with_decoder(GgmlType t, Fn&& fn) {
@@ -239,8 +282,9 @@ int row_multiple(GgmlType t) {
     }
 }
 
-// Runs the tiled kernel of m's format; act.q null = f32 activations.
+// Runs the tiled kernel of m's format (the tensor-core one where try_mmq takes it); act.q null = f32 activations.
 void dispatch(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, const ExpertOrder* o, float* y) {
+    if (try_mmq(s, m, act, P, o, y)) return;
     const bool ok = with_decoder(m.type, [&](auto d, int ablk) {
         using D = decltype(d);
         if (!ablk) act = ActQ8{};   // plain weights always multiply f32 x
@@ -261,6 +305,9 @@ void tiled_upload_tables() {
     CUDA_CHECK(cudaMemcpyToSymbol(d_ksigns_iq2xs, iq::ksigns_iq2xs, sizeof(iq::ksigns_iq2xs)));
     CUDA_CHECK(cudaMemcpyToSymbol(d_kvalues_iq4nl, iq::kvalues_iq4nl, sizeof(iq::kvalues_iq4nl)));
 }
+
+void tiled_set_mmq(int mode) { g_mmq.store(mode < 0 ? -1 : mode ? (device_cc_major() >= 8 ? 1 : 0) : 0); }
+int64_t tiled_mmq_calls() { return g_mmq_calls.load(); }
 
 bool tiled_enabled() {
     static const bool on = env_switch("STRATA_CUDA_TILED", true);
