@@ -19,6 +19,7 @@ constexpr int kStep = 64;             // inputs a step: two chunks
 constexpr int kChunks = kStep / 32;
 constexpr int kStride = kStep + 16;   // bytes a shared row: 20 words, so a fragment load's 8 rows × 4 words
                                       // (word 20·g + t) fall in 32 different banks
+static_assert(kThreads == kRows * kChunks, "one thread decodes one chunk of one weight row a step");
 
 // A chunk's weight scales, as chunk_term reads them from IChunk.
 struct RowScale {
