@@ -17,6 +17,7 @@
 #   phases     bench/cuda_kernels: staged_phases (the staged projection step by step) and kernel_boundary
 #   t1         bench/cuda_kernels/t1_ops.sh   t1dec    tests/gpu/t1_ops_decode.sh
 #   matmul     tests/gpu/matmul_t1.sh         pool     tests/gpu/cpu_pool.sh (the pool + one hybrid decode)
+#   prompt     cuda_matmul_speed --prompt (prompt-chunk matmuls, f32 tiled and tensor-core kernels) and dot_host_test
 #   prefill    tests/gpu/prefill_profile.sh: a 2,048-token prompt with STRATA_CUDA_PROFILE=1 (gpu and pc12): the prompt
 #              chunks' GPU time by op
 #   head       the output head and greedy choice: cuda_ops_test's Q6_K-rows, argmax and fused-quantization groups,
@@ -54,7 +55,7 @@ SYN_WAITED=0
 for spec in "$@"; do
   step=${spec%%:*}; limit=${spec#*:}; [ "$limit" = "$spec" ] && limit=120
   case $step in   # steps on the tiny models run while the synthetic model is still being written
-    checks|quick|devjoin|memjoin|cpupool|graphs|t1|head|phases) ;;
+    checks|quick|devjoin|memjoin|cpupool|graphs|t1|head|phases|prompt) ;;
     *) [ $SYN_WAITED = 1 ] || { wait $SYN_PID; tail -3 "$ROOT/make_synthetic.log"; SYN_WAITED=1; } ;;
   esac
   dir=$ROOT/$step; mkdir -p "$dir"
@@ -71,6 +72,7 @@ for spec in "$@"; do
     matmul)  cmd=(env OUT=$dir bash tests/gpu/matmul_t1.sh build-gpu "$MODEL") ;;
     pool)    cmd=(env OUT=$dir bash tests/gpu/cpu_pool.sh build-gpu "$MODEL") ;;
     prefill) cmd=(env OUT=$dir bash tests/gpu/prefill_profile.sh build-gpu "$MODEL") ;;
+    prompt)  cmd=(bash -c "build-gpu/engine/dot_host_test | tail -1; build-gpu/engine/cuda_matmul_speed $dir/prompt_speed.json --prompt") ;;
     graphs)  cmd=(env OUT=$dir SKIP_OPS=1 bash tests/gpu/graphs_check.sh build-gpu) ;;
     devjoin) cmd=(bash -c "build-gpu/engine/moe_decode_test | grep -E 'tables|FAIL|failed'; python3 tests/gpu/device_join_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/device_join.json") ;;
     memjoin) cmd=(bash tests/gpu/device_join_memcheck.sh build-gpu .gpu-models) ;;
