@@ -1,5 +1,5 @@
 """A synthetic full-size qwen4exp GGUF for benchmarks: the real shapes of GGUF.md (48 layers, H 2560, 512 experts of
-640 x 2560, the IQ2_XS or Q2_0 per-tensor mix of llama-quantize), random valid blocks, a small stand-in PLE table,
+640 x 2560, the IQ2_XS or Q2_0 per-tensor mix of llama-quantize), random valid blocks, a 1.15 GiB stand-in PLE table,
 and routers whose rows have per-expert scales so that routing is skewed like the measured curve of the real model
 (PERFORMANCE.md §1: the top 32/64/128/171/256 experts of a layer carry ~37/53/73/82/93% of the expert calls). The
 scales are fitted at generation time on Gaussian activations (router_scales; `--check-router` prints the curve they
@@ -85,7 +85,10 @@ def ple_constants(hp) -> dict:
     return {"layer_multipliers": mult, "head_offsets": offsets, "head_vocab_sizes": sizes}
 
 
-BASE_ROWS = 4000   # per-head PLE rows of the stand-in table (the real one has 20M per head)
+# Per-head rows of the stand-in PLE table (the real one has 20M a head, 28.8 GB): 16 heads of ~700K give 1.15 GiB,
+# above the engine's kUnbufferedPleBytes, so its rows are read past the page cache as the real table's are and the
+# decode and prompt timings include real reads of the disk.
+BASE_ROWS = 700000
 
 
 def synthetic_config(layers: int) -> dict:

@@ -41,6 +41,9 @@ public:
     // need results on the host in between (to_host still works: the ops recorded so far run first).
     virtual bool begin_graph() { return false; }
     virtual void end_graph() {}
+    // Inside a recorded pass: issue the ops recorded so far now (the host is about to wait for something else, e.g.
+    // the PLE rows). Backends that issue every op at once do nothing.
+    virtual void flush_recorded() {}
     // What GraphBackend needs to capture this backend's ops into replayable graphs; null when it cannot.
     virtual GraphCapture* graph_capture() { return nullptr; }
 

@@ -111,6 +111,10 @@ void GraphBackend::end_graph() {
     flush();
 }
 
+void GraphBackend::flush_recorded() {
+    if (recording_) flush();   // the same piece boundary every pass, so its graphs repeat
+}
+
 void GraphBackend::sign(const Weight& w) {
     sign((const void*)&w);
     sign((const void*)w.data);

@@ -49,6 +49,7 @@ public:
     std::vector<std::pair<std::string, std::string>> info() const override;
     bool begin_graph() override;
     void end_graph() override;
+    void flush_recorded() override;   // the run so far goes out as a piece of its own
 
     // Memory taken while recording comes from an arena of its own, handed out in order from the start at every
     // begin_graph (so passes of one shape see the same addresses and their signatures repeat) and never released

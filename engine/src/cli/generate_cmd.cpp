@@ -156,6 +156,12 @@ int generate_command(int argc, char** argv) {
                  prompt.size(), pp_s, prompt.size() / std::max(pp_s, 1e-9), out.size(), tg_s,
                  out.size() > 1 ? (out.size() - 1) / std::max(tg_s, 1e-9) : 0.0, be->name(),
                  cpu ? (", " + std::to_string(cpu->n_threads()) + " threads").c_str() : "");
+    if (const PleReader* ple = model.ple_reader()) {
+        const PleReader::Stats st = ple->stats();
+        std::fprintf(stderr, "PLE table: %lld passes read %lld rows (%lld distinct) %s with %d I/O threads; the passes "
+                     "waited %.1f ms for them\n", (long long)st.batches, (long long)st.rows, (long long)st.reads,
+                     ple->unbuffered() ? "unbuffered" : "through the page cache", ple->io_threads(), st.wait_s * 1e3);
+    }
     const Backend::ExpertCacheCounts c2 = be->expert_cache_counts();
     if (c2.lookups > c1.lookups)   // the hybrid path's decode share (prompt excluded)
         std::fprintf(stderr, "decode split: hits %lld of %lld; CPU %.1f ms for %lld pairs, %.1f MB of experts read "

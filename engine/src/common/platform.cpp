@@ -53,6 +53,14 @@ FileHandle open_read_only(const std::string& path) {
     return f;
 }
 
+FileHandle open_read_only_unbuffered(const std::string& path) {
+    HANDLE h = CreateFileA(path.c_str(), GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
+                           nullptr, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL | FILE_FLAG_NO_BUFFERING, nullptr);
+    FileHandle f;
+    if (h != INVALID_HANDLE_VALUE) f.value = reinterpret_cast<intptr_t>(h);
+    return f;
+}
+
 void close_file(FileHandle& f) {
     if (f.is_open()) CloseHandle(as_handle(f));
     f.value = -1;
@@ -180,6 +188,14 @@ std::string last_error_text() {
 FileHandle open_read_only(const std::string& path) {
     FileHandle f;
     f.value = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    return f;
+}
+
+FileHandle open_read_only_unbuffered(const std::string& path) {
+    FileHandle f;
+#ifdef O_DIRECT
+    f.value = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+#endif
     return f;
 }
 

@@ -18,6 +18,11 @@ struct FileHandle {
 // Returns a handle that is not open on failure. Paths are passed to the OS as they are (UTF-8 on Linux; on Windows
 // the process code page, which strata.exe's manifest sets to UTF-8).
 FileHandle open_read_only(const std::string& path);
+// The same without the OS's file cache (O_DIRECT on Linux, FILE_FLAG_NO_BUFFERING on Windows): positioned reads must
+// then start at, last, and land in memory aligned to kUnbufferedAlign. Not open where the OS or the file system
+// refuses (tmpfs, some network file systems): the caller falls back to open_read_only.
+FileHandle open_read_only_unbuffered(const std::string& path);
+constexpr uint64_t kUnbufferedAlign = 4096;   // covers 512-byte and 4 KiB sectors
 void close_file(FileHandle& f);  // no-op on a handle that is not open
 // The file's size in bytes, or -1 on failure.
 int64_t file_size(FileHandle f);

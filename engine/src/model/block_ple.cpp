@@ -1,6 +1,6 @@
 // PLE, hashed n-gram per-layer embeddings (MODEL.md §6, GGUF.md §2.5): n-gram ids of the token history with
-// EOS segments, table rows read from the file by positioned reads (never mapped), key/value gate and the dilated
-// causal conv with its carried history.
+// EOS segments, table rows read from the file by a PleReader (positioned reads without the page cache, begun at the
+// start of the pass), key/value gate and the dilated causal conv with its carried history.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -37,29 +37,30 @@ void ple_rows(const Hparams& hp, const std::vector<int32_t>& tokens, size_t t, u
     }
 }
 
-void ple_block(Backend& be, const Hparams& hp, const PleWeights& w, GgufFile& file, LayerState& st,
-               const std::vector<int32_t>& history, const int32_t* ids, int T, float* X) {
-    const int n = hp.hc_count, H = hp.n_embd, nH = n * H, G = hp.ple_n_heads(), dh = hp.ple_row_width, Dp = G * dh;
+void ple_begin_reads(const Hparams& hp, PleReader& reader, const std::vector<int32_t>& history, const int32_t* ids,
+                     int T) {
     // The n-grams reach back ple_ngram − 1 tokens: only that tail of the history is needed (not a copy of all of
     // it every pass). Its start counts as the sequence start only when it is the history's start.
     const size_t back = (size_t)std::max(0, hp.ple_ngram - 1);
     const size_t start = history.size() > back ? history.size() - back : 0;
     std::vector<int32_t> tokens(history.begin() + (ptrdiff_t)start, history.end());
     tokens.insert(tokens.end(), ids, ids + T);
+    const int G = hp.ple_n_heads();
+    std::vector<uint64_t> rows((size_t)T * G);
+    for (int t = 0; t < T; ++t) ple_rows(hp, tokens, history.size() - start + t, rows.data() + (size_t)t * G);
+    reader.begin(rows.data(), rows.size());
+}
 
-    // Gather the G rows of every token: positioned reads of one row each, dequantized on the host.
+void ple_block(Backend& be, const Hparams& hp, const PleWeights& w, PleReader& reader, LayerState& st, int T,
+               float* X) {
+    const int n = hp.hc_count, H = hp.n_embd, nH = n * H, G = hp.ple_n_heads(), dh = hp.ple_row_width, Dp = G * dh;
+    // The G rows of every token (begun by ple_begin_reads), dequantized on the host.
     const GgufTensor& table = *w.table;
     const size_t row_bytes = ggml_row_bytes(table.type, dh);
-    std::vector<uint8_t> raw(row_bytes);
+    STRATA_CHECK(reader.row_bytes() == row_bytes, "PLE reader rows of ", reader.row_bytes(), " bytes for ", row_bytes);
+    const uint8_t* raw = reader.wait();
     std::vector<float> e_host((size_t)T * Dp);
-    std::vector<uint64_t> rows(G);
-    for (int t = 0; t < T; ++t) {
-        ple_rows(hp, tokens, history.size() - start + t, rows.data());
-        for (int g = 0; g < G; ++g) {
-            file.read_tensor_bytes(table, rows[g] * row_bytes, row_bytes, raw.data());
-            dequantize_row(table.type, raw.data(), e_host.data() + (size_t)t * Dp + (size_t)g * dh, dh);
-        }
-    }
+    for (size_t i = 0; i < (size_t)T * G; ++i) dequantize_row(table.type, raw + i * row_bytes, e_host.data() + i * dh, dh);
     Scratch e(be, (size_t)T * Dp);
     be.to_device(e, e_host.data(), e_host.size());
 

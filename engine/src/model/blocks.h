@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "model/hparams.h"
+#include "model/ple_reader.h"
 #include "model/session.h"
 #include "model/weights.h"
 
@@ -91,9 +92,12 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
 // MoE with shared expert: y [T, H] from u [T, H].
 void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float* u, int T, float* y);
 
-// PLE: X += PLE(X) for the tokens ids (history = the session's earlier tokens).
-void ple_block(Backend& be, const Hparams& hp, const PleWeights& w, GgufFile& file, LayerState& st,
-               const std::vector<int32_t>& history, const int32_t* ids, int T, float* X);
+// PLE in two steps: the table rows of the tokens ids (history = the session's earlier tokens) begin to be read at the
+// start of the pass, then at the PLE layer X += PLE(X) with them.
+void ple_begin_reads(const Hparams& hp, PleReader& reader, const std::vector<int32_t>& history, const int32_t* ids,
+                     int T);
+void ple_block(Backend& be, const Hparams& hp, const PleWeights& w, PleReader& reader, LayerState& st, int T,
+               float* X);
 
 // Table rows of each PLE head for token t of `tokens` (MODEL.md §6.2-6.3), given the tokens before it.
 void ple_rows(const Hparams& hp, const std::vector<int32_t>& tokens, size_t t, uint64_t* rows);

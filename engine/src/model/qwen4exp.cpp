@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "model/blocks.h"
 
@@ -11,6 +12,15 @@ namespace strata {
 Qwen4Exp::Qwen4Exp(const std::string& path, Backend& be) : be_(be), file_(GgufFile::open(path)) {
     hp_ = Hparams::from_gguf(*file_);
     w_ = ModelWeights::bind(*file_, hp_);
+    for (const LayerWeights& L : w_.layers)
+        if (L.has_ple) {
+            // The real table (28.8 GB) is read past the page cache, which would otherwise take the RAM the pinned
+            // experts need; a small one (tiny and demo models) stays cached. STRATA_PLE_UNBUFFERED=0/1 decides.
+            const GgufTensor& t = *L.ple.table;
+            const bool unbuffered = env_switch("STRATA_PLE_UNBUFFERED", t.n_bytes >= kUnbufferedPleBytes);
+            ple_ = std::make_unique<PleReader>(file_->paths()[t.shard], t.file_offset,
+                                               ggml_row_bytes(t.type, hp_.ple_row_width), -1, unbuffered);
+        }
     be_.prepare_weights(w_);
 }
 
@@ -43,6 +53,9 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
             for (int a = 0; a < 3; ++a) pos3[(size_t)a * T + t] = media && media->pos ? media->pos[t][a] : c + t;
         next = media && media->pos ? media->next : c + T;
     }
+    // The PLE rows of these tokens are read from the file while the backend works on the layers before the PLE layer.
+    if (ple_) ple_begin_reads(hp_, *ple_, s.tokens, ids, T);
+
     // One graph from the embedding to the logits (no value is needed on the host in between); token ids and
     // positions reach the device as data, so one graph serves every step of the same shape. The scratch is taken
     // inside the graph's scope (GraphBackend hands the same addresses to every pass of a shape).
@@ -79,7 +92,8 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
         if (L.has_ple) {
             if (pending) be_.hyper_inject(X, inj, y, T, n, H);
             pending = false;
-            ple_block(be_, hp_, L.ple, *file_, st, s.tokens, ids, T, X);
+            be_.flush_recorded();   // the layers so far start on the device while the host waits for the rows
+            ple_block(be_, hp_, L.ple, *ple_, st, T, X);
         }
 
         if (pending) hyper_inject_read(be_, hp_, L.hc_attn, X, inj, y, T, u, inj);

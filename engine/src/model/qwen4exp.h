@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "gguf/gguf_file.h"
 #include "model/hparams.h"
+#include "model/ple_reader.h"
 #include "model/session.h"
 #include "model/weights.h"
 
@@ -23,6 +24,7 @@ public:
     const ModelWeights& weights() const { return w_; }
     GgufFile& file() { return *file_; }
     Backend& backend() { return be_; }
+    const PleReader* ple_reader() const { return ple_.get(); }   // null without a PLE layer
 
     // What a forward pass hands back to the host (each pointer may be null).
     struct Outputs {
@@ -54,6 +56,7 @@ private:
     std::unique_ptr<GgufFile> file_;
     Hparams hp_;
     ModelWeights w_;
+    std::unique_ptr<PleReader> ple_;   // the PLE table's rows, read while the layers before the PLE layer run
 };
 
 }  // namespace strata
