@@ -37,17 +37,24 @@ void ple_rows(const Hparams& hp, const std::vector<int32_t>& tokens, size_t t, u
     }
 }
 
-void ple_begin_reads(const Hparams& hp, PleReader& reader, const std::vector<int32_t>& history, const int32_t* ids,
+std::vector<int32_t> ple_context(const Hparams& hp, const std::vector<int32_t>& history, const int32_t* pre,
+                                 int n_pre) {
+    // The n-grams reach back ple_ngram − 1 tokens: only that tail of history + pre is needed. A tail shorter than the
+    // reach is the whole sequence (its start is the sequence start); a full one never reaches its own start.
+    const size_t back = (size_t)std::max(0, hp.ple_ngram - 1), total = history.size() + (size_t)n_pre;
+    std::vector<int32_t> tail;
+    for (size_t i = total > back ? total - back : 0; i < total; ++i)
+        tail.push_back(i < history.size() ? history[i] : pre[i - history.size()]);
+    return tail;
+}
+
+void ple_begin_reads(const Hparams& hp, PleReader& reader, const std::vector<int32_t>& context, const int32_t* ids,
                      int T) {
-    // The n-grams reach back ple_ngram − 1 tokens: only that tail of the history is needed (not a copy of all of
-    // it every pass). Its start counts as the sequence start only when it is the history's start.
-    const size_t back = (size_t)std::max(0, hp.ple_ngram - 1);
-    const size_t start = history.size() > back ? history.size() - back : 0;
-    std::vector<int32_t> tokens(history.begin() + (ptrdiff_t)start, history.end());
+    std::vector<int32_t> tokens(context);
     tokens.insert(tokens.end(), ids, ids + T);
     const int G = hp.ple_n_heads();
     std::vector<uint64_t> rows((size_t)T * G);
-    for (int t = 0; t < T; ++t) ple_rows(hp, tokens, history.size() - start + t, rows.data() + (size_t)t * G);
+    for (int t = 0; t < T; ++t) ple_rows(hp, tokens, context.size() + t, rows.data() + (size_t)t * G);
     reader.begin(rows.data(), rows.size());
 }
 

@@ -92,9 +92,12 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
 // MoE with shared expert: y [T, H] from u [T, H].
 void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float* u, int T, float* y);
 
-// PLE in two steps: the table rows of the tokens ids (history = the session's earlier tokens) begin to be read at the
-// start of the pass, then at the PLE layer X += PLE(X) with them.
-void ple_begin_reads(const Hparams& hp, PleReader& reader, const std::vector<int32_t>& history, const int32_t* ids,
+// PLE in two steps: the table rows of the tokens ids begin to be read (at the start of their pass, or during the pass
+// before), then at the PLE layer X += PLE(X) with them. context: ple_context of the tokens before ids, the last
+// ple_ngram − 1 of history followed by pre[0 … n_pre) (fewer only at the sequence start).
+std::vector<int32_t> ple_context(const Hparams& hp, const std::vector<int32_t>& history, const int32_t* pre,
+                                 int n_pre);
+void ple_begin_reads(const Hparams& hp, PleReader& reader, const std::vector<int32_t>& context, const int32_t* ids,
                      int T);
 void ple_block(Backend& be, const Hparams& hp, const PleWeights& w, PleReader& reader, LayerState& st, int T,
                float* X);

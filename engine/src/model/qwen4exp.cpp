@@ -53,8 +53,18 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
             for (int a = 0; a < 3; ++a) pos3[(size_t)a * T + t] = media && media->pos ? media->pos[t][a] : c + t;
         next = media && media->pos ? media->next : c + T;
     }
-    // The PLE rows of these tokens are read from the file while the backend works on the layers before the PLE layer.
-    if (ple_) ple_begin_reads(hp_, *ple_, s.tokens, ids, T);
+    // The PLE rows of these tokens are read from the file while the backend works on the layers before the PLE layer
+    // (or were begun during the last forward, for this context and these tokens: announce_next).
+    std::vector<int32_t> next_ids;
+    next_ids.swap(next_ids_);
+    if (ple_) {
+        std::vector<int32_t> context = ple_context(hp_, s.tokens, nullptr, 0);
+        const bool ahead = ahead_context_ == context && ahead_ids_.size() == (size_t)T &&
+                           std::equal(ids, ids + T, ahead_ids_.begin());
+        if (!ahead) ple_begin_reads(hp_, *ple_, context, ids, T);
+        ahead_ids_.clear();
+        ahead_context_.clear();
+    }
 
     // One graph from the embedding to the logits (no value is needed on the host in between); token ids and
     // positions reach the device as data, so one graph serves every step of the same shape. The scratch is taken
@@ -94,6 +104,11 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
             pending = false;
             be_.flush_recorded();   // the layers so far start on the device while the host waits for the rows
             ple_block(be_, hp_, L.ple, *ple_, st, T, X);
+            if (!next_ids.empty()) {   // the next forward's rows, read while this one goes on
+                ahead_context_ = ple_context(hp_, s.tokens, ids, T);
+                ahead_ids_ = next_ids;
+                ple_begin_reads(hp_, *ple_, ahead_context_, ahead_ids_.data(), (int)ahead_ids_.size());
+            }
         }
 
         if (pending) hyper_inject_read(be_, hp_, L.hc_attn, X, inj, y, T, u, inj);

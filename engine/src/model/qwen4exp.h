@@ -50,6 +50,12 @@ public:
     void forward(Session& s, const int32_t* ids, int T, float* last_logits) {
         forward(s, ids, T, Outputs{last_logits, false, nullptr});
     }
+    // The next forward of the session will feed these T tokens right after the next one's (the prompt's next chunk):
+    // the next forward begins reading their PLE rows as soon as it has its own, so the reads overlap its work. A
+    // forward with other tokens or context drops them.
+    void announce_next(const int32_t* ids, int T) {
+        if (ple_) next_ids_.assign(ids, ids + T);
+    }
 
 private:
     Backend& be_;
@@ -57,6 +63,9 @@ private:
     Hparams hp_;
     ModelWeights w_;
     std::unique_ptr<PleReader> ple_;   // the PLE table's rows, read while the layers before the PLE layer run
+    std::vector<int32_t> next_ids_;    // announce_next's tokens, for the next forward to begin
+    // The reads in flight were begun for these tokens after this context (ple_context), during the last forward.
+    std::vector<int32_t> ahead_ids_, ahead_context_;
 };
 
 }  // namespace strata

@@ -175,11 +175,22 @@ void Qwen4ExpGenerator::append_tokens(std::span<const int32_t> tokens, const Pro
     STRATA_CHECK(!tokens.empty(), "append needs at least one token");
     const int total = (int)tokens.size();
     const std::vector<int> at = checkpoint_points(tokens);
-    size_t next = 0;   // the next checkpoint of `at`
-    for (int done = 0; done < total;) {
+    // The chunks: at most chunk_ tokens, ending at each checkpoint.
+    std::vector<int> ends;
+    for (int done = 0, k = 0; done < total;) {
+        while (k < (int)at.size() && at[k] <= done) ++k;
         int T = std::min(chunk_, total - done);
-        if (next < at.size() && at[next] < done + T) T = at[next] - done;   // end a chunk at the checkpoint
-        const bool last = done + T == total;
+        if (k < (int)at.size() && at[k] < done + T) T = at[k++] - done;
+        else if (k < (int)at.size() && at[k] == done + T) ++k;
+        done += T;
+        ends.push_back(done);
+    }
+    size_t next = 0;   // the next checkpoint of `at`
+    for (size_t c = 0, done = 0; c < ends.size(); ++c) {
+        const int T = ends[c] - (int)done;
+        const bool last = c + 1 == ends.size();
+        if (!last)   // its PLE rows are read while this chunk runs
+            model_.announce_next(tokens.data() + ends[c], ends[c + 1] - ends[c]);
         feed(tokens.data() + done, T, last && !choice ? logits_.data() : nullptr, false, last ? choice : nullptr);
         if (mtp_) run_mtp(nullptr);     // keeps the head's KV in step with the trunk
         done += T;
