@@ -61,7 +61,8 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
         std::vector<int32_t> context = ple_context(hp_, s.tokens, nullptr, 0);
         const bool ahead = ahead_context_ == context && ahead_ids_.size() == (size_t)T &&
                            std::equal(ids, ids + T, ahead_ids_.begin());
-        if (!ahead) ple_begin_reads(hp_, *ple_, context, ids, T);
+        if (ahead) ++ple_ahead_used_;
+        else ple_begin_reads(hp_, *ple_, context, ids, T);
         ahead_ids_.clear();
         ahead_context_.clear();
     }

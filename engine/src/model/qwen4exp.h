@@ -25,6 +25,7 @@ public:
     GgufFile& file() { return *file_; }
     Backend& backend() { return be_; }
     const PleReader* ple_reader() const { return ple_.get(); }   // null without a PLE layer
+    int64_t ple_reads_ahead() const { return ple_ahead_used_; }  // forwards whose rows were begun by the one before
 
     // What a forward pass hands back to the host (each pointer may be null).
     struct Outputs {
@@ -66,6 +67,7 @@ private:
     std::vector<int32_t> next_ids_;    // announce_next's tokens, for the next forward to begin
     // The reads in flight were begun for these tokens after this context (ple_context), during the last forward.
     std::vector<int32_t> ahead_ids_, ahead_context_;
+    int64_t ple_ahead_used_ = 0;
 };
 
 }  // namespace strata

@@ -186,8 +186,9 @@ void Qwen4ExpGenerator::append_tokens(std::span<const int32_t> tokens, const Pro
         ends.push_back(done);
     }
     size_t next = 0;   // the next checkpoint of `at`
-    for (size_t c = 0, done = 0; c < ends.size(); ++c) {
-        const int T = ends[c] - (int)done;
+    int done = 0;
+    for (size_t c = 0; c < ends.size(); ++c) {
+        const int T = ends[c] - done;
         const bool last = c + 1 == ends.size();
         if (!last)   // its PLE rows are read while this chunk runs
             model_.announce_next(tokens.data() + ends[c], ends[c + 1] - ends[c]);
