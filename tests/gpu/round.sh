@@ -18,6 +18,7 @@
 #   t1         bench/cuda_kernels/t1_ops.sh   t1dec    tests/gpu/t1_ops_decode.sh
 #   matmul     tests/gpu/matmul_t1.sh         pool     tests/gpu/cpu_pool.sh (the pool + one hybrid decode)
 #   prompt     cuda_matmul_speed --prompt (prompt-chunk matmuls, f32 tiled and tensor-core kernels) and dot_host_test
+#   chunks     tests/gpu/prefill_chunks.sh: prompt tok/s and peak GPU memory at chunk sizes 256 … 4,096 (gpu, pc12)
 #   prefill    tests/gpu/prefill_profile.sh: a 2,048-token prompt with STRATA_CUDA_PROFILE=1 (gpu and pc12): the prompt
 #              chunks' GPU time by op
 #   head       the output head and greedy choice: cuda_ops_test's Q6_K-rows, argmax and fused-quantization groups,
@@ -72,6 +73,7 @@ for spec in "$@"; do
     matmul)  cmd=(env OUT=$dir bash tests/gpu/matmul_t1.sh build-gpu "$MODEL") ;;
     pool)    cmd=(env OUT=$dir bash tests/gpu/cpu_pool.sh build-gpu "$MODEL") ;;
     prefill) cmd=(env OUT=$dir bash tests/gpu/prefill_profile.sh build-gpu "$MODEL") ;;
+    chunks)  cmd=(env OUT=$dir bash tests/gpu/prefill_chunks.sh build-gpu "$MODEL") ;;
     prompt)  cmd=(bash -c "build-gpu/engine/dot_host_test | tail -1; build-gpu/engine/cuda_matmul_speed $dir/prompt_speed.json --prompt") ;;
     graphs)  cmd=(env OUT=$dir SKIP_OPS=1 bash tests/gpu/graphs_check.sh build-gpu) ;;
     devjoin) cmd=(bash -c "build-gpu/engine/moe_decode_test | grep -E 'tables|FAIL|failed'; python3 tests/gpu/device_join_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/device_join.json") ;;
