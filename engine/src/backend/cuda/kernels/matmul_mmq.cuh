@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backend/cuda/kernels/prompt_tile.cuh"
 #include "backend/cuda/kernels/quant_dots.cuh"
 
 namespace strata::cuda::mmq {
@@ -155,24 +156,9 @@ matmul_mmq_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows,
     __shared__ int arow[TT], prow[TT];
     __shared__ uint4 grid_smem[kGridWords];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const uint8_t* wm = W;
-    int first, count;
-    if (items) {
-        if ((int)blockIdx.y >= *n_items) return;
-        const int4 it = items[blockIdx.y];
-        wm = W + (size_t)it.x * mat_stride;
-        first = it.y;
-        count = it.z;
-    } else {
-        first = blockIdx.y * TT;
-        count = min(TT, P - first);
-    }
+    const uint8_t* wm = prompt_tile_rows<TT>(W, mat_stride, act_div, P, order, items, n_items, arow, prow);
+    if (!wm) return;
     const int64_t r0 = (int64_t)blockIdx.x * kRows;
-    if (tid < TT) {
-        const int p = tid < count ? (order ? order[first + tid] : first + tid) : -1;
-        prow[tid] = p;
-        arow[tid] = p >= 0 ? p / act_div : -1;
-    }
     const void* grid = nullptr;
     if constexpr (Q::kGridBytes > 0) {   // the i-quants' table, read by every decode
         const uint32_t* src = static_cast<const uint32_t*>(Q::global_grid());

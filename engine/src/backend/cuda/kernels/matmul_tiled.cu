@@ -10,6 +10,7 @@
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/matmul_mmq.cuh"
 #include "backend/cuda/kernels/matmul_tiled.h"
+#include "backend/cuda/kernels/prompt_tile.cuh"
 #include "backend/cuda/kernels/quant_formats.cuh"
 #include "common/env.h"
 #include "common/error.h"
@@ -66,24 +67,9 @@ matmul_tiled_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t row
     __shared__ int arow[TT];                    // activation row of tile row t, −1 past the end
     __shared__ int prow[TT];                    // output row (pair or token) of tile row t
     const int tid = threadIdx.x;
-    const uint8_t* wm = W;
-    int first, count;
-    if (items) {
-        if ((int)blockIdx.y >= *n_items) return;
-        const int4 it = items[blockIdx.y];
-        wm = W + (size_t)it.x * mat_stride;
-        first = it.y;
-        count = it.z;
-    } else {
-        first = blockIdx.y * TT;
-        count = min(TT, P - first);
-    }
+    const uint8_t* wm = prompt_tile_rows<TT>(W, mat_stride, act_div, P, order, items, n_items, arow, prow);
+    if (!wm) return;
     const int64_t r0 = (int64_t)blockIdx.x * kRowsPerTile;
-    if (tid < TT) {
-        const int p = tid < count ? (order ? order[first + tid] : first + tid) : -1;
-        prow[tid] = p;
-        arow[tid] = p >= 0 ? p / act_div : -1;
-    }
     __syncthreads();
 
     const int tx = tid & 15, ty = tid >> 4;
