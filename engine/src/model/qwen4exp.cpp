@@ -25,6 +25,8 @@ Qwen4Exp::Qwen4Exp(const std::string& path, Backend& be) : be_(be), file_(GgufFi
 }
 
 void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out, const Media* media) {
+    std::vector<int32_t> next_ids;   // announce_next's tokens are for this pass only, whatever happens to it
+    next_ids.swap(next_ids_);
     const int n = hp_.hc_count, H = hp_.n_embd, nH = n * H;
     const int P = s.n_past();
     STRATA_CHECK(T > 0, "forward needs at least one token");
@@ -55,8 +57,6 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
     }
     // The PLE rows of these tokens are read from the file while the backend works on the layers before the PLE layer
     // (or were begun during the last forward, for this context and these tokens: announce_next).
-    std::vector<int32_t> next_ids;
-    next_ids.swap(next_ids_);
     if (ple_) {
         std::vector<int32_t> context = ple_context(hp_, s.tokens, nullptr, 0);
         const bool ahead = ahead_context_ == context && ahead_ids_.size() == (size_t)T &&
