@@ -271,12 +271,11 @@ void check_select(CpuBackend& cpu, int P, int T, bool ties, bool timed) {
     const float scale = 1.0f / std::sqrt((float)di);
     const std::vector<float> qi = randn((size_t)T * ni * di), kblock = randn((size_t)stride * di);
     std::vector<float> scores((size_t)T * stride, 0.0f);
-    for (int t = 0; t < T; ++t) {
-        const int nb = (P + t + 1) / cr;
-        cpu.indexer_scores(qi.data() + (size_t)t * ni * di, kblock.data(), nb, ni, di, scale,
-                           scores.data() + (size_t)t * stride);
-    }
+    std::vector<int32_t> pos(T);
+    for (int t = 0; t < T; ++t) pos[t] = P + t;
+    cpu.indexer_scores(qi.data(), kblock.data(), T, pos.data(), cr, ni, di, scale, scores.data(), stride);
     DevBuf<float> dqi(qi), dkb(kblock), dscores(scores.size());
+    DevBuf<int32_t> dpos(pos);
     CUDA_CHECK(cudaMemset(dscores.p, 0, dscores.n * sizeof(float)));
     auto run_scores = [&] {
         for (int t = 0; t < T; ++t)
@@ -288,7 +287,7 @@ void check_select(CpuBackend& cpu, int P, int T, bool ties, bool timed) {
     report("indexer_scores" + at, rel_err(dscores.get(), scores), 1e-5);
     DevBuf<float> drows(scores.size());
     CUDA_CHECK(cudaMemset(drows.p, 0, drows.n * sizeof(float)));
-    auto run_rows = [&] { cuda::indexer_scores_rows(nullptr, dqi.p, dkb.p, T, P, cr, ni, di, scale, drows.p, stride); };
+    auto run_rows = [&] { cuda::indexer_scores_rows(nullptr, dqi.p, dkb.p, T, dpos.p, cr, ni, di, scale, drows.p, stride); };
     run_rows();
     report("indexer_scores_rows" + at, rel_err(drows.get(), scores), 1e-5);
 
@@ -300,12 +299,12 @@ void check_select(CpuBackend& cpu, int P, int T, bool ties, bool timed) {
         off[t + 1] = off[t] + (nb > kb ? kb * cr + (M - nb * cr) : M);
     }
     std::vector<int32_t> want(off[T]);
-    cpu.select_cells(scores.data(), stride, T, P, cr, kb, off.data(), want.data());
+    cpu.select_cells(scores.data(), stride, T, pos.data(), cr, kb, off.data(), want.data());
     DevBuf<float> dsel(scores);
     DevBuf<int32_t> doff(off), dcells(want.size());
     DevBuf<char> scratch(cuda::select_cells_scratch_bytes(T, stride));
     auto run_select = [&] {
-        cuda::select_cells(nullptr, dsel.p, stride, T, P, cr, kb, doff.p, dcells.p, scratch.p);
+        cuda::select_cells(nullptr, dsel.p, stride, T, dpos.p, cr, kb, doff.p, dcells.p, scratch.p);
     };
     run_select();
     const std::vector<int32_t> got = dcells.get();

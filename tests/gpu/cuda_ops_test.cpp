@@ -318,13 +318,12 @@ void test_select_cells() {
                 const int M = c.P + t + 1, nb = M / c.cr;
                 off[t + 1] = off[t] + (nb > c.kb ? c.kb * c.cr + (M - nb * c.cr) : M);
             }
-            std::vector<int32_t> want(off[c.T]);
-            cpu->select_cells(scores.data(), stride, c.T, c.P, c.cr, c.kb, off.data(), want.data());
-            std::vector<float> off_bits(off.size());
-            std::memcpy(off_bits.data(), off.data(), off.size() * 4);
-            Dev ds(scores), doff(off_bits), dcells(want.size());
-            gpu->select_cells(ds, stride, c.T, c.P, c.cr, c.kb, reinterpret_cast<const int32_t*>(doff.p),
-                              reinterpret_cast<int32_t*>(dcells.p));
+            std::vector<int32_t> want(off[c.T]), pos(c.T);
+            for (int t = 0; t < c.T; ++t) pos[t] = c.P + t;
+            cpu->select_cells(scores.data(), stride, c.T, pos.data(), c.cr, c.kb, off.data(), want.data());
+            Dev ds(scores), doff(int_bits(off)), dpos(int_bits(pos)), dcells(want.size());
+            gpu->select_cells(ds, stride, c.T, reinterpret_cast<const int32_t*>(dpos.p), c.cr, c.kb,
+                              reinterpret_cast<const int32_t*>(doff.p), reinterpret_cast<int32_t*>(dcells.p));
             const std::vector<float> got_bits = dcells.get();
             std::vector<float> got(want.size()), want_f(want.size());
             for (size_t i = 0; i < want.size(); ++i) {
@@ -735,8 +734,19 @@ void test_conv_gdn_rope_attention() {
                     {randn(T * nh * hd), randn(P * nkv * hd), randn(P * nkv * hd), std::vector<float>(T * nh * hd)}, {3},
                     [&](Backend& b, auto& p) { b.attention(p[0], p[1], p[2], T, nh, nkv, hd, *keep, p[3]); }, 1e-5);
     }
-    compare("indexer_scores", {randn(4 * 32), randn(50 * 32), std::vector<float>(50)}, {2},
-            [&](Backend& b, auto& p) { b.indexer_scores(p[0], p[1], 50, 4, 32, 0.17f, p[2]); }, 1e-5);
+    // three queries at positions 199 … 201 with compress ratio 4: 50, 50 and 50 blocks (201 / 4) of a row of 64
+    compare("indexer_scores", {randn(3 * 4 * 32), randn(64 * 32), std::vector<float>(3 * 64),
+                               int_bits(std::vector<int32_t>{199, 200, 201})}, {2},
+            [&](Backend& b, auto& p) {
+                b.indexer_scores(p[0], p[1], 3, reinterpret_cast<const int32_t*>(p[3]), 4, 4, 32, 0.17f, p[2], 64);
+            }, 1e-5);
+    compare("indexer_scores rows of queries 7 … 70", {randn(64 * 2 * 32), randn(256 * 32), std::vector<float>(64 * 256),
+                                                        int_bits([] { std::vector<int32_t> v(64);
+                                                                      for (int t = 0; t < 64; ++t) v[t] = 7 + t;
+                                                                      return v; }())}, {2},
+            [&](Backend& b, auto& p) {
+                b.indexer_scores(p[0], p[1], 64, reinterpret_cast<const int32_t*>(p[3]), 1, 2, 32, 0.5f, p[2], 256);
+            }, 1e-5);
 }
 
 // The cache writes at device positions (decode passes replayed as one graph): scatter_rows exactly (float4 rows,

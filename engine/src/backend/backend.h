@@ -144,19 +144,24 @@ public:
     // positions query t may see, ascending. q [T, nh·hd]; K, V [P, nkv·hd]; o [T, nh·hd].
     virtual void attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                            const std::vector<std::vector<int32_t>>& keep, float* o) = 0;
-    // QSA cell choice, on the device: query t sits at position P + t and sees M = P + t + 1 keys in nb = M / cr complete
-    // blocks. With nb > kb, its cells are the kb blocks torch.topk picks from scores[t·stride …] (ties as
-    // model/topk.h) in ascending order, each as its cr key positions, then the tail nb·cr … M − 1; otherwise 0 … M − 1.
-    // Query t's cells go to cells[off[t] …]; off [T + 1] int32 in the backend's memory, from the host's count.
-    virtual void select_cells(const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
-                              int32_t* cells) = 0;
+    // QSA cell choice, on the device: query t sits at position pos[t] (int32 in the backend's memory) and sees
+    // M = pos[t] + 1 keys in nb = M / cr complete blocks (nb ≤ stride). With nb > kb, its cells are the kb blocks
+    // torch.topk picks from scores[t·stride …] (ties as model/topk.h) in ascending order, each as its cr key
+    // positions, then the tail nb·cr … M − 1; otherwise 0 … M − 1. Query t's cells go to cells[off[t] …]; off [T + 1]
+    // int32 in the backend's memory, from the host's count. Positions come from memory, not arguments, so a decode
+    // pass's graph repeats from token to token.
+    virtual void select_cells(const float* scores, int stride, int T, const int32_t* pos, int cr, int kb,
+                              const int32_t* off, int32_t* cells) = 0;
     // attention over device cell lists: query t sees cells[off[t] … off[t + 1]) (ascending key positions), or, with
     // cells null, the key positions 0 … off[t + 1] − off[t] − 1. max_cells: no query sees more cells (−1: unknown);
     // a backend may size its work by it, so callers round it up to keep it the same over many passes.
     virtual void attention_cells(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                                  const int32_t* off, const int32_t* cells, int max_cells, float* o) = 0;
-    // Dot products for the indexer: s[b] = scale · Σ_h relu(q_h · kb[b]) for b < nb. q [ni·di], kb [nb, di].
-    virtual void indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) = 0;
+    // Dot products for the indexer of T queries: query t, at position pos[t] (int32 in the backend's memory), scores
+    // its nb = (pos[t] + 1) / cr complete blocks: s[t·stride + b] = scale · Σ_h relu(q_t,h · kb[b]) for b < nb ≤ stride
+    // (the rest of the row is not written). q [T, ni·di], kb [nb, di].
+    virtual void indexer_scores(const float* q, const float* kb, int T, const int32_t* pos, int cr, int ni, int di,
+                                float scale, float* s, int stride) = 0;
     // Router: p = softmax(logits[t]) over all E experts; ids[t, :] = the k experts torch.topk picks from p (its
     // choice among exact ties: model/topk.h), weights[t, j] = p_ids[t,j] / Σ_j p_ids[t,j]. logits [T, E];
     // ids, weights [T, k] in the backend's memory (ids are int32 values in memory from alloc()).

@@ -19,6 +19,7 @@ enum Op : int {
     kSliceCols, kConcatCols, kDeinterleave, kMeanRows, kRepeatStreams, kPleGate, kHyperMix, kHyperInject,
     kHyperRead, kCausalConv, kGdnRecurrent, kGdnBlock, kRope, kScatterRows, kPoolKeyBlocks, kAttentionCells,
     kRouteTopk, kMoeExperts, kSharedExpert, kRopeMulti, kMoeWithShared, kArgmaxRows, kHyperInjectRead,
+    kSelectCells, kIndexerScores,
 };
 // Executable graphs kept (least recently used dropped first). The expert-cache path splits a pass into ~49 runs per
 // window size, and speculation adds windows of 2 … 4 tokens and the MTP head's passes: a few hundred in use.
@@ -437,10 +438,11 @@ void GraphBackend::attention(const float* q, const float* K, const float* V, int
     direct([&] { inner_->attention(q, K, V, T, nh, nkv, hd, keep, o); });
 }
 
-// Its P changes every pass (a graph holding it would never be replayed).
-void GraphBackend::select_cells(const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
-                                int32_t* cells) {
-    direct([&] { inner_->select_cells(scores, stride, T, P, cr, kb, off, cells); });
+// Positions in memory: the arguments change only with the score rows' stride (every 256 blocks).
+void GraphBackend::select_cells(const float* scores, int stride, int T, const int32_t* pos, int cr, int kb,
+                                const int32_t* off, int32_t* cells) {
+    record(kSelectCells, [=, this] { inner_->select_cells(scores, stride, T, pos, cr, kb, off, cells); },
+           (const void*)scores, stride, T, (const void*)pos, cr, kb, (const void*)off, (const void*)cells);
 }
 
 void GraphBackend::attention_cells(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
@@ -450,9 +452,10 @@ void GraphBackend::attention_cells(const float* q, const float* K, const float* 
            max_cells, (const void*)o);
 }
 
-// Its block count grows every few passes.
-void GraphBackend::indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) {
-    direct([&] { inner_->indexer_scores(q, kb, nb, ni, di, scale, s); });
+void GraphBackend::indexer_scores(const float* q, const float* kb, int T, const int32_t* pos, int cr, int ni, int di,
+                                  float scale, float* s, int stride) {
+    record(kIndexerScores, [=, this] { inner_->indexer_scores(q, kb, T, pos, cr, ni, di, scale, s, stride); },
+           (const void*)q, (const void*)kb, T, (const void*)pos, cr, ni, di, scale, (const void*)s, stride);
 }
 
 void GraphBackend::route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) {

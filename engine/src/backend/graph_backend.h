@@ -10,8 +10,8 @@
 // sizes, weights, scalars), so the same signature means the same kernels on the same memory; what differs between
 // runs is only (a) device memory contents and (b) host data, which reaches the device only through to_device and
 // is refilled into the graph's upload slots before each launch. Scratch the ops take inside a capture belongs to
-// that graph alone (GraphCapture). Ops that need the host mid-run (to_host, host keep-lists, scores and cell choice
-// whose arguments change every pass, the expert cache's MoE) end the run so far and run directly.
+// that graph alone (GraphCapture). Ops that need the host mid-run (to_host, host keep-lists, the expert cache's MoE)
+// end the run so far and run directly; the QSA selection reads its positions from memory, so it is recorded too.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -96,11 +96,12 @@ public:
                          const Weight& norm, float eps, int n_rot, float theta) override;
     void attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                    const std::vector<std::vector<int32_t>>& keep, float* o) override;
-    void select_cells(const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
+    void select_cells(const float* scores, int stride, int T, const int32_t* pos, int cr, int kb, const int32_t* off,
                       int32_t* cells) override;
     void attention_cells(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                          const int32_t* off, const int32_t* cells, int max_cells, float* o) override;
-    void indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) override;
+    void indexer_scores(const float* q, const float* kb, int T, const int32_t* pos, int cr, int ni, int di,
+                        float scale, float* s, int stride) override;
     void route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) override;
     void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids, const float* weights,
                      float* y) override;

@@ -83,14 +83,11 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
         const int stride = (P + T) / cr, stride_cap = (stride + 255) / 256 * 256;
         Scratch scores(be, (size_t)T * stride_cap), d_off(be, T + 1), cells(be, (size_t)T * (kb * cr + cr));
         const int32_t* off_dev = upload_ints(be, d_off, off);
-        for (int t = 0; t < T; ++t) {
-            const int nb = (P + t + 1) / cr;
-            if (nb > kb)
-                be.indexer_scores(qi + (size_t)t * ni * di, st.idx_kblock, nb, ni, di, 1.0f / std::sqrt((float)di),
-                                  scores + (size_t)t * stride);
-        }
+        // Every query's block scores in one op (those of a query within the budget are not read); positions from
+        // memory, the row stride rounded up: a decode pass's op repeats for 256 blocks.
+        be.indexer_scores(qi, st.idx_kblock, T, pos, cr, ni, di, 1.0f / std::sqrt((float)di), scores, stride_cap);
         int32_t* cells_dev = reinterpret_cast<int32_t*>(cells.get());
-        be.select_cells(scores, stride, T, P, cr, kb, off_dev, cells_dev);
+        be.select_cells(scores, stride_cap, T, pos, cr, kb, off_dev, cells_dev);
         be.attention_cells(q, st.k_cache, st.v_cache, T, nh, nkv, hd, off_dev, cells_dev, kb * cr + cr - 1, o);
     } else {
         // Query t sees keys 0 … P + t: counts on the device, the bound rounded up so that it changes every

@@ -391,22 +391,28 @@ void CpuBackend::attention(const float* q, const float* K, const float* V, int T
     });
 }
 
-void CpuBackend::indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) {
-    for (int b = 0; b < nb; ++b) {
-        float acc = 0;
-        for (int h = 0; h < ni; ++h) {
-            float d = 0;
-            for (int j = 0; j < di; ++j) d += q[(size_t)h * di + j] * kb[(size_t)b * di + j];
-            acc += std::max(d, 0.0f);
+void CpuBackend::indexer_scores(const float* q, const float* kb, int T, const int32_t* pos, int cr, int ni, int di,
+                                float scale, float* s, int stride) {
+    for (int t = 0; t < T; ++t) {
+        const float* qt = q + (size_t)t * ni * di;
+        const int nb = std::min((pos[t] + 1) / cr, stride);
+        for (int b = 0; b < nb; ++b) {
+            float acc = 0;
+            for (int h = 0; h < ni; ++h) {
+                float d = 0;
+                for (int j = 0; j < di; ++j) d += qt[(size_t)h * di + j] * kb[(size_t)b * di + j];
+                acc += std::max(d, 0.0f);
+            }
+            s[(size_t)t * stride + b] = scale * acc;
         }
-        s[b] = scale * acc;
     }
 }
 
-void CpuBackend::select_cells(const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
-                              int32_t* cells) {
+void CpuBackend::select_cells(const float* scores, int stride, int T, const int32_t* pos, int cr, int kb,
+                              const int32_t* off, int32_t* cells) {
     for (int t = 0; t < T; ++t) {
-        const int M = P + t + 1, nb = M / cr;
+        const int M = pos[t] + 1, nb = M / cr;
+        STRATA_CHECK(nb <= stride, "select_cells: ", nb, " blocks for score rows of ", stride);
         int32_t* out = cells + off[t];
         if (nb <= kb) {
             for (int c = 0; c < M; ++c) out[c] = c;

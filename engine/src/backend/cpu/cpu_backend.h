@@ -63,8 +63,9 @@ public:
                          const Weight& norm, float eps, int n_rot, float theta) override;
     void attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                    const std::vector<std::vector<int32_t>>& keep, float* o) override;
-    void indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) override;
-    void select_cells(const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
+    void indexer_scores(const float* q, const float* kb, int T, const int32_t* pos, int cr, int ni, int di,
+                        float scale, float* s, int stride) override;
+    void select_cells(const float* scores, int stride, int T, const int32_t* pos, int cr, int kb, const int32_t* off,
                       int32_t* cells) override;
     void attention_cells(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                          const int32_t* off, const int32_t* cells, int max_cells, float* o) override;

@@ -44,18 +44,18 @@ void CudaBackend::attention(const float* q, const float* K, const float* V, int 
     impl_->done("attention");
 }
 
-void CudaBackend::indexer_scores(const float* q, const float* kb, int nb, int ni, int di, float scale, float* s) {
+void CudaBackend::indexer_scores(const float* q, const float* kb, int T, const int32_t* pos, int cr, int ni, int di,
+                                 float scale, float* s, int stride) {
     Impl::OpScope prof_op(*impl_, "indexer_scores");
-    cuda::indexer_scores(impl_->stream, q, kb, nb, ni, di, scale, s);
+    cuda::indexer_scores_rows(impl_->stream, q, kb, T, pos, cr, ni, di, scale, s, stride);
     impl_->done("indexer_scores");
 }
 
-void CudaBackend::select_cells(const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
-                               int32_t* cells) {
+void CudaBackend::select_cells(const float* scores, int stride, int T, const int32_t* pos, int cr, int kb,
+                               const int32_t* off, int32_t* cells) {
     Impl::OpScope prof_op(*impl_, "select_cells");
-    STRATA_CHECK((P + T) / cr <= stride, "cuda select_cells: score rows of ", stride, " for ", (P + T) / cr, " blocks");
     Impl::Buf scratch(*impl_, cuda::select_cells_scratch_bytes(T, stride));
-    cuda::select_cells(impl_->stream, scores, stride, T, P, cr, kb, off, cells, scratch.p);
+    cuda::select_cells(impl_->stream, scores, stride, T, pos, cr, kb, off, cells, scratch.p);
     impl_->done("select_cells");
 }
 

@@ -78,8 +78,8 @@ void route_topk(cudaStream_t s, const float* logits, int T, int E, int k, int32_
 
 // ---- select_cells.cu ---- Backend::select_cells; scratch of select_cells_scratch_bytes (ties at the budget).
 size_t select_cells_scratch_bytes(int T, int stride);
-void select_cells(cudaStream_t s, const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
-                  int32_t* cells, void* scratch);
+void select_cells(cudaStream_t s, const float* scores, int stride, int T, const int32_t* pos, int cr, int kb,
+                  const int32_t* off, int32_t* cells, void* scratch);
 
 // ---- moe_hybrid.cu: the expert-cache path ----
 // y[i] = x[rows[i]] for i < n; x, y rows of `width` floats; rows on the device.
@@ -205,10 +205,11 @@ void scatter_rows(cudaStream_t s, float* dst, const float* src, int T, int width
 void pool_key_blocks(cudaStream_t s, const float* kraw, float* kblock, const int32_t* pos, int T, int cr, int di,
                      const float* norm, int norm_len, float eps, int n_rot, float theta);
 
-// ---- indexer_scores.cu ---- Backend::indexer_scores (one query, nb blocks); di <= 256, ni·di <= 8192.
+// ---- indexer_scores.cu ---- one query's scores of nb blocks; di <= 256, ni·di <= 8192.
 void indexer_scores(cudaStream_t s, const float* q, const float* kb, int nb, int ni, int di, float scale, float* out);
-// The same for T queries at positions P … P+T−1 in one launch: out[t·stride + b] for b < (P + t + 1) / cr, q [T, ni·di].
-void indexer_scores_rows(cudaStream_t s, const float* q, const float* kb, int T, int P, int cr, int ni, int di,
-                         float scale, float* out, int stride);
+// Backend::indexer_scores: T queries at positions pos[t] (device) in one launch sized by the row stride (not by the
+// positions, so it can be replayed in a graph): out[t·stride + b] for b < min((pos[t] + 1) / cr, stride).
+void indexer_scores_rows(cudaStream_t s, const float* q, const float* kb, int T, const int32_t* pos, int cr, int ni,
+                         int di, float scale, float* out, int stride);
 
 }  // namespace strata::cuda

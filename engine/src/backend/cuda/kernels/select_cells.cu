@@ -50,8 +50,8 @@ __device__ int block_exclusive_scan(int v, int* s_warp) {
 }
 
 __global__ void __launch_bounds__(kThreads)
-select_cells_kernel(const float* scores, int stride, int P, int cr, int kb, const int32_t* off, int32_t* cells,
-                    topk_exact::Elem* scratch, bool elems_shared) {
+select_cells_kernel(const float* scores, int stride, const int32_t* pos, int cr, int kb, const int32_t* off,
+                    int32_t* cells, topk_exact::Elem* scratch, bool elems_shared) {
     extern __shared__ uint64_t dyn[];       // flags (one bit per block: chosen), then the tie path's elements
     uint32_t* flags = reinterpret_cast<uint32_t*>(dyn);
     __shared__ uint32_t hist[256];
@@ -59,7 +59,7 @@ select_cells_kernel(const float* scores, int stride, int P, int cr, int kb, cons
     __shared__ int s_need, s_equal;
     __shared__ int s_warp[kWarpsPerBlock];
     const int t = blockIdx.x, tid = threadIdx.x;
-    const int M = P + t + 1, nb = M / cr;
+    const int M = pos[t] + 1, nb = min(M / cr, stride);   // (the model's rows hold every complete block)
     int32_t* out = cells + off[t];
     if (nb <= kb) {
         for (int c = tid; c < M; c += kThreads) out[c] = c;
@@ -183,8 +183,8 @@ void allow_dynamic_shared(size_t bytes) {
 
 size_t select_cells_scratch_bytes(int T, int stride) { return (size_t)T * stride * sizeof(topk_exact::Elem); }
 
-void select_cells(cudaStream_t s, const float* scores, int stride, int T, int P, int cr, int kb, const int32_t* off,
-                  int32_t* cells, void* scratch) {
+void select_cells(cudaStream_t s, const float* scores, int stride, int T, const int32_t* pos, int cr, int kb,
+                  const int32_t* off, int32_t* cells, void* scratch) {
     if (T <= 0) return;
     STRATA_CHECK(cr > 0 && kb > 0, "cuda select_cells: compress ratio ", cr, ", budget blocks ", kb);
     const size_t flag_bytes = (size_t)((stride + 63) / 64) * 8;    // whole 8-byte words, so the elements align
@@ -195,7 +195,7 @@ void select_cells(cudaStream_t s, const float* scores, int stride, int T, int P,
     const bool elems_shared = with_elems <= shared_optin_bytes();
     const size_t smem = elems_shared ? with_elems : flag_bytes;
     if (smem > 48 * 1024) allow_dynamic_shared(smem);
-    select_cells_kernel<<<T, kThreads, smem, s>>>(scores, stride, P, cr, kb, off, cells,
+    select_cells_kernel<<<T, kThreads, smem, s>>>(scores, stride, pos, cr, kb, off, cells,
                                                   static_cast<topk_exact::Elem*>(scratch), elems_shared);
     CUDA_CHECK(cudaGetLastError());
 }
