@@ -378,7 +378,7 @@ void bench_moe(cudaStream_t s) {
 // Prompt chunks of T = 256 and 1024 tokens: one matrix (attn_qkv 2560 -> 10240), gate_exps (2560 -> 640) and
 // down_exps (640 -> 2560) over 512 experts, top-10 per token drawn at random. All take the tiled kernels (T >=
 // cuda::kTiledMinRows): each case with the f32 tiled kernel and with the tensor-core one (" mmq", STRATA_CUDA_MMQ's
-// kernel, matmul_mmq.cuh).
+// kernel, matmul_mmq.cuh; " mmq per chunk": without its super-block integer sums, STRATA_CUDA_MMQ_SUPER=0).
 void bench_prompt(cudaStream_t s) {
     const int E = 512, k = 10, H = 2560, I = 640, Tmax = 1024;
     Acts a = make_acts(Tmax * k, H);   // down_exps reads one row per pair
@@ -388,9 +388,9 @@ void bench_prompt(cudaStream_t s) {
     CUDA_CHECK(cudaMalloc(&d_ids, (size_t)Tmax * k * 4));
     void* sort_scratch = nullptr;
     CUDA_CHECK(cudaMalloc(&sort_scratch, cuda::expert_order_bytes(Tmax * k, E)));
-    for (int mmq : {0, 1}) {
+    for (int mmq : {0, 1, 2}) {   // f32 tiles; tensor cores; tensor cores without super-block integer sums
         cuda::tiled_set_mmq(mmq);
-        const std::string tag = mmq ? " mmq" : "";
+        const std::string tag = mmq == 1 ? " mmq" : mmq == 2 ? " mmq per chunk" : "";
         for (GgmlType t : {GgmlType::Q2_0, GgmlType::IQ2_XS, GgmlType::Q4_K}) {
             uint8_t* w = upload_rows(t, 10240, H);
             for (int T : {256, 1024})

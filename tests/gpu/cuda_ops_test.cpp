@@ -115,28 +115,32 @@ void test_moe() {
 
 // The tensor-core prompt kernels (STRATA_CUDA_MMQ, kernels/matmul_mmq.cuh) against the CPU: one matrix in every block
 // format at prompt-sized T (partial token and row tiles) with the path taken, then routed experts (tiles of one
-// expert's pairs) through moe_experts. Q8 activations only (the kernels need them).
+// expert's pairs) through moe_experts; with super-block integer sums (mode 1) and without (2). Q8 activations only.
 void test_matmul_mmq() {
-    CudaBackend::set_prompt_mmq(1);
-    for (GgmlType t : gputest::all_formats()) {
-        if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16) continue;
-        const int n = 512, rows = 97;
-        const Weight& w = make_weight(t, n, rows, 1, "mm");
-        for (int T : {32, 64, 100, 257}) {
-            const std::vector<float> x = randn((size_t)T * n);
-            std::vector<float> want((size_t)T * rows);
-            cpu->matmul(w, x.data(), T, want.data());
-            Dev dx(x), dy((size_t)T * rows);
-            const int64_t before = CudaBackend::prompt_mmq_matmuls();
-            gpu->matmul(w, dx, T, dy);
-            const std::string name = std::string("matmul mmq ") + ggml_type_name(t) + " T=" + std::to_string(T);
-            report(name, dy.get(), want, 1e-5);
-            report(name + " path", {(float)(CudaBackend::prompt_mmq_matmuls() - before)}, {1.0f}, 0.0);
+    for (int mode : {1, 2}) {
+        CudaBackend::set_prompt_mmq(mode);
+        const std::string how = mode == 1 ? "" : " per chunk";
+        for (GgmlType t : gputest::all_formats()) {
+            if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16) continue;
+            const int n = 512, rows = 97;
+            const Weight& w = make_weight(t, n, rows, 1, "mm");
+            for (int T : {32, 64, 100, 257}) {
+                const std::vector<float> x = randn((size_t)T * n);
+                std::vector<float> want((size_t)T * rows);
+                cpu->matmul(w, x.data(), T, want.data());
+                Dev dx(x), dy((size_t)T * rows);
+                const int64_t before = CudaBackend::prompt_mmq_matmuls();
+                gpu->matmul(w, dx, T, dy);
+                const std::string name =
+                    std::string("matmul mmq") + how + " " + ggml_type_name(t) + " T=" + std::to_string(T);
+                report(name, dy.get(), want, 1e-5);
+                report(name + " path", {(float)(CudaBackend::prompt_mmq_matmuls() - before)}, {1.0f}, 0.0);
+            }
         }
+        const int64_t before = CudaBackend::prompt_mmq_matmuls();
+        test_moe_shape(64, 8, {40, 200});
+        report("moe_experts mmq path" + how, {(float)(CudaBackend::prompt_mmq_matmuls() > before)}, {1.0f}, 0.0);
     }
-    const int64_t before = CudaBackend::prompt_mmq_matmuls();
-    test_moe_shape(64, 8, {40, 200});
-    report("moe_experts mmq path", {(float)(CudaBackend::prompt_mmq_matmuls() > before)}, {1.0f}, 0.0);
     CudaBackend::set_prompt_mmq(-1);
 }
 

@@ -123,10 +123,11 @@ int check_perm(GgmlType t, std::mt19937& rng) {
 // helpers, each warp's mma emulated by rebuilding A and B from the lanes' fragments with the PTX layouts (written out
 // here, apart from the helpers) and handing each lane its C elements, the terms added as the kernel adds them;
 // against the CPU's scalar vec_dot.
-template <class F>
+template <class F, bool SUPER = false>
 int check_mmq(GgmlType t, std::mt19937& rng) {
     namespace mmq = cuda::mmq;
     using Q = cuda::QInt<F>;
+    static_assert(!SUPER || mmq::kSuperInt<F>);
     constexpr int TT = 16, NJ = TT / 8, kWarps = mmq::kRows / 16;
     const int n = 512, rows = mmq::kRows, nd = n / F::ABLK;
     const std::vector<uint8_t> data = gputest::random_rows(t, rows, n, rng);
@@ -145,7 +146,9 @@ int check_mmq(GgmlType t, std::mt19937& rng) {
     mmq::RowScale wsc[mmq::kChunks][mmq::kRows];
     mmq::TokInfo xinfo[mmq::kChunks][TT];
     std::vector<float> acc((size_t)kWarps * 32 * NJ * 4, 0.0f);   // [warp][lane][j][i]
-    auto at = [&](int w, int lane, int j, int i) -> float& { return acc[(((size_t)w * 32 + lane) * NJ + j) * 4 + i]; };
+    std::vector<int> isum(acc.size(), 0), imin(acc.size(), 0);    // SUPER: the super-block's integers
+    auto ix = [&](int w, int lane, int j, int i) { return (((size_t)w * 32 + lane) * NJ + j) * 4 + i; };
+    auto at = [&](int w, int lane, int j, int i) -> float& { return acc[ix(w, lane, j, i)]; };
     for (int k0 = 0; k0 < n; k0 += mmq::kStep) {
         for (int r = 0; r < rows; ++r)
             for (int c = 0; c < mmq::kChunks; ++c)
@@ -181,7 +184,17 @@ int check_mmq(GgmlType t, std::mt19937& rng) {
                                 else lo += v;
                             }
                             const mmq::RowScale& rs = wsc[c][16 * w + mmq::c_row(lane, i)];
-                            at(w, lane, j, i) += mmq::term<Q>(lo, hi, rs, xinfo[c][8 * j + mmq::c_col(lane, i)]);
+                            const mmq::TokInfo& xi = xinfo[c][8 * j + mmq::c_col(lane, i)];
+                            if constexpr (SUPER) {   // as the kernel: integers over the super-block, then one float
+                                const size_t k = ix(w, lane, j, i);
+                                mmq::add_chunk_ints<Q>(lo, hi, rs, xi, isum[k], imin[k]);
+                                if ((k0 / 32 + c) % 8 == 7) {
+                                    acc[k] += mmq::super_term<Q>(isum[k], imin[k], rs, xi);
+                                    isum[k] = imin[k] = 0;
+                                }
+                            } else {
+                                at(w, lane, j, i) += mmq::term<Q>(lo, hi, rs, xi);
+                            }
                         }
                 }
     }
@@ -197,7 +210,8 @@ int check_mmq(GgmlType t, std::mt19937& rng) {
                 }
     const double worst = max_diff / std::max(max_want, 1e-30);
     const bool ok = worst <= 1e-6;
-    std::printf("%-8s mmq tile: worst rel %.2e  %s\n", ggml_type_name(t), worst, ok ? "ok" : "FAIL");
+    std::printf("%-8s mmq tile%s: worst rel %.2e  %s\n", ggml_type_name(t), SUPER ? " (super-block sums)" : "", worst,
+                ok ? "ok" : "FAIL");
     return ok ? 0 : 1;
 }
 
@@ -239,6 +253,17 @@ int main() {
     failed += check_mmq<FmtIQ2_XS>(GgmlType::IQ2_XS, rng);
     failed += check_mmq<FmtIQ3_XXS>(GgmlType::IQ3_XXS, rng);
     failed += check_mmq<FmtIQ2_S>(GgmlType::IQ2_S, rng);
+    failed += check_mmq<FmtQ2_K, true>(GgmlType::Q2_K, rng);
+    failed += check_mmq<FmtQ3_K, true>(GgmlType::Q3_K, rng);
+    failed += check_mmq<FmtQ4_K, true>(GgmlType::Q4_K, rng);
+    failed += check_mmq<FmtQ5_K, true>(GgmlType::Q5_K, rng);
+    failed += check_mmq<FmtQ6_K, true>(GgmlType::Q6_K, rng);
+    failed += check_mmq<FmtIQ4_XS, true>(GgmlType::IQ4_XS, rng);
+    failed += check_mmq<FmtIQ2_XXS, true>(GgmlType::IQ2_XXS, rng);
+    failed += check_mmq<FmtIQ2_XS, true>(GgmlType::IQ2_XS, rng);
+    failed += check_mmq<FmtIQ2_S, true>(GgmlType::IQ2_S, rng);
+    failed += check_mmq<FmtIQ3_XXS, true>(GgmlType::IQ3_XXS, rng);
+    failed += check_mmq<FmtIQ3_S, true>(GgmlType::IQ3_S, rng);
     std::printf("%s\n", failed ? "dot_host_test: FAILED" : "dot_host_test: all formats within rounding of the CPU");
     return failed ? 1 : 0;
 }

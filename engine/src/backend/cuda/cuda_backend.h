@@ -85,8 +85,9 @@ public:
     static int64_t folded_injections();   // hyper_inject_read calls (all CUDA backends) that folded the injection
     static int64_t q6k_t1_matmuls();      // Q6_K one-row matmuls (the head) that took their staged kernel
     static int64_t t1_staged_matmuls();   // one-row matmuls of many rows that took matmul_q8_staged_kernel
-    // Prompt-sized matmuls on the tensor-core kernels (kernels/matmul_mmq.cuh): on (1), off (0) or per STRATA_CUDA_MMQ
-    // (−1) for later calls, the tests' switch; and how many launched since start (all CUDA backends).
+    // Prompt-sized matmuls on the tensor-core kernels (kernels/matmul_mmq.cuh): on (1; 2: without super-block integer
+    // sums), off (0) or per STRATA_CUDA_MMQ (−1) for later calls, the tests' switch; and how many launched since start
+    // (all CUDA backends).
     static void set_prompt_mmq(int mode);
     static int64_t prompt_mmq_matmuls();
     // gdn_block's conv folded into the recurrence kernel where it fits (1), never (0) or per STRATA_CUDA_GDN_CONV_FOLD

@@ -119,6 +119,25 @@ SD float term(int s_lo, int s_hi, const RowScale& w, const TokInfo& x) {
     return r;
 }
 
+// Formats whose 8 chunks of a 256-weight super-block share its float scales (d, dm: the K-quants and the 256-weight
+// i-quants) against Q8_K activations (one scale a 256): a chunk's integers (chunk_term's sq and sm) can be summed over
+// the super-block and turned into a float once, as quant/dot_scalar.cpp's K-quant dots do (STRATA_CUDA_MMQ_SUPER=0:
+// per chunk). |Σ| < 2^31: 8 chunks of 32 products, |s·w| ≤ 4,064 (Q6_K, IQ4_XS) and |a| ≤ 127.
+template <class F>
+constexpr bool kSuperInt = F::QK == 256 && F::ABLK == 256 && QInt<F>::kOffset == 0;
+
+template <class Q>
+SD void add_chunk_ints(int s_lo, int s_hi, const RowScale& w, const TokInfo& x, int& isum, int& imin) {
+    isum += Q::kSplit ? w.s0 * s_lo + w.s1 * s_hi : w.s0 * s_lo;
+    if constexpr (Q::kMin) imin += Q::kSplit ? w.m0 * x.sum0 + w.m1 * x.sum1 : w.m0 * x.sum;
+}
+template <class Q>
+SD float super_term(int isum, int imin, const RowScale& w, const TokInfo& x) {
+    float r = x.da * (w.d * (float)isum);
+    if constexpr (Q::kMin) r -= x.da * (w.dm * (float)imin);
+    return r;
+}
+
 #ifdef __CUDACC__
 __device__ __forceinline__ void mma_k32(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -139,13 +158,14 @@ __device__ __forceinline__ void mma_k16(int (&c)[4], uint32_t a0, uint32_t a1, u
 // y[p, row] for the TT activation rows of this block's tile and weight rows r0 … r0 + 63 (tile as in
 // matmul_tiled_kernel: items[blockIdx.y] for experts, else rows blockIdx.y·TT … of P). Q8 activations aq / ad
 // (blocks of ablk); n a multiple of kStep. Warp w computes weight rows 16w … 16w + 15 against every tile row.
-template <class F, int TT>
+template <class F, int TT, bool SUPER>
 __global__ void __launch_bounds__(kThreads)
 matmul_mmq_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n, size_t mat_stride,
                   int act_div, const int8_t* __restrict__ aq, const float* __restrict__ ad, int ablk, int P,
                   const int32_t* __restrict__ order, const int4* __restrict__ items,
                   const int32_t* __restrict__ n_items, float* __restrict__ y) {
     using Q = QInt<F>;
+    static_assert(!SUPER || kSuperInt<F>, "super-block sums only for the formats that allow them");
     constexpr int NJ = TT / 8;   // n8 tiles of tokens
     static_assert(TT % 8 == 0 && TT <= kThreads, "a tile of whole n8 tiles");
     constexpr int kGridWords = Q::kGridBytes ? Q::kGridBytes / 16 : 1;
@@ -169,10 +189,14 @@ matmul_mmq_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows,
 
     const int nd = n / ablk;
     float acc[NJ][4];
+    int isum[NJ][4], imin[NJ][4];   // SUPER: the super-block's integers so far
 #pragma unroll
     for (int j = 0; j < NJ; ++j)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
+        for (int i = 0; i < 4; ++i) {
+            acc[j][i] = 0.0f;
+            isum[j][i] = imin[j][i] = 0;
+        }
 
     for (int k0 = 0; k0 < n; k0 += kStep) {
         {   // thread → (weight row tid % 64, chunk tid / 64)
@@ -204,8 +228,20 @@ matmul_mmq_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows,
                     mma_k32(lo, a, b);
                 }
                 const TokInfo x[2] = {xinfo[c][8 * j + c_col(lane, 0)], xinfo[c][8 * j + c_col(lane, 1)]};
+                if constexpr (SUPER) {
+                    const bool last = (k0 / 32 + c) % 8 == 7;   // the super-block's last chunk
 #pragma unroll
-                for (int i = 0; i < 4; ++i) acc[j][i] += term<Q>(lo[i], hi[i], rs[i >> 1], x[i & 1]);
+                    for (int i = 0; i < 4; ++i) {
+                        add_chunk_ints<Q>(lo[i], hi[i], rs[i >> 1], x[i & 1], isum[j][i], imin[j][i]);
+                        if (last) {
+                            acc[j][i] += super_term<Q>(isum[j][i], imin[j][i], rs[i >> 1], x[i & 1]);
+                            isum[j][i] = imin[j][i] = 0;
+                        }
+                    }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) acc[j][i] += term<Q>(lo[i], hi[i], rs[i >> 1], x[i & 1]);
+                }
             }
         }
         __syncthreads();

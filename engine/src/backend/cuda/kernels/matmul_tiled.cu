@@ -205,20 +205,40 @@ void launch(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int 
     CUDA_CHECK_LAUNCH();
 }
 
+std::atomic<int> g_mmq{-1};            // -1: STRATA_CUDA_MMQ (default off); tiled_set_mmq overrides
+std::atomic<int> g_mmq_super{-1};      // -1: STRATA_CUDA_MMQ_SUPER (default on)
+std::atomic<int64_t> g_mmq_calls{0};
+
+// STRATA_CUDA_MMQ_SUPER=0: the tensor-core kernel turns every chunk's sums into a float, also where a super-block's
+// can be summed as integers first (mmq::kSuperInt; an A/B).
+bool mmq_super_on() {
+    int v = g_mmq_super.load();
+    if (v < 0) {
+        v = env_switch("STRATA_CUDA_MMQ_SUPER", true) ? 1 : 0;
+        g_mmq_super.store(v);
+    }
+    return v == 1;
+}
+
 // The tensor-core kernel (matmul_mmq.cuh) for format F, TT activation rows a block.
 template <class F, int TT>
 void launch_mmq(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, const ExpertOrder* o, float* y) {
     const unsigned gx = grid_for((size_t)m.rows, mmq::kRows);
     const unsigned gy = o ? (unsigned)o->max_items : (unsigned)((P + TT - 1) / TT);
     STRATA_CHECK(gy <= 65535, "cuda mmq matmul: ", gy, " activation tiles is out of range (P = ", P, ")");
-    mmq::matmul_mmq_kernel<F, TT><<<dim3(gx, gy), mmq::kThreads, 0, s>>>(
-        m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.act_div, act.q, act.d, F::ABLK, P, o ? o->order : nullptr,
-        o ? o->items : nullptr, o ? o->n_items : nullptr, y);
+    auto run = [&](auto kernel) {
+        kernel<<<dim3(gx, gy), mmq::kThreads, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride, m.act_div, act.q,
+                                                      act.d, F::ABLK, P, o ? o->order : nullptr,
+                                                      o ? o->items : nullptr, o ? o->n_items : nullptr, y);
+    };
+    if constexpr (mmq::kSuperInt<F>) {
+        if (mmq_super_on()) run(mmq::matmul_mmq_kernel<F, TT, true>);
+        else run(mmq::matmul_mmq_kernel<F, TT, false>);
+    } else {
+        run(mmq::matmul_mmq_kernel<F, TT, false>);
+    }
     CUDA_CHECK_LAUNCH();
 }
-
-std::atomic<int> g_mmq{-1};            // -1: STRATA_CUDA_MMQ (default off); tiled_set_mmq overrides
-std::atomic<int64_t> g_mmq_calls{0};
 
 bool mmq_on() {
     int v = g_mmq.load();
@@ -292,7 +312,10 @@ void tiled_upload_tables() {
     CUDA_CHECK(cudaMemcpyToSymbol(d_kvalues_iq4nl, iq::kvalues_iq4nl, sizeof(iq::kvalues_iq4nl)));
 }
 
-void tiled_set_mmq(int mode) { g_mmq.store(mode < 0 ? -1 : mode ? (device_cc_major() >= 8 ? 1 : 0) : 0); }
+void tiled_set_mmq(int mode) {
+    g_mmq.store(mode < 0 ? -1 : mode ? (device_cc_major() >= 8 ? 1 : 0) : 0);
+    g_mmq_super.store(mode < 0 ? -1 : mode == 2 ? 0 : 1);
+}
 int64_t tiled_mmq_calls() { return g_mmq_calls.load(); }
 
 bool tiled_enabled() {
