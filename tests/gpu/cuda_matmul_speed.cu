@@ -117,6 +117,13 @@ void time_case(cudaStream_t s, const std::string& group, const std::string& name
     });
 }
 
+// One expert tensor of a case: its matrices' shape; act_div k: every pair reads its token's row, 1: its own (down).
+struct ExpertMatrix {
+    const char* name;
+    GgmlType type;
+    int n, rows, act_div;
+};
+
 cuda::MatmulArgs dense_args(GgmlType t, const uint8_t* w, int n, int64_t rows) {
     cuda::MatmulArgs m;
     m.type = t;
@@ -197,15 +204,10 @@ void bench_experts(cudaStream_t s) {
     CUDA_CHECK(cudaMalloc(&y, (size_t)4 * k * H * 4));
     int32_t* d_ids = nullptr;
     CUDA_CHECK(cudaMalloc(&d_ids, 4 * k * 4));
-    struct Mat {
-        const char* name;
-        GgmlType type;
-        int n, rows, act_div;
-    };
-    const Mat mats[] = {{"gate_exps", GgmlType::Q2_0, H, I, k},   {"gate_exps", GgmlType::IQ2_XS, H, I, k},
+    const ExpertMatrix mats[] = {{"gate_exps", GgmlType::Q2_0, H, I, k},   {"gate_exps", GgmlType::IQ2_XS, H, I, k},
                         {"gate_exps", GgmlType::IQ3_XXS, H, I, k}, {"down_exps", GgmlType::Q2_0, I, H, 1},
                         {"down_exps", GgmlType::IQ4_NL, I, H, 1}};
-    for (const Mat& mt : mats) {
+    for (const ExpertMatrix& mt : mats) {
         const size_t row_bytes = ggml_row_bytes(mt.type, mt.n);
         uint8_t* w = upload_rows(mt.type, (int64_t)E * mt.rows, mt.n);
         for (int T : {1, 4}) {
@@ -398,16 +400,11 @@ void bench_prompt(cudaStream_t s) {
                           a, T, T, y, ggml_row_bytes(t, H) * 10240, 10);
             cudaFree(w);
         }
-        struct Experts {
-            const char* name;
-            GgmlType type;
-            int n, rows, act_div;   // act_div k: every pair reads its token's row; 1: its own row (down)
-        };
-        const Experts cases[] = {{"gate_exps 512x top-10", GgmlType::Q2_0, H, I, k},
+        const ExpertMatrix cases[] = {{"gate_exps 512x top-10", GgmlType::Q2_0, H, I, k},
                                  {"gate_exps 512x top-10", GgmlType::IQ2_XS, H, I, k},
                                  {"down_exps 512x top-10", GgmlType::Q2_0, I, H, 1},
                                  {"down_exps 512x top-10", GgmlType::IQ4_NL, I, H, 1}};
-        for (const Experts& c : cases) {
+        for (const ExpertMatrix& c : cases) {
             const size_t row_bytes = ggml_row_bytes(c.type, c.n);
             uint8_t* w = upload_rows(c.type, (int64_t)E * c.rows, c.n);
             for (int T : {256, 1024}) {
