@@ -204,9 +204,9 @@ void bench_experts(cudaStream_t s) {
     CUDA_CHECK(cudaMalloc(&y, (size_t)4 * k * H * 4));
     int32_t* d_ids = nullptr;
     CUDA_CHECK(cudaMalloc(&d_ids, 4 * k * 4));
-    const ExpertMatrix mats[] = {{"gate_exps", GgmlType::Q2_0, H, I, k},   {"gate_exps", GgmlType::IQ2_XS, H, I, k},
-                        {"gate_exps", GgmlType::IQ3_XXS, H, I, k}, {"down_exps", GgmlType::Q2_0, I, H, 1},
-                        {"down_exps", GgmlType::IQ4_NL, I, H, 1}};
+    const ExpertMatrix mats[] = {{"gate_exps", GgmlType::Q2_0, H, I, k},    {"gate_exps", GgmlType::IQ2_XS, H, I, k},
+                                 {"gate_exps", GgmlType::IQ3_XXS, H, I, k}, {"down_exps", GgmlType::Q2_0, I, H, 1},
+                                 {"down_exps", GgmlType::IQ4_NL, I, H, 1}};
     for (const ExpertMatrix& mt : mats) {
         const size_t row_bytes = ggml_row_bytes(mt.type, mt.n);
         uint8_t* w = upload_rows(mt.type, (int64_t)E * mt.rows, mt.n);
@@ -401,9 +401,9 @@ void bench_prompt(cudaStream_t s) {
             cudaFree(w);
         }
         const ExpertMatrix cases[] = {{"gate_exps 512x top-10", GgmlType::Q2_0, H, I, k},
-                                 {"gate_exps 512x top-10", GgmlType::IQ2_XS, H, I, k},
-                                 {"down_exps 512x top-10", GgmlType::Q2_0, I, H, 1},
-                                 {"down_exps 512x top-10", GgmlType::IQ4_NL, I, H, 1}};
+                                      {"gate_exps 512x top-10", GgmlType::IQ2_XS, H, I, k},
+                                      {"down_exps 512x top-10", GgmlType::Q2_0, I, H, 1},
+                                      {"down_exps 512x top-10", GgmlType::IQ4_NL, I, H, 1}};
         for (const ExpertMatrix& c : cases) {
             const size_t row_bytes = ggml_row_bytes(c.type, c.n);
             uint8_t* w = upload_rows(c.type, (int64_t)E * c.rows, c.n);
