@@ -157,7 +157,7 @@ int check_mmq(GgmlType t, std::mt19937& rng) {
         for (int tok = 0; tok < TT; ++tok)
             for (int c = 0; c < mmq::kChunks; ++c) {
                 const int k = k0 + 32 * c;
-                mmq::stage_act_chunk(q.data() + (size_t)tok * n + k, d[(size_t)tok * nd + k / F::ABLK],
+                mmq::stage_act_chunk<Q::kActPerm>(q.data() + (size_t)tok * n + k, d[(size_t)tok * nd + k / F::ABLK],
                                      xs.data() + tok * mmq::kStride + 32 * c, xinfo[c][tok]);
             }
         for (int w = 0; w < kWarps; ++w)

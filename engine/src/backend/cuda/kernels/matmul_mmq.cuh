@@ -64,12 +64,17 @@ SD void load_b(const uint8_t* xs, int t0, int c, int lane, uint32_t (&b)[2]) {
 SD int c_row(int lane, int i) { return (lane >> 2) + 8 * (i >> 1); }
 SD int c_col(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
 
-// Chunk u of a weight row (null: a row past the matrix, zeros) into its shared row (32 bytes) and scales.
+// Chunk u of a weight row (null: a row past the matrix, zeros) into its shared row (32 bytes) and scales. Formats with
+// a cheaper decode in a permuted order (kActPerm: Q2_0) stage that order, and their activations are staged permuted the
+// same way (stage_act_chunk<true>): a dot over the chunk does not depend on the order, so the sums are the same.
 template <class F>
 SD void stage_weight_chunk(const uint8_t* row, int u, const void* grid, uint8_t* dst, RowScale& sc) {
     constexpr int kSub = F::QK / 32;
     IChunk ch{};
-    if (row) QInt<F>::decode(row + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, ch);
+    if (row) {
+        if constexpr (QInt<F>::kActPerm) QInt<F>::decode_perm(row + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, ch);
+        else QInt<F>::decode(row + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, ch);
+    }
 #ifdef __CUDA_ARCH__
     uint4* d4 = reinterpret_cast<uint4*>(dst);
     d4[0] = make_uint4((uint32_t)ch.w[0], (uint32_t)ch.w[1], (uint32_t)ch.w[2], (uint32_t)ch.w[3]);
@@ -80,7 +85,9 @@ SD void stage_weight_chunk(const uint8_t* row, int u, const void* grid, uint8_t*
     sc = RowScale{ch.d, ch.dm, ch.s0, ch.s1, ch.m0, ch.m1};
 }
 
-// A token's 32 Q8 activations (null: a tile row past the pairs, zeros) with their block scale into its shared row.
+// A token's 32 Q8 activations (null: a tile row past the pairs, zeros) with their block scale into its shared row;
+// PERM: each 16 in permute_act16's order (the weights' of a kActPerm format). Its sums do not depend on the order.
+template <bool PERM>
 SD void stage_act_chunk(const int8_t* a, float da, uint8_t* dst, TokInfo& info) {
     int w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (a) {
@@ -91,6 +98,15 @@ SD void stage_act_chunk(const int8_t* a, float da, uint8_t* dst, TokInfo& info) 
 #else
         std::memcpy(w, a, 32);
 #endif
+    }
+    if constexpr (PERM) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            uint32_t g[4] = {(uint32_t)w[4 * h], (uint32_t)w[4 * h + 1], (uint32_t)w[4 * h + 2], (uint32_t)w[4 * h + 3]};
+            permute_act16(g);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) w[4 * h + i] = (int)g[i];
+        }
     }
 #ifdef __CUDA_ARCH__
     uint4* d4 = reinterpret_cast<uint4*>(dst);
@@ -207,7 +223,8 @@ matmul_mmq_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows,
         }
         for (int i = tid; i < TT * kChunks; i += kThreads) {
             const int t = i / kChunks, c = i % kChunks, a = arow[t], k = k0 + 32 * c;
-            stage_act_chunk(a >= 0 ? aq + (size_t)a * n + k : nullptr, a >= 0 ? ad[(size_t)a * nd + k / ablk] : 0.0f,
+            stage_act_chunk<Q::kActPerm>(a >= 0 ? aq + (size_t)a * n + k : nullptr,
+                                         a >= 0 ? ad[(size_t)a * nd + k / ablk] : 0.0f,
                             xs + t * kStride + 32 * c, xinfo[c][t]);
         }
         __syncthreads();
