@@ -137,4 +137,14 @@ inline void compare(const std::string& name, std::vector<std::vector<float>> inp
         report(name + (outputs.size() > 1 ? " [" + std::to_string(o) + "]" : ""), dev[o].get(), host[o], tol);
 }
 
+// An MoE layer's routed experts (E gate and up matrices of type t, I rows of H; E down ones of down_t, H rows of I),
+// or with E = 0 its shared expert (one of each, Is = I), drawn in the order gate, up, down; names prefix + their role.
+inline void set_experts(MoeWeights& m, GgmlType t, GgmlType down_t, int H, int I, int E, const std::string& prefix = "") {
+    const bool shared = E == 0;
+    const std::string sfx = shared ? "_shexp" : "_exps";
+    (shared ? m.gate_shexp : m.gate_exps) = make_weight(t, H, I, shared ? 1 : E, prefix + "gate" + sfx);
+    (shared ? m.up_shexp : m.up_exps) = make_weight(t, H, I, shared ? 1 : E, prefix + "up" + sfx);
+    (shared ? m.down_shexp : m.down_exps) = make_weight(down_t, I, H, shared ? 1 : E, prefix + "down" + sfx);
+}
+
 }  // namespace strata::opstest

@@ -166,9 +166,7 @@ inline void test_fused_quant_bits() {
     const int E = 8, k = 3, H = 256, I = 256;
     for (GgmlType t : {GgmlType::IQ2_XS, GgmlType::Q2_0, GgmlType::Q4_K}) {
         MoeWeights m;
-        m.gate_exps = make_weight(t, H, I, E, "fq_gate");
-        m.up_exps = make_weight(t, H, I, E, "fq_up");
-        m.down_exps = make_weight(GgmlType::Q4_K, I, H, E, "fq_down");
+        set_experts(m, t, GgmlType::Q4_K, H, I, E, "fq_");
         for (const Weight* w : {&m.gate_exps, &m.up_exps, &m.down_exps}) unfused.upload_weight(*w);
         for (int T : {1, 4, 8}) {   // P = 3 (one expert per pair), 12 and 24 (> 16: grouped)
             std::vector<float> ids_bits((size_t)T * k), wts((size_t)T * k);

@@ -184,24 +184,18 @@ matmul_mmq_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows,
     static_assert(!SUPER || kSuperInt<F>, "super-block sums only for the formats that allow them");
     constexpr int NJ = TT / 8;   // n8 tiles of tokens
     static_assert(TT % 8 == 0 && TT <= kThreads, "a tile of whole n8 tiles");
-    constexpr int kGridWords = Q::kGridBytes ? Q::kGridBytes / 16 : 1;
     __shared__ __align__(16) uint8_t ws[kRows * kStride];
     __shared__ __align__(16) uint8_t xs[TT * kStride];
     __shared__ RowScale wsc[kChunks][kRows];
     __shared__ TokInfo xinfo[kChunks][TT];
     __shared__ int arow[TT], prow[TT];
-    __shared__ uint4 grid_smem[kGridWords];
+    __shared__ uint4 grid_smem[GridSmem<F>::kWords];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const uint8_t* wm = prompt_tile_rows<TT>(W, mat_stride, act_div, P, order, items, n_items, arow, prow);
     if (!wm) return;
     const int64_t r0 = (int64_t)blockIdx.x * kRows;
-    const void* grid = nullptr;
-    if constexpr (Q::kGridBytes > 0) {   // the i-quants' table, read by every decode
-        const uint32_t* src = static_cast<const uint32_t*>(Q::global_grid());
-        for (int i = tid; i < Q::kGridBytes / 4; i += kThreads) reinterpret_cast<uint32_t*>(grid_smem)[i] = src[i];
-        grid = grid_smem;
-    }
-    __syncthreads();
+    const void* grid = stage_grid<F>(grid_smem);   // the i-quants' table, read by every decode
+    __syncthreads();                               // (also the tile rows; stage_grid syncs only with a table)
 
     const int nd = n / ablk;
     float acc[NJ][4];

@@ -140,22 +140,6 @@ __device__ __forceinline__ void row_dot_q8(const uint8_t* __restrict__ wr, int n
     }
 }
 
-// The format's grid table (i-quants) in shared memory; every thread of the block must call this.
-template <class F>
-__device__ __forceinline__ const void* stage_grid(uint4* smem) {
-    constexpr int kWords = QDot<F>::kGridBytes / 4;   // the tables are 4-byte aligned
-    if (kWords == 0) return nullptr;
-    const uint32_t* src = (const uint32_t*)QDot<F>::global_grid();
-    for (int i = threadIdx.x; i < kWords; i += blockDim.x) ((uint32_t*)smem)[i] = src[i];
-    __syncthreads();
-    return smem;
-}
-
-template <class F>
-struct GridSmem {   // uint4 words of shared memory for the table (1 when there is none)
-    static constexpr int kWords = QDot<F>::kGridBytes ? QDot<F>::kGridBytes / 16 : 1;
-};
-
 // One matrix: y[p, row] for p in [p0, p0 + NT), activation row p / act_div. Each warp takes rows warp, warp +
 // (all warps of the grid), … so a block stages the grid table once for many rows.
 // FQ: aq / ad are ignored and the block quantizes the rows it reads from x itself (quantize_rows_to_smem).

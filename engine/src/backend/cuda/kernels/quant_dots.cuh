@@ -479,4 +479,22 @@ struct QDot<F, true> : QInt<F> {
     }
 };
 
+#ifdef __CUDACC__
+// The format's grid table (i-quants) in shared memory; every thread of the block must call this.
+template <class F>
+__device__ __forceinline__ const void* stage_grid(uint4* smem) {
+    constexpr int kWords = QDot<F>::kGridBytes / 4;   // the tables are 4-byte aligned
+    if (kWords == 0) return nullptr;
+    const uint32_t* src = (const uint32_t*)QDot<F>::global_grid();
+    for (int i = threadIdx.x; i < kWords; i += blockDim.x) ((uint32_t*)smem)[i] = src[i];
+    __syncthreads();
+    return smem;
+}
+
+template <class F>
+struct GridSmem {   // uint4 words of shared memory for the table (1 when there is none)
+    static constexpr int kWords = QDot<F>::kGridBytes ? QDot<F>::kGridBytes / 16 : 1;
+};
+#endif  // __CUDACC__
+
 }  // namespace strata::cuda
