@@ -225,6 +225,11 @@ def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, dead
             pass_ms = (d["prompt_ms"] + d["decode_ms"]) / passes
             row.update(context=len(session) - n, decode_tokens=n,
                        decode_tok_s=round((n - 1) / max(d["decode_ms"], 1e-3) * 1e3, 2), pass_ms=round(pass_ms, 3))
+            if "ple_wait_ms" in d:   # the PLE table's rows: waited for at the PLE layer, or found in the row cache
+                asked = d["ple_rows_read"] + d["ple_rows_cached"]
+                row["ple"] = {"wait_ms_per_pass": round(d["ple_wait_ms"] / passes, 3),
+                              "rows_read_per_pass": round(d["ple_rows_read"] / passes, 2),
+                              "cached_share": round(d["ple_rows_cached"] / asked, 3) if asked else None}
             if d["cache_lookups"]:
                 h = d["cache_hits"] / d["cache_lookups"]
                 split = {"pass_ms": round(pass_ms, 3)}

@@ -2,8 +2,11 @@
 // drawn at random from a large file, read (a) the way the engine read them before 2026-12-04, one buffered pread
 // after another on the calling thread, with the file's pages dropped from the cache before each step (the real
 // table is 28.8 GB: on a 64 GB PC beside ~35 GB of pinned experts it is mostly not cached), and (b) by PleReader,
-// unbuffered, with 1 … 32 I/O threads. JSON on stdout.
+// unbuffered, with 1 … 32 I/O threads and no row cache, and (c) by PleReader with its row cache (32 threads), on decode
+// steps of which a share asks again for an earlier step's rows (its n-grams seen before), and on prompt chunks of new
+// rows (the cache's own cost). JSON on stdout.
 // usage: ple_read_bench --file F [--gb 4] [--row-bytes 110] [--steps 200] [--chunk 1024] [--threads 1,4,16,32]
+//        [--repeat 0,0.17,0.3,0.9]
 //        (F is written with random bytes when it is missing or smaller than --gb; it is kept for the next run)
 #include <algorithm>
 #include <chrono>
@@ -34,7 +37,19 @@ struct Options {
     size_t row_bytes = 110;   // Q5_0 rows of 160 values (IQ4_NL: 90)
     int steps = 200, chunk = 1024, chunks = 3;
     std::vector<int> threads = {1, 4, 16, 32};
+    std::vector<double> repeat = {0, 0.17, 0.3, 0.9};   // trigram repeat shares (bench/ple_ngram_repeat.py)
 };
+
+std::vector<double> real_list(const std::string& s) {
+    std::vector<double> v;
+    for (size_t p = 0; p < s.size();) {
+        size_t q = s.find(',', p);
+        if (q == std::string::npos) q = s.size();
+        v.push_back(std::atof(s.substr(p, q - p).c_str()));
+        p = q + 1;
+    }
+    return v;
+}
 
 std::vector<int> int_list(const std::string& s) {
     std::vector<int> v;
@@ -98,6 +113,7 @@ int main(int argc, char** argv) {
         else if (k == "--steps") o.steps = std::atoi(v.c_str());
         else if (k == "--chunk") o.chunk = std::atoi(v.c_str());
         else if (k == "--threads") o.threads = int_list(v);
+        else if (k == "--repeat") o.repeat = real_list(v);
         else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
     }
     if (o.file.empty()) { std::fprintf(stderr, "usage: ple_read_bench --file F [--gb 4] ...\n"); return 2; }
@@ -141,7 +157,7 @@ int main(int argc, char** argv) {
     // (b) PleReader, unbuffered
     bool first = true;
     for (int n : o.threads) {
-        PleReader reader(o.file, table_offset, o.row_bytes, n, true);
+        PleReader reader(o.file, table_offset, o.row_bytes, n, true, 0);
         step_us.clear();
         for (int s = 0; s < o.steps; ++s) {
             const std::vector<uint64_t> rows = draw(16);
@@ -164,6 +180,39 @@ int main(int argc, char** argv) {
                     "\"chunk_ms_median\": %.1f}",
                     first ? "" : ",", n, reader.unbuffered() ? "true" : "false", t.median_us, t.p90_us,
                     chunk_ms[chunk_ms.size() / 2]);
+        first = false;
+    }
+    // (c) the row cache (default size): decode steps, a share of which repeats an earlier step's rows
+    std::printf("\n  ],\n  \"row_cache\": [");
+    first = true;
+    for (double share : o.repeat) {
+        PleReader reader(o.file, table_offset, o.row_bytes, 32, true);
+        std::vector<std::vector<uint64_t>> seen;
+        step_us.clear();
+        std::uniform_real_distribution<double> u(0, 1);
+        for (int s = 0; s < o.steps; ++s) {
+            seen.push_back(!seen.empty() && u(rng) < share ? seen[rng() % seen.size()] : draw(16));
+            const auto t0 = Clock::now();
+            reader.begin(seen.back().data(), seen.back().size());
+            reader.wait();
+            step_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        }
+        const Timing t = summarize(step_us);
+        chunk_ms.clear();
+        for (int c = 0; c < o.chunks; ++c) {   // new rows: every look-up misses and every row is added
+            const std::vector<uint64_t> rows = draw((size_t)16 * o.chunk);
+            const auto t0 = Clock::now();
+            reader.begin(rows.data(), rows.size());
+            reader.wait();
+            chunk_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        }
+        std::sort(chunk_ms.begin(), chunk_ms.end());
+        const PleReader::Stats st = reader.stats();
+        std::printf("%s\n    {\"repeat_share\": %.2f, \"cache_rows\": %zu, \"steps_every_row_cached\": %lld, "
+                    "\"step_us_mean\": %.1f, \"step_us_median\": %.1f, \"step_us_p90\": %.1f, "
+                    "\"new_rows_chunk_ms_median\": %.1f}",
+                    first ? "" : ",", share, reader.cache_rows(), (long long)st.batches_cached, t.mean_us, t.median_us,
+                    t.p90_us, chunk_ms[chunk_ms.size() / 2]);
         first = false;
     }
     std::printf("\n  ]\n}\n");

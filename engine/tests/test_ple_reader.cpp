@@ -1,7 +1,8 @@
 // PleReader (model/ple_reader.h) on a real file: rows of an odd size at an unaligned table offset, read unbuffered
 // (O_DIRECT where the file system takes it) and buffered, by 0, 1 and 8 I/O threads: every byte as written, rows
 // asked twice, the table's last row (whose aligned span passes the end of the file), a batch never waited for,
-// hundreds of batches back to back (the threads' hand-over), and a row past the file (an error naming the file).
+// hundreds of batches back to back (the threads' hand-over), rows found in the row cache, a reader without one, and a
+// row past the file (an error naming the file).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -55,6 +56,23 @@ int main() {
                                     (reader.unbuffered() ? "direct" : "cached") + "), " + std::to_string(threads) +
                                     " threads";
             if (unbuffered) std::printf("reads %s\n", reader.unbuffered() ? "bypass the page cache" : "go through the cache");
+            // the row cache (a new reader's): a decode step's rows asked again are not read again, and come back with their bytes
+            {
+                const PleReader::Stats before = reader.stats();
+                std::vector<uint64_t> step = {11, 12, 13, 11, 40, 39998};
+                reader.begin(step.data(), step.size());
+                CHECK_MSG(rows_match(reader.wait(), step), "%s", ("a step's rows, " + tag).c_str());
+                step = {39998, 13, 12, 11, 40, 40};
+                reader.begin(step.data(), step.size());
+                CHECK_MSG(rows_match(reader.wait(), step), "%s", ("the same rows from the cache, " + tag).c_str());
+                step = {40, 41};   // one cached, one not
+                reader.begin(step.data(), step.size());
+                CHECK_MSG(rows_match(reader.wait(), step), "%s", ("a cached and a new row, " + tag).c_str());
+                const PleReader::Stats after = reader.stats();
+                CHECK_MSG(after.batches_cached - before.batches_cached == 1 && after.cached - before.cached >= 6 &&
+                              after.reads - before.reads <= 6,
+                          "%s", ("the second step read nothing, " + tag).c_str());
+            }
             // a decode step: 16 rows, two of them twice, the first and the last row of the table
             std::vector<uint64_t> rows = {5, 0, kRows - 1, 17, 5, 39999, 123, 4096, 4097, 2, 77, 17, 31000, 9, 8, 1};
             reader.begin(rows.data(), rows.size());
@@ -79,7 +97,8 @@ int main() {
             }
             CHECK_MSG(all, "%s", ("300 batches, " + tag).c_str());
             const PleReader::Stats st = reader.stats();
-            CHECK_MSG(st.batches == 304 && st.reads <= st.rows, "%s", ("stats of " + tag).c_str());
+            CHECK_MSG(st.batches == 307 && st.reads + st.cached <= st.rows && st.cached > 0, "%s",
+                      ("stats of " + tag).c_str());
             // a row past the end of the file
             std::vector<uint64_t> bad = {1, kRows + 100};
             reader.begin(bad.data(), bad.size());
@@ -93,6 +112,17 @@ int main() {
             reader.begin(next.data(), next.size());
             CHECK_MSG(rows_match(reader.wait(), next), "%s", ("a batch after a failed one, " + tag).c_str());
         }
+    {   // without a row cache (cache_bytes 0) every batch is read
+        PleReader reader(path, kOffset, kRowBytes, 2, true, 0);
+        std::vector<uint64_t> step = {7, 8, 7};
+        for (int i = 0; i < 3; ++i) {
+            reader.begin(step.data(), step.size());
+            CHECK_MSG(rows_match(reader.wait(), step), "no row cache: step %d", i);
+        }
+        const PleReader::Stats st = reader.stats();
+        CHECK_MSG(reader.cache_rows() == 0 && st.reads == 6 && st.cached == 0 && st.batches_cached == 0,
+                  "no row cache: 3 steps read 2 rows each (%lld reads)", (long long)st.reads);
+    }
     std::remove(path.c_str());
     return test::exit_code();
 }

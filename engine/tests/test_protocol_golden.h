@@ -64,9 +64,12 @@ inline bool repeated(const std::string& pattern, std::string& base) {
     return false;
 }
 
-// `*` matches any one field; every other field must be equal.
+// `*` matches any one field; every other field must be equal. DONE's optional key=value counters after its ten
+// fields are not matched (protocol.md §8).
 inline bool matches(const std::string& pattern, const std::string& line) {
     std::vector<std::string> p = fields(pattern), l = fields(line);
+    if (!l.empty() && l[0] == "DONE")
+        while (l.size() > 11 && l.back().find('=') != std::string::npos) l.pop_back();
     if (p.size() != l.size()) return false;
     for (size_t i = 0; i < p.size(); ++i)
         if (p[i] != "*" && p[i] != l[i]) return false;

@@ -73,6 +73,9 @@ def tokens(lines: list[str]) -> list[int]:
 
 def matches(pattern: str, line: str) -> bool:
     p, l = pattern.split(" "), line.split(" ")
+    if l[0] == "DONE":   # protocol.md §8: DONE's optional key=value counters are not matched
+        while len(l) > 11 and "=" in l[-1]:
+            l.pop()
     return len(p) == len(l) and all(a == "*" or a == b for a, b in zip(p, l))
 
 

@@ -158,10 +158,12 @@ int generate_command(int argc, char** argv) {
                  cpu ? (", " + std::to_string(cpu->n_threads()) + " threads").c_str() : "");
     if (const PleReader* ple = model.ple_reader()) {
         const PleReader::Stats st = ple->stats();
-        std::fprintf(stderr, "PLE table: %lld passes read %lld rows (%lld distinct) %s with %d I/O threads, %lld "
-                     "begun during the pass before; the passes waited %.1f ms for them\n", (long long)st.batches,
-                     (long long)st.rows, (long long)st.reads, ple->unbuffered() ? "unbuffered" : "through the page cache",
-                     ple->io_threads(), (long long)model.ple_reads_ahead(), st.wait_s * 1e3);
+        std::fprintf(stderr, "PLE table: %lld passes asked %lld rows, %lld distinct rows found in the row cache "
+                     "(%zu rows), %lld read %s with %d I/O threads; %lld passes found every row cached, %lld were "
+                     "begun during the pass before; the passes waited %.1f ms for rows\n", (long long)st.batches,
+                     (long long)st.rows, (long long)st.cached, ple->cache_rows(), (long long)st.reads,
+                     ple->unbuffered() ? "unbuffered" : "through the page cache", ple->io_threads(),
+                     (long long)st.batches_cached, (long long)model.ple_reads_ahead(), st.wait_s * 1e3);
     }
     const Backend::ExpertCacheCounts c2 = be->expert_cache_counts();
     if (c2.lookups > c1.lookups)   // the hybrid path's decode share (prompt excluded)

@@ -55,15 +55,26 @@ int serve_command(int argc, char** argv) {
         const Backend::ExpertCacheCounts c = backend->expert_cache_counts();
         return std::make_pair(c.hits, c.lookups);
     };
-    // With an expert cache, DONE also carries the hybrid path's time split (protocol.md §4).
-    for (const auto& [key, value] : hooks.info)
-        if (key == "expert_cache_slots")
-            hooks.done_counters = [backend] {
+    // With an expert cache, DONE also carries the hybrid path's time split; with a PLE table, the table's rows read,
+    // found in the row cache and waited for (protocol.md §4).
+    bool expert_cache = false;
+    for (const auto& [key, value] : hooks.info) expert_cache = expert_cache || key == "expert_cache_slots";
+    const PleReader* ple = model.ple_reader();
+    if (expert_cache || ple)
+        hooks.done_counters = [backend, expert_cache, ple] {
+            std::vector<std::pair<std::string, double>> v;
+            if (expert_cache) {
                 const Backend::ExpertCacheCounts c = backend->expert_cache_counts();
-                return std::vector<std::pair<std::string, double>>{
-                    {"cpu_ms", c.cpu_ms}, {"gpu_wait_ms", c.gpu_wait_ms}, {"cpu_pairs", (double)c.cpu_pairs},
-                    {"cpu_bytes", (double)c.cpu_bytes}, {"pcie_bytes", (double)c.pcie_bytes}};
-            };
+                v = {{"cpu_ms", c.cpu_ms}, {"gpu_wait_ms", c.gpu_wait_ms}, {"cpu_pairs", (double)c.cpu_pairs},
+                     {"cpu_bytes", (double)c.cpu_bytes}, {"pcie_bytes", (double)c.pcie_bytes}};
+            }
+            if (ple) {
+                const PleReader::Stats st = ple->stats();
+                v.insert(v.end(), {{"ple_rows_read", (double)st.reads}, {"ple_rows_cached", (double)st.cached},
+                                   {"ple_wait_ms", st.wait_s * 1e3}});
+            }
+            return v;
+        };
     const int code = serve_main(gen, std::cin, std::cout, hooks);
     if (code != 0) {
         // The loop failed (an error from the backend, such as a CUDA fault that leaves the device unusable, or the

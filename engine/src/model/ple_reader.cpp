@@ -21,15 +21,25 @@ int threads_from_env(int asked) {
     if (const char* v = std::getenv("STRATA_PLE_IO_THREADS")) return std::clamp(std::atoi(v), 0, 256);
     return kDefaultThreads;
 }
+
+int64_t cache_bytes_from_env(int64_t asked) {
+    if (asked >= 0) return asked;
+    int64_t mib = kDefaultPleCacheMiB;
+    if (const char* v = std::getenv("STRATA_PLE_CACHE_MIB")) mib = std::clamp<int64_t>(std::atoll(v), 0, 1 << 20);
+    return mib << 20;
+}
 }  // namespace
 
 PleReader::PleReader(const std::string& path, uint64_t table_offset, size_t row_bytes, int io_threads,
-                     bool unbuffered)
-    : path_(path), table_offset_(table_offset), row_bytes_(row_bytes) {
+                     bool unbuffered, int64_t cache_bytes)
+    : path_(path), table_offset_(table_offset), row_bytes_(row_bytes), cache_(row_bytes, 0) {
     STRATA_CHECK(row_bytes > 0, "PLE table ", path, ": rows of 0 bytes");
     buffered_ = platform::open_read_only(path);
     if (!buffered_.is_open()) fail(path, ": cannot open the PLE table: ", platform::last_error_text());
     file_size_ = platform::file_size(buffered_);
+    const size_t file_rows = file_size_ > (int64_t)table_offset ? (size_t)((file_size_ - table_offset) / row_bytes) : 0;
+    cache_ = PleRowCache(row_bytes, std::min(file_rows, PleRowCache::rows_for_bytes(
+                                                            (size_t)cache_bytes_from_env(cache_bytes), row_bytes)));
     bounce_bytes_ = (row_bytes + 2 * kAlign - 1) / kAlign * kAlign;   // the span of a row at any offset
     caller_bounce_ = static_cast<uint8_t*>(platform::aligned_alloc_bytes(kAlign, bounce_bytes_));
     if (!caller_bounce_) fail("PLE reader: out of memory");
@@ -75,6 +85,11 @@ void PleReader::begin(const uint64_t* rows, size_t n) {
     }
     distinct_bytes_.resize(distinct_.size() * row_bytes_);
     out_.resize(n * row_bytes_);
+    to_read_.clear();
+    for (size_t j = 0; j < distinct_.size(); ++j) {
+        if (const uint8_t* row = cache_.find(distinct_[j])) std::memcpy(distinct_bytes_.data() + j * row_bytes_, row, row_bytes_);
+        else to_read_.push_back((uint32_t)j);
+    }
     next_.store(0);
     done_.store(0);
     failed_.store(false);
@@ -83,10 +98,13 @@ void PleReader::begin(const uint64_t* rows, size_t n) {
     in_flight_ = true;
     ++stats_.batches;
     stats_.rows += (int64_t)n;
-    stats_.reads += (int64_t)distinct_.size();
+    stats_.reads += (int64_t)to_read_.size();
+    stats_.cached += (int64_t)(distinct_.size() - to_read_.size());
+    if (to_read_.empty()) ++stats_.batches_cached;
     // As many threads as there are rows (a decode step's 16 should not wake all of them); a thread that was not
     // asleep yet takes part as well.
-    const size_t wake = std::min(distinct_.size(), threads_.size());
+    const size_t wake = std::min(to_read_.size(), threads_.size());
+    if (wake == 0) return;
     if (wake == threads_.size()) start_cv_.notify_all();
     else
         for (size_t i = 0; i < wake; ++i) start_cv_.notify_one();
@@ -98,6 +116,7 @@ const uint8_t* PleReader::wait() {
     finish_batch();
     stats_.wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (failed_.load()) fail(error_);
+    for (uint32_t j : to_read_) cache_.insert(distinct_[j], distinct_bytes_.data() + (size_t)j * row_bytes_);
     for (size_t i = 0; i < slot_.size(); ++i)
         std::memcpy(out_.data() + i * row_bytes_, distinct_bytes_.data() + (size_t)slot_[i] * row_bytes_, row_bytes_);
     return out_.data();
@@ -106,7 +125,7 @@ const uint8_t* PleReader::wait() {
 void PleReader::finish_batch() {
     read_claimed(caller_bounce_);
     std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [&] { return done_.load() >= distinct_.size() && active_ == 0; });
+    done_cv_.wait(lock, [&] { return done_.load() >= to_read_.size() && active_ == 0; });
     in_flight_ = false;
 }
 
@@ -132,10 +151,11 @@ void PleReader::worker() {
 }
 
 void PleReader::read_claimed(uint8_t* bounce) {
-    const size_t total = distinct_.size();
+    const size_t total = to_read_.size();
     for (;;) {
-        const size_t j = next_.fetch_add(1);
-        if (j >= total) return;
+        const size_t k = next_.fetch_add(1);
+        if (k >= total) return;
+        const size_t j = to_read_[k];
         if (!read_row(distinct_[j], distinct_bytes_.data() + j * row_bytes_, bounce)) {
             std::lock_guard<std::mutex> lock(mu_);
             if (!failed_.exchange(true))
