@@ -123,6 +123,16 @@ HyperWeights make_hyper_weights(const HyperCase& c, int n) {
     return w;
 }
 
+// The cluster kernel's run (group hyper_cluster: STRATA_CUDA_HR_CLUSTER on): names get " cluster", and T = 1 calls of
+// the format pairs it takes (kernels/hyper_read.cu, with_cluster_formats) must have run it, the others not.
+bool hyper_cluster = false;
+bool cluster_pair(const HyperCase& c) {
+    using G = GgmlType;
+    return (c.down == G::Q2_0 && c.up == G::Q2_0) || (c.down == G::IQ2_XS && c.up == G::IQ4_NL) ||
+           (c.down == G::Q2_K && c.up == G::Q4_0) || (c.down == G::Q8_0 && c.up == G::Q2_0) ||
+           (c.down == G::IQ3_XXS && c.up == G::IQ4_NL) || (c.down == G::Q8_0 && c.up == G::Q8_0);
+}
+
 // Backend::hyper_read: the CUDA kernels against the CPU composition of primitive ops. Shapes of the tiny models (H 64,
 // r 16, plain up) and of the full model (H 2048, r 320, block-format up); T = 1, 2 (the two kernels), 3, 8 (the
 // older three); with and without inj. In the Q8 mode each side quantizes its own normalised xn and a (values that differ in the last bit may round
@@ -139,7 +149,7 @@ void test_hyper_read() {
     // 2.4e-3); f32: up to 2.8e-5 seen at H = 2048.
     // Q8: 6.3e-3 seen at T = 9 (the composed path), 1.04e-2 at T = 1 on the inj output with an IQ4_NL up (the two-kernel
     // path of 2026-11-30; round 2): a flip of one int8 of `a` before the 4-bit up matrix. f32 stays within 5e-5.
-    const double tol = mode.empty() ? 2e-2 : 5e-5;
+    const double tol = mode != " f32act" ? 2e-2 : 5e-5;
     for (const HyperCase& c : cases) {
         const int nH = n * c.H;
         const HyperWeights w = make_hyper_weights(c, n);
@@ -149,6 +159,7 @@ void test_hyper_read() {
                                          ggml_type_name(c.up) + " H=" + std::to_string(c.H) + " T=" +
                                          std::to_string(T) + (with_inj ? " inj" : "") + mode;
                 const int64_t fused_before = CudaBackend::fused_hyper_reads();
+                const int64_t cluster_before = CudaBackend::cluster_hyper_reads();
                 compare(name, {randn((size_t)T * nH), std::vector<float>((size_t)T * c.H), std::vector<float>(T * n)},
                         with_inj ? std::vector<int>{1, 2} : std::vector<int>{1},
                         [&](Backend& b, auto& p) {
@@ -156,6 +167,9 @@ void test_hyper_read() {
                         }, tol);
                 const int64_t fused = CudaBackend::fused_hyper_reads() - fused_before;
                 report(name + " path", {(float)fused}, {T <= 8 ? 1.0f : 0.0f}, 0.0);
+                if (hyper_cluster)
+                    report(name + " cluster path", {(float)(CudaBackend::cluster_hyper_reads() - cluster_before)},
+                           {T == 1 && cluster_pair(c) ? 1.0f : 0.0f}, 0.0);
             }
     }
 }
@@ -172,7 +186,7 @@ void test_hyper_inject_read() {
         {2048, 320, GgmlType::IQ2_XS, GgmlType::IQ4_NL},
     };
     const int n = 4;
-    const double tol = mode.empty() ? 2e-2 : 5e-5;   // as test_hyper_read
+    const double tol = mode != " f32act" ? 2e-2 : 5e-5;   // as test_hyper_read
     for (const HyperCase& c : cases) {
         const int nH = n * c.H;
         const HyperWeights w = make_hyper_weights(c, n);
@@ -192,9 +206,13 @@ void test_hyper_inject_read() {
                 const std::vector<int> outs = variant == 0 ? std::vector<int>{0, 1, 3}
                                               : variant == 1 ? std::vector<int>{0, 3, 4} : std::vector<int>{0, 3};
                 const int64_t folded_before = CudaBackend::folded_injections();
+                const int64_t cluster_before = CudaBackend::cluster_hyper_reads();
                 compare(name, in, outs, run, tol);
                 const int64_t folded = CudaBackend::folded_injections() - folded_before;
                 report(name + " path", {(float)folded}, {T <= 2 ? 1.0f : 0.0f}, 0.0);
+                if (hyper_cluster)
+                    report(name + " cluster path", {(float)(CudaBackend::cluster_hyper_reads() - cluster_before)},
+                           {T == 1 && cluster_pair(c) ? 1.0f : 0.0f}, 0.0);
                 // the same backend, the two ops
                 std::deque<Dev> a, b;
                 std::vector<float*> pa, pb;
@@ -666,6 +684,16 @@ int main(int argc, char** argv) {
         group("small_ops", test_small_ops);
         group("hyper_read", test_hyper_read);
         group("hyper_inject_read", test_hyper_inject_read);
+        group("hyper_cluster", [] {   // the same checks with the one-launch cluster kernel at T = 1
+            CudaBackend::set_hyper_cluster(1);
+            hyper_cluster = true;
+            mode = " cluster";
+            test_hyper_read();
+            test_hyper_inject_read();
+            mode = "";
+            hyper_cluster = false;
+            CudaBackend::set_hyper_cluster(-1);
+        });
         group("gdn_block", [] { test_gdn_block(); });
         group("gdn_block_unfused", test_gdn_block_unfused);
         group("gdn_block_quant", test_gdn_quant_bits);
