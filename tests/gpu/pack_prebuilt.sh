@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(strata cuda_ops_test decode_host_test dot_host_test moe_decode_test cuda_matmul_speed
-                                     kernel_boundary staged_phases cpu_pool_bench)
+                                     kernel_boundary staged_phases cpu_pool_bench t1_ops)
 PY=${PYTHON:-.venv/bin/python}
 [ -d build-cuda ] || cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null

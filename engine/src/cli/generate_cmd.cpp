@@ -9,7 +9,10 @@
 #include "cli/options.h"
 #include "common/error.h"
 #include "experts/gpu_options.h"
+#include "gguf/gguf_file.h"
+#include "model/mtp_head.h"
 #include "model/qwen4exp_generator.h"
+#include "model/session.h"
 #include "serve/image_embeddings.h"
 
 namespace strata {
@@ -19,6 +22,18 @@ std::unique_ptr<Backend> (*cuda_backend_factory)(const GpuOptions& opt) = nullpt
 const std::vector<std::string> kGpuFlags = {"--expert-cache", "--vram-reserve-mib", "--gpu-experts-max", "--cpu-workers",
                                             "--routing-profile", "--routing-profile-out", "--expert-adapt",
                                             "--gpu-miss-share"};
+
+// What the engine allocates on the GPU after the expert cache is sized at model load: the session's state for the
+// context (KV caches and indexer keys of the attention layers: 55.5 KiB a token for the published shape, so 1.7 GiB
+// at 32K) and, with --mtp, the MTP head's weights (its 512 experts too) and KV. The cache leaves it free besides
+// --vram-reserve-mib; before 2026-12-05 it came out of that reserve, which a 12 GB card at 32K overran.
+static uint64_t context_device_bytes(const Options& o) {
+    const Hparams hp = Hparams::from_gguf(*GgufFile::open(o.required("--model")));
+    const int n_ctx = pick_context(hp, (int)o.integer("--ctx", 0, 0, 1 << 24));
+    uint64_t bytes = Session::device_floats(hp, n_ctx) * sizeof(float);
+    if (o.has("--mtp")) bytes += MtpHead::device_bytes(o.str("--mtp"), n_ctx);
+    return bytes;
+}
 
 std::unique_ptr<Backend> make_backend(const Options& o) {
     const std::string name = o.str("--backend", "cpu");
@@ -44,6 +59,7 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
         g.routing_profile_out = o.str("--routing-profile-out");
         g.adapt.every_passes = (int)o.integer("--expert-adapt", g.adapt.every_passes, 0, 1 << 20);
         if (o.str("--gpu-miss-share") != "auto") g.gpu_miss_share = o.real("--gpu-miss-share", g.gpu_miss_share, 0, 1);
+        if (!g.expert_cache.empty()) g.context_reserve_bytes = context_device_bytes(o);
         if (g.expert_cache.empty())
             for (const char* f : {"--vram-reserve-mib", "--gpu-experts-max", "--cpu-workers", "--routing-profile",
                                   "--expert-adapt", "--gpu-miss-share"})

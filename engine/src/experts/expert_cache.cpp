@@ -51,7 +51,7 @@ int64_t resolve_cache_slots(const CacheSize& size, size_t expert_bytes, size_t f
     if (size.kind != CacheSize::Kind::automatic && (size_t)slots * expert_bytes > avail)
         fail("--expert-cache: ", slots, " slots of ", expert_bytes, " bytes need ",
              ((size_t)slots * expert_bytes) >> 20, " MiB, but only ", avail >> 20, " MiB are free after the reserve of ",
-             reserve_bytes >> 20, " MiB (--vram-reserve-mib)");
+             reserve_bytes >> 20, " MiB (--vram-reserve-mib and the context's KV: a smaller --ctx frees some)");
     return slots;
 }
 

@@ -6,6 +6,28 @@
 
 namespace strata {
 
+namespace {
+// A one-layer attention state: Session with a description that has just the MTP block as layer 0.
+Hparams kv_hparams(const Hparams& hp) {
+    Hparams kv_hp = hp;
+    kv_hp.n_layer = 1;
+    kv_hp.is_recurrent = {false};
+    kv_hp.compress_ratios = {0};
+    kv_hp.ple_layer = -1;
+    return kv_hp;
+}
+}  // namespace
+
+size_t MtpHead::device_bytes(const std::string& path, int n_ctx) {
+    std::unique_ptr<GgufFile> f = GgufFile::open(path);
+    const Hparams hp = Hparams::from_gguf(*f);
+    const std::string block = "blk." + std::to_string(hp.n_layer) + ".";
+    size_t bytes = Session::device_floats(kv_hparams(hp), n_ctx) * sizeof(float);
+    for (const GgufTensor& t : f->tensors())
+        if (t.name.compare(0, block.size(), block) == 0) bytes += t.n_bytes;
+    return bytes;
+}
+
 MtpHead::MtpHead(const std::string& path, Qwen4Exp& trunk, int n_ctx)
     : trunk_(trunk), path_(path), file_(GgufFile::open(path)), n_ctx_(n_ctx) {
     hp_ = Hparams::from_gguf(*file_);
@@ -21,13 +43,7 @@ MtpHead::MtpHead(const std::string& path, Qwen4Exp& trunk, int n_ctx)
     block_ = bind_layer(*file_, hp_, il);
     nextn_ = bind_nextn(*file_, hp_, il);
     trunk.backend().prepare_weights_extra(block_, nextn_);
-    // A one-layer attention state: reuse Session with a description that has just this block as layer 0.
-    Hparams kv_hp = hp_;
-    kv_hp.n_layer = 1;
-    kv_hp.is_recurrent = {false};
-    kv_hp.compress_ratios = {0};
-    kv_hp.ple_layer = -1;
-    kv_ = std::make_unique<Session>(trunk.backend(), kv_hp, n_ctx);
+    kv_ = std::make_unique<Session>(trunk.backend(), kv_hparams(hp_), n_ctx);
 }
 
 MtpHead::~MtpHead() = default;

@@ -11,10 +11,6 @@
 namespace strata {
 
 namespace {
-int pick_context(const Hparams& hp, int n_ctx) {
-    if (n_ctx > 0) return n_ctx;
-    return std::min(hp.n_ctx_train, 32768);
-}
 
 // Whether softmax(v)[best] >= min_p, best the argmax: Σ_{i≠best} exp(v_i − v_best) <= 1/min_p − 1, summed until it
 // is over (most terms are below e^−30 and cost one compare, so a 248K vocabulary takes a fraction of a millisecond).
@@ -31,6 +27,11 @@ bool confident(const float* v, int n, int32_t best, float min_p) {
     return true;
 }
 }  // namespace
+
+int pick_context(const Hparams& hp, int n_ctx) {
+    if (n_ctx > 0) return n_ctx;
+    return std::min(hp.n_ctx_train, 32768);
+}
 
 Qwen4ExpGenerator::Qwen4ExpGenerator(Qwen4Exp& model, int n_ctx, int chunk)
     : model_(model), session_(model.backend(), model.hparams(), pick_context(model.hparams(), n_ctx)), chunk_(chunk) {

@@ -13,6 +13,9 @@ namespace strata {
 // --draft-min-p's default (measured on the demo model: bench/results/2026-12-01-vm-draft-min-p).
 constexpr float kDefaultDraftMinP = 0.5f;
 
+// The context a generator holds: n_ctx when given (> 0), else the training context up to 32,768.
+int pick_context(const Hparams& hp, int n_ctx);
+
 class Qwen4ExpGenerator : public TextGenerator {
 public:
     // n_ctx 0 = min(trained context, 32768). chunk = tokens per prompt chunk.

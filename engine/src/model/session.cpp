@@ -1,31 +1,53 @@
 #include "model/session.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace strata {
 
+template <class Take>
+void Session::for_each_buffer(const Hparams& hp, int n_ctx, int il, LayerState& s, Take&& take) {
+    if (hp.is_recurrent[il]) {
+        take(s.conv_hist, (size_t)(hp.ssm_conv_kernel - 1) * hp.conv_dim(), true);
+        take(s.ssm, (size_t)hp.ssm_n_value_head * hp.ssm_head_dim * hp.ssm_head_dim, true);
+    } else {
+        const size_t kv = (size_t)hp.n_head_kv * hp.head_dim;
+        take(s.k_cache, (size_t)n_ctx * kv, false);
+        take(s.v_cache, (size_t)n_ctx * kv, false);
+        const int cr = hp.compress_ratios[il];
+        if (cr > 0) {
+            take(s.idx_kraw, (size_t)n_ctx * hp.indexer_head_dim, false);
+            take(s.idx_kblock, (size_t)(n_ctx / cr + 1) * hp.indexer_head_dim, false);
+        }
+    }
+    if (il == hp.ple_layer) take(s.ple_hist, (size_t)(hp.ple_conv_kernel - 1) * hp.ple_ngram * hp.hc_dim(), true);
+}
+
 Session::Session(Backend& be, const Hparams& hp, int n_ctx) : be_(be), hp_(hp), n_ctx_(n_ctx) {
     STRATA_CHECK(n_ctx > 0, "context length must be positive, got ", n_ctx);
     layers.resize(hp.n_layer);
-    for (int il = 0; il < hp.n_layer; ++il) {
-        LayerState& s = layers[il];
-        if (hp.is_recurrent[il]) {
-            s.conv_hist = take((size_t)(hp.ssm_conv_kernel - 1) * hp.conv_dim(), true);
-            s.ssm = take((size_t)hp.ssm_n_value_head * hp.ssm_head_dim * hp.ssm_head_dim, true);
-        } else {
-            const size_t kv = (size_t)hp.n_head_kv * hp.head_dim;
-            s.k_cache = take((size_t)n_ctx * kv, false);
-            s.v_cache = take((size_t)n_ctx * kv, false);
-            const int cr = hp.compress_ratios[il];
-            if (cr > 0) {
-                s.idx_kraw = take((size_t)n_ctx * hp.indexer_head_dim, false);
-                s.idx_kblock = take((size_t)(n_ctx / cr + 1) * hp.indexer_head_dim, false);
-            }
-        }
-        if (il == hp.ple_layer)
-            s.ple_hist = take((size_t)(hp.ple_conv_kernel - 1) * hp.ple_ngram * hp.hc_dim(), true);
-    }
+    for (int il = 0; il < hp.n_layer; ++il)
+        for_each_buffer(hp, n_ctx, il, layers[il],
+                        [&](float*& field, size_t n, bool recurrent) { field = take(n, recurrent); });
+    // the GPU backend sizes its expert cache by device_floats before this runs
+    STRATA_CHECK(allocated_floats() == device_floats(hp, n_ctx), "session: ", allocated_floats(),
+                 " floats allocated, device_floats says ", device_floats(hp, n_ctx));
     reset();
+}
+
+size_t Session::device_floats(const Hparams& hp, int n_ctx) {
+    size_t total = 0;
+    LayerState unused;
+    for (int il = 0; il < hp.n_layer; ++il)
+        for_each_buffer(hp, n_ctx, il, unused, [&](float*&, size_t n, bool) { total += std::max<size_t>(n, 1); });
+    return total;
+}
+
+size_t Session::allocated_floats() const {
+    size_t total = 0;
+    for (const auto& b : buffers_) total += std::max<size_t>(b.second, 1);
+    return total;
 }
 
 Session::~Session() {

@@ -28,6 +28,10 @@ public:
     Session& operator=(const Session&) = delete;
 
     void reset();                 // back to the empty state
+    // The floats a Session of this shape takes on its backend's device (the KV caches and indexer keys grow with
+    // n_ctx): what the GPU backend keeps free beside its expert cache (GpuOptions::context_reserve_bytes).
+    static size_t device_floats(const Hparams& hp, int n_ctx);
+    size_t allocated_floats() const;
 
     // The recurrent part of the state (GDN conv + ssm, PLE history, the token list), copied to the host. KV caches,
     // indexer keys and block keys are positional: entries past the restored length are rewritten before use.
@@ -59,6 +63,10 @@ public:
     std::vector<LayerState> layers;       // one per trunk block
 
 private:
+    // Calls take(field, floats, recurrent) for every buffer of layer il, in allocation order (the constructor and
+    // device_floats share it, so the two cannot disagree).
+    template <class Take>
+    static void for_each_buffer(const Hparams& hp, int n_ctx, int il, LayerState& s, Take&& take);
     float* take(size_t n, bool recurrent);
     Backend& be_;
     const Hparams& hp_;

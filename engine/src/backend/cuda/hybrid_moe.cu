@@ -194,9 +194,9 @@ void HybridMoe::prepare() {
 
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    const int64_t slots = resolve_cache_slots(parse_cache_size(opt_.expert_cache), expert_bytes_, free_b,
-                                              (size_t)opt_.vram_reserve_mib << 20, (int64_t)L_n * n_experts_,
-                                              opt_.gpu_experts_max);
+    const size_t reserve = ((size_t)opt_.vram_reserve_mib << 20) + (size_t)opt_.context_reserve_bytes;
+    const int64_t slots = resolve_cache_slots(parse_cache_size(opt_.expert_cache), expert_bytes_, free_b, reserve,
+                                              (int64_t)L_n * n_experts_, opt_.gpu_experts_max);
     std::unique_ptr<RoutingProfile> profile;
     if (!opt_.routing_profile.empty()) profile = std::make_unique<RoutingProfile>(RoutingProfile::load(opt_.routing_profile));
     cache_ = std::make_unique<ExpertCache>(L_n, n_experts_, slots, profile.get(), opt_.adapt);
@@ -218,7 +218,9 @@ void HybridMoe::prepare() {
     prepare_device_path();
     log_info("experts", fmt("expert cache: ", cache_->total_slots(), " of ", (int64_t)L_n * n_experts_,
                             " experts in VRAM (", (cache_->total_slots() * expert_bytes_) >> 20, " MiB, ",
-                            expert_bytes_, " bytes each), ", free_b >> 20, " MiB were free; ", cpu_->workers(),
+                            expert_bytes_, " bytes each), ", free_b >> 20, " MiB were free, ",
+                            opt_.context_reserve_bytes >> 20, " MiB kept for the context and the MTP head, ",
+                            opt_.vram_reserve_mib, " MiB reserve; ", cpu_->workers(),
                             " CPU workers; experts pinned in ", (int)(pin_s_ * 1000), " ms",
                             registered_ ? " (the mapped file, in place)" : " (copied)",
                             profile ? ", filled from " + opt_.routing_profile : std::string(", filled by expert id")));

@@ -687,13 +687,14 @@ ClusterPlan plan_cluster(const HyperReadArgs& a, int R, int blk) {
             if (p.smem <= room) break;
         }
         if (p.smem > room) continue;
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p.smem));
-        if (cs > 8) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        // A setting or a size this GPU does not take is not an error of the pass: the next size, or the two kernels.
         cudaLaunchAttribute attr[2];
         const cudaLaunchConfig_t cfg = cluster_config<FD, FU>(nullptr, cs, p.smem, false, attr);
         int clusters = 0;
-        if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
-            (void)cudaGetLastError();   // a size this GPU does not take: try the next
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p.smem) != cudaSuccess ||
+            (cs > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) ||
+            cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+            (void)cudaGetLastError();
             continue;
         }
         if (clusters > 0) return p;

@@ -1,0 +1,25 @@
+"""`strata info` says what a context costs on the device: the session's KV caches, indexer keys and recurrent state
+(engine/src/model/session.h, Session::device_floats), the bytes the GPU backend keeps free beside its expert cache for
+--ctx (GpuOptions::context_reserve_bytes; before 2026-12-05 they came out of --vram-reserve-mib, which a 12 GB card
+at 32K overran). The growth per token must be the attention layers' K, V, raw indexer key and pooled block key in f32:
+on the shipped demo model 3 QSA layers x (2 x 1 KV head x 64 + 32 + 32 / 4) floats = 2,016 bytes. (Every Session
+also checks at construction that it allocated exactly device_floats, so every engine test covers the two agreeing.)"""
+import re
+import subprocess
+
+from test_checkpoints import DEMO
+
+
+def test_info_prints_the_context_state_growing_by_the_kv_bytes_of_a_token(engine_bin):
+    r = subprocess.run([engine_bin, "info", DEMO], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"context state .*: 4K ([\d.]+) MiB; 32K ([\d.]+) MiB; 128K ([\d.]+) MiB; 256K ([\d.]+) MiB;", r.stdout)
+    assert m, r.stdout[:2000]
+    v4, v32, v128, v256 = map(float, m.groups())
+    assert re.search(r"layers\s+8 \(5 Gated DeltaNet, 3 QSA attention\)", r.stdout)
+    assert re.search(r"attention\s+4 heads, 1 KV heads, head dim 64", r.stdout)
+    assert re.search(r"QSA indexer\s+2 heads x 32", r.stdout)
+    per_token = 3 * (2 * 1 * 64 + 32 + 32 // 4) * 4
+    for lo, hi, n in ((v32, v128, 96 * 1024), (v128, v256, 128 * 1024), (v4, v32, 28 * 1024)):
+        assert abs((hi - lo) - n * per_token / 2 ** 20) < 0.15, (lo, hi, n)
+    assert v4 > 4096 * per_token / 2 ** 20   # plus the recurrent state, which does not grow
