@@ -40,23 +40,14 @@ struct Options {
     std::vector<double> repeat = {0, 0.17, 0.3, 0.9};   // trigram repeat shares (bench/ple_ngram_repeat.py)
 };
 
-std::vector<double> real_list(const std::string& s) {
-    std::vector<double> v;
+// "1,4,16" -> {1, 4, 16} (T int or double)
+template <class T>
+std::vector<T> number_list(const std::string& s) {
+    std::vector<T> v;
     for (size_t p = 0; p < s.size();) {
         size_t q = s.find(',', p);
         if (q == std::string::npos) q = s.size();
-        v.push_back(std::atof(s.substr(p, q - p).c_str()));
-        p = q + 1;
-    }
-    return v;
-}
-
-std::vector<int> int_list(const std::string& s) {
-    std::vector<int> v;
-    for (size_t p = 0; p < s.size();) {
-        size_t q = s.find(',', p);
-        if (q == std::string::npos) q = s.size();
-        v.push_back(std::atoi(s.substr(p, q - p).c_str()));
+        v.push_back((T)std::atof(s.substr(p, q - p).c_str()));
         p = q + 1;
     }
     return v;
@@ -112,8 +103,8 @@ int main(int argc, char** argv) {
         else if (k == "--row-bytes") o.row_bytes = (size_t)std::atoi(v.c_str());
         else if (k == "--steps") o.steps = std::atoi(v.c_str());
         else if (k == "--chunk") o.chunk = std::atoi(v.c_str());
-        else if (k == "--threads") o.threads = int_list(v);
-        else if (k == "--repeat") o.repeat = real_list(v);
+        else if (k == "--threads") o.threads = number_list<int>(v);
+        else if (k == "--repeat") o.repeat = number_list<double>(v);
         else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
     }
     if (o.file.empty()) { std::fprintf(stderr, "usage: ple_read_bench --file F [--gb 4] ...\n"); return 2; }

@@ -63,6 +63,26 @@ __device__ __forceinline__ uint32_t pack4_q8(const float* v, float id) {
     return word;
 }
 
+// Quad q (inputs 4q … 4q + 3) of y = x · w normalised by iv and quantized with quantize_act's arithmetic: its block's
+// amax is the max |y| of the block's 32-input units (unit_amax) times iv; the int8 word goes to xq, the block's scale
+// to xd from the block's first quad. Returns the normalised values.
+template <int BLK>
+__device__ __forceinline__ float4 quantize_quad(float4 y, float iv, const float* unit_amax, int q, int8_t* xq,
+                                                float* xd) {
+    constexpr int kUnits = BLK / 32;
+    const float v[4] = {y.x * iv, y.y * iv, y.z * iv, y.w * iv};
+    const int u0 = q / 8 / kUnits * kUnits, c = 4 * q;
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) amax = fmaxf(amax, unit_amax[u0 + k]);
+    amax *= iv;
+    const float dd = amax / 127.0f;
+    const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    ((uint32_t*)xq)[q] = pack4_q8<BLK>(v, id);
+    if (c % BLK == 0) xd[c / BLK] = BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;
+    return make_float4(v[0], v[1], v[2], v[3]);
+}
+
 // Inputs of kernel 1 with a pending injection (hyper_inject_read): the streams as hyper_inject leaves them,
 // X[t, s·H + j] + inj[t, s] · y[t, j] (the same fmaf), computed where X is read; plain X when y is null.
 struct PendingInject {
@@ -137,24 +157,12 @@ __device__ __forceinline__ void down_prologue_one_pass(const float* __restrict__
         if (lane == 0) inv_s[warp] = 1.0f / sqrtf(ss / H + eps);
     }
     __syncthreads();
-    constexpr int kUnitsPerBlock = BLK / 32;
 #pragma unroll
     for (int it = 0; it < kOnePassQuads; ++it) {
         const int q = it * kThreads + threadIdx.x;
         if (q >= quads) break;
-        const int cc = 4 * q, unit = q / 8;
-        const float iv = inv_s[cc / H];
-        const float v[4] = {y[it].x * iv, y[it].y * iv, y[it].z * iv, y[it].w * iv};
-        float amax = 0.0f;
-        const int u0 = unit / kUnitsPerBlock * kUnitsPerBlock;
-#pragma unroll
-        for (int k = 0; k < kUnitsPerBlock; ++k) amax = fmaxf(amax, unit_amax[u0 + k]);
-        amax *= iv;
-        const float dd = amax / 127.0f;
-        const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
-        ((uint32_t*)xq)[q] = pack4_q8<BLK>(v, id);
-        if (cc % BLK == 0) xd[cc / BLK] = BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;
-        if (write_xn) ((float4*)xn)[(c0 + cc) / 4] = make_float4(v[0], v[1], v[2], v[3]);
+        const float4 v = quantize_quad<BLK>(y[it], inv_s[4 * q / H], unit_amax, q, xq, xd);
+        if (write_xn) ((float4*)xn)[(c0 + 4 * q) / 4] = v;
     }
 }
 
@@ -691,13 +699,20 @@ ClusterPlan plan_cluster(const HyperReadArgs& a, int R, int blk) {
         cudaLaunchAttribute attr[2];
         const cudaLaunchConfig_t cfg = cluster_config<FD, FU>(nullptr, cs, p.smem, false, attr);
         int clusters = 0;
-        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p.smem) != cudaSuccess ||
+        // The function's limit is one for all shapes this instance runs (with and without inj, the head's read):
+        // the largest planned, never lowered below a shape planned before.
+        static size_t limit = 0;
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)std::max(limit, p.smem)) != cudaSuccess ||
             (cs > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) ||
             cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
             (void)cudaGetLastError();
             continue;
         }
-        if (clusters > 0) return p;
+        if (clusters > 0) {
+            limit = std::max(limit, p.smem);
+            return p;
+        }
     }
     return ClusterPlan{};
 }

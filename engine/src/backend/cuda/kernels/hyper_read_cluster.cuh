@@ -14,7 +14,7 @@
 //   4. its columns: m = σ(up row · a) (8 lanes a row), u[j] = (1/n) Σ_s m · xn in stream order.
 // No scratch memory and no second launch; the partial sums of the two-kernel path (per column chunk) become whole-row
 // dots, so values differ from it in the last bits (float order), as the one-pass prologue's do.
-// Included by hyper_read.cu inside its unnamed namespace, after PendingInject, load_x4 / load_x1 and pack4_q8.
+// Included by hyper_read.cu inside its unnamed namespace, after PendingInject, load_x4 / load_x1 and quantize_quad.
 
 namespace cl {
 
@@ -164,20 +164,9 @@ __global__ void __launch_bounds__(kThreads, 1) hr_cluster_kernel(Args a) {
     __syncthreads();
 #pragma unroll
     for (int it = 0; it < kMaxQuads; ++it) {
-        const int q = it * kThreads + tid, c = 4 * q;
+        const int q = it * kThreads + tid;
         if (q >= quads) break;
-        const float ivs = iv[c / H];
-        const float v[4] = {y[it].x * ivs, y[it].y * ivs, y[it].z * ivs, y[it].w * ivs};
-        constexpr int kUnits = BLK / 32;
-        const int u0 = q / 8 / kUnits * kUnits;
-        float amax = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kUnits; ++k) amax = fmaxf(amax, unit_amax[u0 + k]);
-        amax *= ivs;
-        const float dd = amax / 127.0f;
-        const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
-        ((uint32_t*)xq)[q] = pack4_q8<BLK>(v, id);
-        if (c % BLK == 0) xd[c / BLK] = BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;
+        quantize_quad<BLK>(y[it], iv[4 * q / H], unit_amax, q, xq, xd);
     }
     cp_async_wait<1>();   // this thread's down copies (the up copies may still run)
     __syncthreads();
