@@ -3,7 +3,8 @@
 // time, bench/results/2026-12-04-h200-waves). STRATA_CUDA_HR_CLUSTER=1 (off by default until measured).
 //
 //   0. each block starts copying its weights into shared memory (cp.async): its ⌈R / CS⌉ rows of the down and inject
-//      matrices (whole rows of n·H) and the n·J up rows of its J = H / CS columns; they depend on no earlier kernel;
+//      matrices (whole rows of n·H) and the n·J up rows of its J = H / CS columns; they depend on no earlier kernel
+//      (what shared memory cannot hold is asked into L2 instead);
 //   1. every block reads all of X (with the pending injection of hyper_inject_read), the streams' sums of squares,
 //      and quantizes the normalised X into shared memory (down_prologue_one_pass's arithmetic, the whole of X);
 //   2. its rows: down / inject row · xn, then a = silu(v / n) or inj = 2σ(v / n); cluster barrier (after which inj is
@@ -118,6 +119,18 @@ __global__ void __launch_bounds__(kThreads, 1) hr_cluster_kernel(Args a) {
         }
     }
     cp_async_commit();
+    // Weights not staged (shared memory too small, e.g. ~99 KiB on consumer cards): their lines asked into L2 now.
+    if (!a.stage_down)
+        for (int lr = 0; lr < rows; ++lr) {
+            const int row = row0 + lr;
+            const uint8_t* wr = row < a.r ? a.down + (size_t)row * a.down_rb : a.inject + (size_t)(row - a.r) * a.inj_rb;
+            for (size_t o = 128 * (size_t)tid; o < a.down_rb; o += 128 * kThreads) prefetch_l2(wr + o);
+        }
+    if (!a.stage_up)
+        for (int s = 0; s < n; ++s) {
+            const uint8_t* src = a.up + ((size_t)s * H + j0) * a.up_rb;
+            for (size_t o = 128 * (size_t)tid; o < (size_t)J * a.up_rb; o += 128 * kThreads) prefetch_l2(src + o);
+        }
     pdl_launch_dependents();
     pdl_wait();   // X, inj, y (as the previous kernel's programmatic dependent: only the weights came before)
     const float* X = pdl_dep(a.X);
