@@ -13,9 +13,15 @@ from test_checkpoints import DEMO
 def test_info_prints_the_context_state_growing_by_the_kv_bytes_of_a_token(engine_bin):
     r = subprocess.run([engine_bin, "info", DEMO], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    m = re.search(r"context state .*: 4K ([\d.]+) MiB; 32K ([\d.]+) MiB; 128K ([\d.]+) MiB; 256K ([\d.]+) MiB;", r.stdout)
-    assert m, r.stdout[:2000]
-    v4, v32, v128, v256 = map(float, m.groups())
+    def sizes(kv):
+        m = re.search(r"context state .*--kv " + kv + r"\): 4K ([\d.]+) MiB; 32K ([\d.]+) MiB; 128K ([\d.]+) MiB; "
+                      r"256K ([\d.]+) MiB;", r.stdout)
+        assert m, r.stdout[:2000]
+        return list(map(float, m.groups()))
+    v4, v32, v128, v256 = sizes("f32")
+    h4, h32, h128, h256 = sizes("f16")
+    # --kv f16: K and V in half the bytes (3 layers x 2 x 64 fp16 values a token less), the indexer keys unchanged
+    assert abs((v256 - h256) - 256 * 1024 * 3 * 2 * 64 * 2 / 2 ** 20) < 0.15, (v256, h256)
     assert re.search(r"layers\s+8 \(5 Gated DeltaNet, 3 QSA attention\)", r.stdout)
     assert re.search(r"attention\s+4 heads, 1 KV heads, head dim 64", r.stdout)
     assert re.search(r"QSA indexer\s+2 heads x 32", r.stdout)

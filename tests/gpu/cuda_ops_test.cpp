@@ -642,6 +642,46 @@ void test_attention_cells() {
     }
 }
 
+// --kv f16 (Backend::set_kv_f16): keys and values written by write_kv into fp16 caches (the cache bits must equal the
+// CPU's: both round to nearest even), then attention_cells over them, CUDA against CPU, dense and sparse, T = 1 and 8.
+void test_kv_f16() {
+    const int nh = 16, nkv = 2, hd = 256, kvw = nkv * hd;
+    cpu->set_kv_f16(true);
+    gpu->set_kv_f16(true);
+    for (int T : {1, 8})
+        for (int keys : {33, 2048}) {
+            const int n0 = keys - T;   // query t sees n0 + t + 1 keys: the pass writes the last T
+            std::vector<int32_t> pos(keys), flat(T + 1, 0);
+            for (int i = 0; i < keys; ++i) pos[i] = i;
+            for (int t = 0; t < T; ++t) flat[t + 1] = flat[t] + n0 + t + 1;
+            const std::string name = "kv_f16 T=" + std::to_string(T) + " keys=" + std::to_string(keys);
+            // p: q, K rows, V rows, K cache, V cache (fp16: half as many floats), positions, offsets, output
+            const std::vector<std::vector<float>> in = {
+                randn((size_t)T * nh * hd), randn((size_t)keys * kvw), randn((size_t)keys * kvw),
+                std::vector<float>((size_t)keys * kvw / 2), std::vector<float>((size_t)keys * kvw / 2),
+                int_bits(pos), int_bits(flat), std::vector<float>((size_t)T * nh * hd)};
+            auto op = [&](Backend& b, std::vector<float*>& p) {
+                b.write_kv(p[3], p[1], keys, kvw, as_ints(p[5]));
+                b.write_kv(p[4], p[2], keys, kvw, as_ints(p[5]));
+                b.attention_cells(p[0], p[3], p[4], T, nh, nkv, hd, as_ints(p[6]), nullptr, -1, p[7]);
+            };
+            compare(name, in, {7}, op, 1e-5);
+            // the fp16 caches themselves, bit for bit (fp16 pairs in float slots: compared as bytes, not values)
+            std::vector<std::vector<float>> host = in;
+            std::vector<float*> hp;
+            for (auto& v : host) hp.push_back(v.data());
+            op(*cpu, hp);
+            std::deque<Dev> dev;
+            std::vector<float*> dp;
+            for (const auto& v : in) dp.push_back(dev.emplace_back(v).p);
+            op(*gpu, dp);
+            report_same_bits(name + " K cache bits", dev[3].get(), host[3]);
+            report_same_bits(name + " V cache bits", dev[4].get(), host[4]);
+        }
+    cpu->set_kv_f16(false);
+    gpu->set_kv_f16(false);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -704,6 +744,7 @@ int main(int argc, char** argv) {
         group("select_cells", test_select_cells);
         group("kv_write", test_kv_write);
         group("attention_cells", test_attention_cells);
+        group("kv_f16", test_kv_f16);
         unfused_gpu.reset();
         weights.clear();
     } catch (const std::exception& e) {

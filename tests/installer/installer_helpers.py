@@ -53,6 +53,24 @@ def models_dir(home: Path) -> Path:
     return home / "models" / REPO.split("/")[-1]
 
 
+def piece_sizes(paths) -> list[tuple[Path, int]]:
+    """(path, bytes) of files a running download is writing; one renamed (.part to its final name) or removed between
+    the listing and its stat is skipped, not an error."""
+    out = []
+    for p in paths:
+        try:
+            out.append((p, p.stat().st_size))
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def half_on_disk(paths, at_least: int) -> bool:
+    """At least `at_least` bytes of pieces on disk, one of them a .part with bytes in it (a kill now lands mid-piece)."""
+    sizes = piece_sizes(paths)
+    return sum(n for _, n in sizes) >= at_least and any(p.suffix == ".part" and n for p, n in sizes)
+
+
 def wait_for(predicate, timeout_s: float, what: str):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

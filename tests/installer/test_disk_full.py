@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from installer_helpers import (PROJECT_DIR, SHARD_NAMES, installer_command, installer_env, models_dir, run_installer,
-                               wait_for)
+from installer_helpers import (PROJECT_DIR, SHARD_NAMES, installer_command, installer_env, models_dir, piece_sizes,
+                               run_installer, wait_for)
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def test_disk_filling_up_mid_file_keeps_the_bytes_and_resumes_after_space_is_fre
     part = models_dir(small_disk) / (SHARD_NAMES[0] + ".part")
     process = subprocess.Popen(installer_command(hub, small_disk), cwd=PROJECT_DIR, env=installer_env(hub),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
-    wait_for(lambda: part.exists() and part.stat().st_size >= 200_000, 30, "the download to start")
+    wait_for(lambda: sum(n for _, n in piece_sizes([part])) >= 200_000, 30, "the download to start")
     filler = small_disk / "another-program.bin"
     with open(filler, "wb") as f:          # another program takes the rest of the disk
         try:

@@ -5,7 +5,7 @@ import signal
 import subprocess
 
 from installer_helpers import (PROJECT_DIR, REPO, SHARD_NAMES, installer_command, installer_env, models_dir,
-                               run_installer, wait_for)
+                               piece_sizes, run_installer, wait_for)
 
 
 def test_download_killed_mid_file_resumes_from_bytes_on_disk(hub, tmp_path):
@@ -17,7 +17,7 @@ def test_download_killed_mid_file_resumes_from_bytes_on_disk(hub, tmp_path):
     process = subprocess.Popen(installer_command(hub, home), cwd=PROJECT_DIR, env=installer_env(hub),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     try:
-        wait_for(lambda: part.exists() and part.stat().st_size >= 700_000, 60, "the first shard to be partly on disk")
+        wait_for(lambda: sum(n for _, n in piece_sizes([part])) >= 700_000, 60, "the first shard to be partly on disk")
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()

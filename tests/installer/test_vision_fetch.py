@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from installer_helpers import PROJECT_DIR, installer_env, wait_for
+from installer_helpers import PROJECT_DIR, half_on_disk, installer_env, wait_for
 
 sys.path.insert(0, str(PROJECT_DIR / "tests" / "gateway"))
 sys.path.insert(0, str(PROJECT_DIR / "tests"))
@@ -173,8 +173,7 @@ def test_kill_9_mid_fetch_resumes_from_the_pieces_on_disk(hub, ckpt, tmp_path):
                                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     parts = lambda: list(tmp_path.glob("*.parts-*/*.part")) + list(tmp_path.glob("*.parts-*/*.bin"))  # noqa: E731
     try:
-        wait_for(lambda: sum(p.stat().st_size for p in parts()) >= 300_000
-                 and any(p.suffix == ".part" and p.stat().st_size for p in parts()), 60, "a piece half on disk")
+        wait_for(lambda: half_on_disk(parts(), 300_000), 60, "a piece half on disk")
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()

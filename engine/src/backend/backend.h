@@ -36,6 +36,12 @@ public:
     // (key, value) lines for the serve protocol's INFO describing the backend's memory tiers (may be empty).
     virtual std::vector<std::pair<std::string, std::string>> info() const { return {}; }
 
+    // The element type of the QSA key and value caches (Session's k_cache / v_cache): f32, or fp16 with kv_f16 (half
+    // the device memory a context takes: --kv f16). The caches are written by write_kv and read by attention_cells
+    // in that type; everything else stays f32. Set before any Session exists.
+    virtual void set_kv_f16(bool on) { kv_f16_ = on; }
+    bool kv_f16() const { return kv_f16_; }
+
     // A backend may record the ops issued between begin_graph() and end_graph() and run them as one graph (a GPU
     // backend's decode step: backend/graph_backend.h); begin_graph returns whether it records. The caller must not
     // need results on the host in between (to_host still works: the ops recorded so far run first).
@@ -135,6 +141,9 @@ public:
     // dst[pos[t]·width …] = src[t·width …] for t < T: rows written at positions held in the backend's memory (the
     // KV cache append of a pass whose position is not baked into its graph). src [T, width].
     virtual void scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) = 0;
+    // scatter_rows into a key or value cache, in the caches' element type (kv_f16: fp16 values rounded to nearest
+    // even, width per row; the cache holds 16-bit elements from its start).
+    virtual void write_kv(float* cache, const float* src, int T, int width, const int32_t* pos) = 0;
     // QSA block keys for every token t that completes a block ((pos[t] + 1) % cr == 0, b = (pos[t] + 1) / cr − 1):
     // kblock[b] = RoPE_{b·cr}(RMSNorm_norm(mean of kraw rows b·cr … b·cr + cr − 1)); kraw [·, di], kblock [·, di],
     // RoPE on the first n_rot dims of the one head of di. Other tokens write nothing. pos in the backend's memory.
@@ -152,7 +161,8 @@ public:
     // pass's graph repeats from token to token.
     virtual void select_cells(const float* scores, int stride, int T, const int32_t* pos, int cr, int kb,
                               const int32_t* off, int32_t* cells) = 0;
-    // attention over device cell lists: query t sees cells[off[t] … off[t + 1]) (ascending key positions), or, with
+    // attention over device cell lists (K and V: caches in the kv_f16() type, written by write_kv): query t sees
+    // cells[off[t] … off[t + 1]) (ascending key positions), or, with
     // cells null, the key positions 0 … off[t + 1] − off[t] − 1. max_cells: no query sees more cells (−1: unknown);
     // a backend may size its work by it, so callers round it up to keep it the same over many passes.
     virtual void attention_cells(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
@@ -179,6 +189,9 @@ public:
     // necessarily the same bits).
     virtual void moe_experts_with_shared(const MoeWeights& w, const float* x, int T, int k, const int32_t* ids,
                                          const float* weights, float* y);
+
+private:
+    bool kv_f16_ = false;
 };
 
 }  // namespace strata

@@ -19,7 +19,7 @@ enum Op : int {
     kSliceCols, kConcatCols, kDeinterleave, kMeanRows, kRepeatStreams, kPleGate, kHyperMix, kHyperInject,
     kHyperRead, kCausalConv, kGdnRecurrent, kGdnBlock, kRope, kScatterRows, kPoolKeyBlocks, kAttentionCells,
     kRouteTopk, kMoeExperts, kSharedExpert, kRopeMulti, kMoeWithShared, kArgmaxRows, kHyperInjectRead,
-    kSelectCells, kIndexerScores,
+    kSelectCells, kIndexerScores, kWriteKv,
 };
 // Executable graphs kept (least recently used dropped first). The expert-cache path splits a pass into ~49 runs per
 // window size, and speculation adds windows of 2 … 4 tokens and the MTP head's passes: a few hundred in use.
@@ -423,6 +423,11 @@ void GraphBackend::rope_multi(float* x, int T, int n_heads, int hd, int n_rot, f
 
 void GraphBackend::scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) {
     record(kScatterRows, [=, this] { inner_->scatter_rows(dst, src, T, width, pos); }, (const void*)dst, (const void*)src, T,
+           width, (const void*)pos);
+}
+
+void GraphBackend::write_kv(float* cache, const float* src, int T, int width, const int32_t* pos) {
+    record(kWriteKv, [=, this] { inner_->write_kv(cache, src, T, width, pos); }, (const void*)cache, (const void*)src, T,
            width, (const void*)pos);
 }
 

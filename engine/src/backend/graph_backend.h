@@ -92,6 +92,11 @@ public:
     void rope_multi(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos3, int sec_h,
                     int sec_w) override;
     void scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) override;
+    void write_kv(float* cache, const float* src, int T, int width, const int32_t* pos) override;
+    void set_kv_f16(bool on) override {
+        Backend::set_kv_f16(on);
+        inner_->set_kv_f16(on);
+    }
     void pool_key_blocks(const float* kraw, float* kblock, const int32_t* pos, int T, int cr, int di,
                          const Weight& norm, float eps, int n_rot, float theta) override;
     void attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,

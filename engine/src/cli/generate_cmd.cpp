@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -23,16 +24,30 @@ const std::vector<std::string> kGpuFlags = {"--expert-cache", "--vram-reserve-mi
                                             "--routing-profile", "--routing-profile-out", "--expert-adapt",
                                             "--gpu-miss-share"};
 
+// --kv f32 (the default) or f16: the element type of the QSA key and value caches (Backend::set_kv_f16).
+// STRATA_KV sets the default (an A/B in bench/decode.py's settings: pc12+STRATA_KV=f16).
+static bool kv_f16_from(const Options& o) {
+    const char* env = std::getenv("STRATA_KV");
+    const std::string kv = o.str("--kv", env && *env ? env : "f32");
+    if (kv != "f32" && kv != "f16") fail("--kv must be f32 or f16, got '", kv, "'");
+    return kv == "f16";
+}
+
 // What the engine allocates on the GPU after the expert cache is sized at model load: the session's state for the
 // context (KV caches and indexer keys of the attention layers: 55.5 KiB a token for the published shape, so 1.7 GiB
-// at 32K) and, with --mtp, the MTP head's weights (its 512 experts too) and KV. The cache leaves it free besides
+// at 32K; with --kv f16 the K and V caches take half) and, with --mtp, the MTP head's weights (its 512 experts too) and KV. The cache leaves it free besides
 // --vram-reserve-mib; before 2026-12-05 it came out of that reserve, which a 12 GB card at 32K overran.
 static uint64_t context_device_bytes(const Options& o) {
     const Hparams hp = Hparams::from_gguf(*GgufFile::open(o.required("--model")));
     const int n_ctx = pick_context(hp, (int)o.integer("--ctx", 0, 0, 1 << 24));
-    uint64_t bytes = Session::device_floats(hp, n_ctx) * sizeof(float);
-    if (o.has("--mtp")) bytes += MtpHead::device_bytes(o.str("--mtp"), n_ctx);
+    uint64_t bytes = Session::device_floats(hp, n_ctx, kv_f16_from(o)) * sizeof(float);
+    if (o.has("--mtp")) bytes += MtpHead::device_bytes(o.str("--mtp"), n_ctx, kv_f16_from(o));
     return bytes;
+}
+
+static std::unique_ptr<Backend> with_kv_type(std::unique_ptr<Backend> be, const Options& o) {
+    be->set_kv_f16(kv_f16_from(o));
+    return be;
 }
 
 std::unique_ptr<Backend> make_backend(const Options& o) {
@@ -44,7 +59,7 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
         auto cpu = std::make_unique<CpuBackend>((int)o.integer("--threads", 0, 0, 1024), !o.has("--no-pin"),
                                                 o.has("--f32-activations"));
         if (o.has("--routing-profile-out")) cpu->record_routing(o.str("--routing-profile-out"));
-        return cpu;
+        return with_kv_type(std::move(cpu), o);
     }
     if (name == "cuda") {
         if (!cuda_backend_factory) fail("--backend cuda: this strata was built without CUDA (configure with -DSTRATA_CUDA=ON)");
@@ -64,7 +79,7 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
             for (const char* f : {"--vram-reserve-mib", "--gpu-experts-max", "--cpu-workers", "--routing-profile",
                                   "--expert-adapt", "--gpu-miss-share"})
                 if (o.has(f)) fail(f, " needs --expert-cache (without it every expert is uploaded)");
-        return cuda_backend_factory(g);
+        return with_kv_type(cuda_backend_factory(g), o);
     }
     fail("--backend must be cpu or cuda, got '", name, "'");
 }
@@ -72,7 +87,7 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
 int generate_command(int argc, char** argv) {
     std::vector<std::string> flags = {"--model", "--backend", "--threads", "--ctx", "--prompt-ids", "--prompt-file", "-n",
                                       "--logits-out", "--chunk", "--mtp", "--spec", "--draft-min-p", "--mtp-logits-out", "--spec-lookup",
-                                      "--images"};
+                                      "--images", "--kv"};
     flags.insert(flags.end(), kGpuFlags.begin(), kGpuFlags.end());
     Options o(argc, argv, 2, flags, {"--ignore-eos", "--f32-activations", "--no-pin"});
     const std::string model_path = o.required("--model");

@@ -25,10 +25,12 @@ int info_command(int argc, char** argv) {
     if (const GgufTensor* e = f->find_tensor("token_embd.weight")) hp.n_vocab = (int)e->ne[1];
     std::printf("%s", hp.describe().c_str());
     // What --ctx costs on the device (the GPU backend keeps it free beside the expert cache)
-    std::printf("context state     (KV caches, indexer keys, recurrent state, f32):");
-    for (int n : {4096, 32768, 131072, 262144})
-        std::printf(" %dK %.1f MiB;", n / 1024, Session::device_floats(hp, n) * sizeof(float) / 1048576.0);
-    std::printf("\n");
+    for (bool f16 : {false, true}) {
+        std::printf("context state     (KV caches, indexer keys, recurrent state; --kv %s):", f16 ? "f16" : "f32");
+        for (int n : {4096, 32768, 131072, 262144})
+            std::printf(" %dK %.1f MiB;", n / 1024, Session::device_floats(hp, n, f16) * sizeof(float) / 1048576.0);
+        std::printf("\n");
+    }
 
     std::printf("\n%-40s %-8s %-24s %14s\n", "tensor", "type", "shape", "bytes");
     std::map<std::string, uint64_t> bytes_by_type;

@@ -16,7 +16,7 @@ namespace strata {
 
 int serve_command(int argc, char** argv) {
     std::vector<std::string> flags = {"--model", "--backend", "--threads", "--ctx", "--chunk", "--mtp", "--spec",
-                                      "--draft-min-p", "--checkpoint-every", "--spec-lookup"};
+                                      "--draft-min-p", "--checkpoint-every", "--spec-lookup", "--kv"};
     flags.insert(flags.end(), kGpuFlags.begin(), kGpuFlags.end());
     Options o(argc, argv, 1, flags, {"--serve", "--f32-activations", "--no-pin", "--vision"});
     std::unique_ptr<Backend> be;

@@ -38,8 +38,8 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
     rope(q, nh, hd);
     be.rms_norm(k_new, &w.k_norm, T, kvw, hd, hp.rms_eps, k_new);
     rope(k_new, nkv, hd);
-    be.scatter_rows(st.k_cache, k_new, T, kvw, pos);
-    be.scatter_rows(st.v_cache, v_new, T, kvw, pos);
+    be.write_kv(st.k_cache, k_new, T, kvw, pos);
+    be.write_kv(st.v_cache, v_new, T, kvw, pos);
 
     // Cells beyond the budget are chosen on the device (select_cells); otherwise every query sees all earlier keys.
     const int kb = cr > 0 ? hp.indexer_top_k / cr : 0;

@@ -7,14 +7,14 @@
 namespace strata {
 
 template <class Take>
-void Session::for_each_buffer(const Hparams& hp, int n_ctx, int il, LayerState& s, Take&& take) {
+void Session::for_each_buffer(const Hparams& hp, int n_ctx, bool kv_f16, int il, LayerState& s, Take&& take) {
     if (hp.is_recurrent[il]) {
         take(s.conv_hist, (size_t)(hp.ssm_conv_kernel - 1) * hp.conv_dim(), true);
         take(s.ssm, (size_t)hp.ssm_n_value_head * hp.ssm_head_dim * hp.ssm_head_dim, true);
     } else {
-        const size_t kv = (size_t)hp.n_head_kv * hp.head_dim;
-        take(s.k_cache, (size_t)n_ctx * kv, false);
-        take(s.v_cache, (size_t)n_ctx * kv, false);
+        const size_t kv = (size_t)n_ctx * hp.n_head_kv * hp.head_dim, kv_floats = kv_f16 ? (kv + 1) / 2 : kv;
+        take(s.k_cache, kv_floats, false);
+        take(s.v_cache, kv_floats, false);
         const int cr = hp.compress_ratios[il];
         if (cr > 0) {
             take(s.idx_kraw, (size_t)n_ctx * hp.indexer_head_dim, false);
@@ -28,19 +28,20 @@ Session::Session(Backend& be, const Hparams& hp, int n_ctx) : be_(be), hp_(hp), 
     STRATA_CHECK(n_ctx > 0, "context length must be positive, got ", n_ctx);
     layers.resize(hp.n_layer);
     for (int il = 0; il < hp.n_layer; ++il)
-        for_each_buffer(hp, n_ctx, il, layers[il],
+        for_each_buffer(hp, n_ctx, be.kv_f16(), il, layers[il],
                         [&](float*& field, size_t n, bool recurrent) { field = take(n, recurrent); });
     // the GPU backend sizes its expert cache by device_floats before this runs
-    STRATA_CHECK(allocated_floats() == device_floats(hp, n_ctx), "session: ", allocated_floats(),
-                 " floats allocated, device_floats says ", device_floats(hp, n_ctx));
+    STRATA_CHECK(allocated_floats() == device_floats(hp, n_ctx, be.kv_f16()), "session: ", allocated_floats(),
+                 " floats allocated, device_floats says ", device_floats(hp, n_ctx, be.kv_f16()));
     reset();
 }
 
-size_t Session::device_floats(const Hparams& hp, int n_ctx) {
+size_t Session::device_floats(const Hparams& hp, int n_ctx, bool kv_f16) {
     size_t total = 0;
     LayerState unused;
     for (int il = 0; il < hp.n_layer; ++il)
-        for_each_buffer(hp, n_ctx, il, unused, [&](float*&, size_t n, bool) { total += std::max<size_t>(n, 1); });
+        for_each_buffer(hp, n_ctx, kv_f16, il, unused,
+                        [&](float*&, size_t n, bool) { total += std::max<size_t>(n, 1); });
     return total;
 }
 

@@ -358,37 +358,57 @@ void CpuBackend::pool_key_blocks(const float* kraw, float* kblock, const int32_t
     }
 }
 
+namespace {
+inline float kv_value(const float* row, int j) { return row[j]; }
+inline float kv_value(const uint16_t* row, int j) { return fp16_to_f32(row[j]); }
+
+// Softmax attention of query-head pairs [i0, i1) over the cells of keep; KV rows of nkv·hd elements of type E (f32, or
+// fp16 as write_kv stores them with kv_f16).
+template <class E>
+void attention_pairs(const float* q, const E* K, const E* V, int nh, int nkv, int hd,
+                     const std::vector<std::vector<int32_t>>& keep, float* o, int64_t i0, int64_t i1) {
+    const int group = nh / nkv;
+    const float scale = 1.0f / std::sqrt((float)hd);
+    std::vector<float> p;
+    for (int64_t i = i0; i < i1; ++i) {
+        const int t = (int)(i / nh), h = (int)(i % nh), kvh = h / group;
+        const float* qh = q + (size_t)t * nh * hd + (size_t)h * hd;
+        const std::vector<int32_t>& cells = keep[t];
+        p.resize(cells.size());
+        float mx = -INFINITY;
+        for (size_t c = 0; c < cells.size(); ++c) {
+            const E* kc = K + (size_t)cells[c] * nkv * hd + (size_t)kvh * hd;
+            float d = 0;
+            for (int j = 0; j < hd; ++j) d += qh[j] * kv_value(kc, j);
+            p[c] = d * scale;
+            mx = std::max(mx, p[c]);
+        }
+        float sum = 0;
+        for (float& v : p) { v = std::exp(v - mx); sum += v; }
+        float* oh = o + (size_t)t * nh * hd + (size_t)h * hd;
+        std::fill(oh, oh + hd, 0.0f);
+        for (size_t c = 0; c < cells.size(); ++c) {
+            const E* vc = V + (size_t)cells[c] * nkv * hd + (size_t)kvh * hd;
+            const float w = p[c] / sum;
+            for (int j = 0; j < hd; ++j) oh[j] += w * kv_value(vc, j);
+        }
+    }
+}
+}  // namespace
+
 void CpuBackend::attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                            const std::vector<std::vector<int32_t>>& keep, float* o) {
     OpProfile::Scope prof(profile_, "attention");
-    const int group = nh / nkv;
-    const float scale = 1.0f / std::sqrt((float)hd);
     pool_.parallel_for((int64_t)T * nh, [&](int64_t i0, int64_t i1) {
-        std::vector<float> p;
-        for (int64_t i = i0; i < i1; ++i) {
-            const int t = (int)(i / nh), h = (int)(i % nh), kvh = h / group;
-            const float* qh = q + (size_t)t * nh * hd + (size_t)h * hd;
-            const std::vector<int32_t>& cells = keep[t];
-            p.resize(cells.size());
-            float mx = -INFINITY;
-            for (size_t c = 0; c < cells.size(); ++c) {
-                const float* kc = K + (size_t)cells[c] * nkv * hd + (size_t)kvh * hd;
-                float d = 0;
-                for (int j = 0; j < hd; ++j) d += qh[j] * kc[j];
-                p[c] = d * scale;
-                mx = std::max(mx, p[c]);
-            }
-            float sum = 0;
-            for (float& v : p) { v = std::exp(v - mx); sum += v; }
-            float* oh = o + (size_t)t * nh * hd + (size_t)h * hd;
-            std::fill(oh, oh + hd, 0.0f);
-            for (size_t c = 0; c < cells.size(); ++c) {
-                const float* vc = V + (size_t)cells[c] * nkv * hd + (size_t)kvh * hd;
-                const float w = p[c] / sum;
-                for (int j = 0; j < hd; ++j) oh[j] += w * vc[j];
-            }
-        }
+        attention_pairs(q, K, V, nh, nkv, hd, keep, o, i0, i1);
     });
+}
+
+void CpuBackend::write_kv(float* cache, const float* src, int T, int width, const int32_t* pos) {
+    if (!kv_f16()) return scatter_rows(cache, src, T, width, pos);
+    uint16_t* c = reinterpret_cast<uint16_t*>(cache);
+    for (int t = 0; t < T; ++t)
+        for (int j = 0; j < width; ++j) c[(size_t)pos[t] * width + j] = f32_to_fp16(src[(size_t)t * width + j]);
 }
 
 void CpuBackend::indexer_scores(const float* q, const float* kb, int T, const int32_t* pos, int cr, int ni, int di,
@@ -439,7 +459,12 @@ void CpuBackend::attention_cells(const float* q, const float* K, const float* V,
             std::iota(keep[t].begin(), keep[t].end(), 0);
         }
     }
-    attention(q, K, V, T, nh, nkv, hd, keep, o);
+    if (!kv_f16()) return attention(q, K, V, T, nh, nkv, hd, keep, o);
+    OpProfile::Scope prof(profile_, "attention");
+    const uint16_t *Kh = reinterpret_cast<const uint16_t*>(K), *Vh = reinterpret_cast<const uint16_t*>(V);
+    pool_.parallel_for((int64_t)T * nh, [&](int64_t i0, int64_t i1) {
+        attention_pairs(q, Kh, Vh, nh, nkv, hd, keep, o, i0, i1);
+    });
 }
 
 void CpuBackend::route_topk(const float* logits, int T, int E, int k, int32_t* ids, float* weights) {

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include <cuda_fp16.h>
+
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/kernels.h"
 
@@ -24,6 +26,14 @@ __global__ void scatter_rows_kernel(float* dst, const float* src, int T, int wid
     const size_t d = (size_t)pos[t] * width, s = (size_t)t * width;
     if (VEC) reinterpret_cast<float4*>(dst + d)[j] = reinterpret_cast<const float4*>(src + s)[j];
     else dst[d + j] = src[s + j];
+}
+
+// One thread per element of the T rows: dst row pos[t] = fp16(src row t).
+__global__ void scatter_rows_f16_kernel(uint16_t* dst, const float* src, int T, int width, const int32_t* pos) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * width) return;
+    const int t = (int)(i / width), j = (int)(i % width);
+    dst[(size_t)pos[t] * width + j] = __half_as_ushort(__float2half_rn(src[(size_t)t * width + j]));
 }
 
 // The rotation of rope.cu's rope_kernel for dim k of a row y of di at position p (same inv_freq, angle, cosf/sinf
@@ -112,6 +122,13 @@ void scatter_rows(cudaStream_t s, float* dst, const float* src, int T, int width
     const size_t n = (size_t)T * (vec ? width / 4 : width);
     if (vec) scatter_rows_kernel<true><<<grid_for(n, kScatterThreads), kScatterThreads, 0, s>>>(dst, src, T, width, pos);
     else scatter_rows_kernel<false><<<grid_for(n, kScatterThreads), kScatterThreads, 0, s>>>(dst, src, T, width, pos);
+    CUDA_CHECK_LAUNCH();
+}
+
+void scatter_rows_f16(cudaStream_t s, uint16_t* dst, const float* src, int T, int width, const int32_t* pos) {
+    if (T <= 0 || width <= 0) return;
+    const size_t n = (size_t)T * width;
+    scatter_rows_f16_kernel<<<grid_for(n, kScatterThreads), kScatterThreads, 0, s>>>(dst, src, T, width, pos);
     CUDA_CHECK_LAUNCH();
 }
 
