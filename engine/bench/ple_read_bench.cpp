@@ -118,6 +118,19 @@ int main(int argc, char** argv) {
         return r;
     };
     const uint64_t table_offset = 1000;   // unaligned, as a GGUF tensor's data may be
+    // o.chunks prompt chunks of 16 new rows a token through a reader: the median ms a chunk
+    auto chunk_median_ms = [&](PleReader& reader) {
+        std::vector<double> ms;
+        for (int c = 0; c < o.chunks; ++c) {
+            const std::vector<uint64_t> rows = draw((size_t)16 * o.chunk);
+            const auto t0 = Clock::now();
+            reader.begin(rows.data(), rows.size());
+            reader.wait();
+            ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        }
+        std::sort(ms.begin(), ms.end());
+        return ms[ms.size() / 2];
+    };
     std::vector<uint8_t> buf(o.row_bytes);
 
     std::printf("{\n  \"file_gb\": %.1f, \"row_bytes\": %zu, \"decode_rows\": 16, \"chunk_tokens\": %d,\n", o.gb,
@@ -158,19 +171,10 @@ int main(int argc, char** argv) {
             step_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
         }
         const Timing t = summarize(step_us);
-        chunk_ms.clear();
-        for (int c = 0; c < o.chunks; ++c) {
-            const std::vector<uint64_t> rows = draw((size_t)16 * o.chunk);
-            const auto t0 = Clock::now();
-            reader.begin(rows.data(), rows.size());
-            reader.wait();
-            chunk_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-        }
-        std::sort(chunk_ms.begin(), chunk_ms.end());
         std::printf("%s\n    {\"io_threads\": %d, \"unbuffered\": %s, \"step_us_median\": %.1f, \"step_us_p90\": %.1f, "
                     "\"chunk_ms_median\": %.1f}",
                     first ? "" : ",", n, reader.unbuffered() ? "true" : "false", t.median_us, t.p90_us,
-                    chunk_ms[chunk_ms.size() / 2]);
+                    chunk_median_ms(reader));
         first = false;
     }
     // (c) the row cache (default size): decode steps, a share of which repeats an earlier step's rows
@@ -189,21 +193,13 @@ int main(int argc, char** argv) {
             step_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
         }
         const Timing t = summarize(step_us);
-        chunk_ms.clear();
-        for (int c = 0; c < o.chunks; ++c) {   // new rows: every look-up misses and every row is added
-            const std::vector<uint64_t> rows = draw((size_t)16 * o.chunk);
-            const auto t0 = Clock::now();
-            reader.begin(rows.data(), rows.size());
-            reader.wait();
-            chunk_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-        }
-        std::sort(chunk_ms.begin(), chunk_ms.end());
+        const double new_rows_ms = chunk_median_ms(reader);   // new rows: every look-up misses, every row is added
         const PleReader::Stats st = reader.stats();
         std::printf("%s\n    {\"repeat_share\": %.2f, \"cache_rows\": %zu, \"steps_every_row_cached\": %lld, "
                     "\"step_us_mean\": %.1f, \"step_us_median\": %.1f, \"step_us_p90\": %.1f, "
                     "\"new_rows_chunk_ms_median\": %.1f}",
                     first ? "" : ",", share, reader.cache_rows(), (long long)st.batches_cached, t.mean_us, t.median_us,
-                    t.p90_us, chunk_ms[chunk_ms.size() / 2]);
+                    t.p90_us, new_rows_ms);
         first = false;
     }
     std::printf("\n  ]\n}\n");
