@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 
 #include <cooperative_groups.h>
 
@@ -670,10 +671,10 @@ cudaLaunchConfig_t cluster_config(cudaStream_t s, int cs, size_t smem, bool pdl,
 
 // The largest cluster (16, else 8 blocks) that divides the columns, holds every row in ≤ kMaxRowsBlock a block and
 // that the GPU can place, with as much of the weights staged in shared memory as fits (the down rows first: they are
-// read first). Asked once per shape.
-template <class FD, class FU>
+// read first), for up to NT tokens. Asked once per shape.
+template <class FD, class FU, int NT>
 ClusterPlan plan_cluster(const HyperReadArgs& a, int R, int blk) {
-    auto kernel = cl::hr_cluster_kernel<FD, FD::ABLK, FU>;
+    auto kernel = cl::hr_cluster_kernel<FD, FD::ABLK, FU, NT>;
     int dev = 0, optin = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
@@ -691,7 +692,8 @@ ClusterPlan plan_cluster(const HyperReadArgs& a, int R, int blk) {
         for (int stage = 2; stage >= 0; --stage) {   // both, the down rows only, neither
             p.stage_down = down_ok && stage >= 1;
             p.stage_up = up_ok && stage == 2;
-            p.smem = cl::smem_layout(a.n, a.H, blk, p.J, p.rows_pb, a.down_rb, a.up_rb, p.stage_down, p.stage_up).total;
+            p.smem = cl::smem_layout(NT, a.n, a.H, blk, p.J, p.rows_pb, a.down_rb, a.up_rb, p.stage_down, p.stage_up)
+                         .total;
             if (p.smem <= room) break;
         }
         if (p.smem > room) continue;
@@ -717,11 +719,12 @@ ClusterPlan plan_cluster(const HyperReadArgs& a, int R, int blk) {
     return ClusterPlan{};
 }
 
-// Runs the cluster kernel when it takes this call (T = 1, Q8 activations for both matrices, a format pair above, the
-// shapes its shared memory holds); false: the caller runs the two kernels.
+// Runs the cluster kernel when it takes this call (T ≤ 4, Q8 activations for both matrices, a format pair above, the
+// shapes its shared memory holds; T = 1 by the kernel for one token, 2 … 4 by the one for four); false: the caller
+// runs the two or three kernels.
 bool run_cluster(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, float* u, float* inj, PendingInject pi,
                  float* X_out) {
-    if (T != 1 || !cluster_on() || device_cc_major() < 9 || a.f32_act || !aligned16(X) || (pi.y && !aligned16(pi.y)) ||
+    if (T < 1 || T > cl::kMaxTokens || !cluster_on() || device_cc_major() < 9 || a.f32_act || !aligned16(X) || (pi.y && !aligned16(pi.y)) ||
         !hyper_read_supported(a, T))
         return false;
     const int blk = hr_act_block(a.down_type, false), blk_up = hr_act_block(a.up_type, false);
@@ -731,11 +734,12 @@ bool run_cluster(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, 
         (inj && !a.inject))
         return false;
     bool ran = false;
-    with_cluster_formats(a.down_type, a.up_type, [&](auto fd, auto fu) {
+    auto run = [&](auto fd, auto fu, auto nt) {
         using FD = decltype(fd);
         using FU = decltype(fu);
+        constexpr int NT = decltype(nt)::value;
         // plans by shape and alignment (the weights of one model share them)
-        using Key = std::tuple<int, int, int, int, int, int, size_t, size_t, size_t, int>;
+        using Key = std::tuple<int, int, int, int, int, int, size_t, size_t, size_t, int>;   // per instance (FD, FU, NT)
         static std::mutex mu;
         static std::map<Key, ClusterPlan> plans;
         const int align_bits = (aligned16(a.down) ? 1 : 0) | (aligned16(a.up) ? 2 : 0) |
@@ -745,7 +749,7 @@ bool run_cluster(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, 
         {
             std::lock_guard<std::mutex> lock(mu);
             auto it = plans.find(key);
-            if (it == plans.end()) it = plans.emplace(key, plan_cluster<FD, FU>(a, R, blk)).first;
+            if (it == plans.end()) it = plans.emplace(key, plan_cluster<FD, FU, NT>(a, R, blk)).first;
             p = it->second;
         }
         if (!p.cs) return;
@@ -766,6 +770,7 @@ bool run_cluster(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, 
         args.inj_rb = a.inject_rb;
         args.up = a.up;
         args.up_rb = a.up_rb;
+        args.T = T;
         args.pi = pi;
         args.X_out = X_out;
         args.u = u;
@@ -775,8 +780,12 @@ bool run_cluster(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, 
         static const bool pdl = env_switch("STRATA_CUDA_HR_CLUSTER_PDL", true);
         cudaLaunchAttribute attr[2];
         const cudaLaunchConfig_t cfg = cluster_config<FD, FU>(s, p.cs, p.smem, pdl && pdl_enabled(), attr);
-        CUDA_CHECK(cudaLaunchKernelEx(&cfg, cl::hr_cluster_kernel<FD, FD::ABLK, FU>, args));
+        CUDA_CHECK(cudaLaunchKernelEx(&cfg, cl::hr_cluster_kernel<FD, FD::ABLK, FU, NT>, args));
         ran = true;
+    };
+    with_cluster_formats(a.down_type, a.up_type, [&](auto fd, auto fu) {
+        if (T == 1) run(fd, fu, std::integral_constant<int, 1>{});
+        else run(fd, fu, std::integral_constant<int, cl::kMaxTokens>{});
     });
     if (ran) {
         g_cluster_calls.fetch_add(1, std::memory_order_relaxed);
@@ -801,6 +810,11 @@ void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, v
 
 void hyper_inject_read(cudaStream_t s, const HyperReadArgs& a, float* X, const float* inj_prev, const float* y, int T,
                        void* scratch, float* u, float* inj) {
+    // The cluster kernel folds the injection too, up to 4 tokens (X and y 16-byte aligned: it checks)
+    if (a.H % 4 == 0 && inject_fold_on() && run_cluster(s, a, X, T, u, inj, PendingInject{inj_prev, y, nullptr}, X)) {
+        g_folded.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
     const bool fold = two_kernel_path(X, T) && a.H % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
                       inject_fold_on();
     if (!fold) {
@@ -808,8 +822,7 @@ void hyper_inject_read(cudaStream_t s, const HyperReadArgs& a, float* X, const f
         hyper_read(s, a, X, T, scratch, u, inj);
         return;
     }
-    if (!run_cluster(s, a, X, T, u, inj, PendingInject{inj_prev, y, nullptr}, X))
-        run_two_kernels(s, a, X, T, scratch, u, inj, PendingInject{inj_prev, y, nullptr}, X);
+    run_two_kernels(s, a, X, T, scratch, u, inj, PendingInject{inj_prev, y, nullptr}, X);
     g_folded.fetch_add(1, std::memory_order_relaxed);
 }
 
