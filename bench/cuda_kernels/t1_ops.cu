@@ -1,7 +1,7 @@
 // µs per call of the small decode ops at the full model's shapes (H 2560, 4 streams, r 320, 512 experts top-10) for
 // T = 1, 2, 8: hyper_read, route_topk, rms_norm, hyper_inject, each the current kernel and the one it replaced
-// (t1_variants.h); hyper_read also with its second kernel as a programmatic dependent launch, and at T = 1, 2 the two
-// kernels against the one-launch cluster kernel (STRATA_CUDA_HR_CLUSTER). Also checks that the
+// (t1_variants.h); hyper_read also with its second kernel as a programmatic dependent launch, and at T = 1, 2, 4 the
+// current kernels against the one-launch cluster kernel (STRATA_CUDA_HR_CLUSTER). Also checks that the
 // two agree and that the current one repeats bit for bit. Writes JSON.
 // usage: t1_ops OUT.json [ITERS]
 #include <algorithm>
@@ -167,7 +167,7 @@ void bench_hyper_read(GgmlType down_t, GgmlType up_t, bool with_inj) {
     a.r = kR;
     a.eps = 1e-6f;
     const bool is_plain = down_t == GgmlType::BF16 && up_t == GgmlType::BF16;
-    for (int T : {1, 2, 8}) {
+    for (int T : {1, 2, 4, 8}) {   // 4: a speculative verify window
         if (!cuda::hyper_read_supported(a, T)) {
             std::printf("hyper_read %s/%s T=%d: not supported\n", ggml_type_name(down_t), ggml_type_name(up_t), T);
             continue;
