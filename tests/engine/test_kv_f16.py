@@ -2,11 +2,11 @@
 on the device. On the shipped demo model the greedy tokens equal the f32 caches' over 40 tokens and the logits stay
 within 1e-3 of the largest one (measured 1.8e-4 on 2026-12-05); the serve loop runs with it; a bad value is refused
 with a clear message."""
-import os
 import subprocess
 
 import numpy as np
 
+from strata_testing import run_generate
 from test_checkpoints import DEMO, tokens
 
 PROMPT = ("<|im_start|>user\nName three colours of the rainbow and say which one is between the other two.<|im_end|>\n"
@@ -52,3 +52,14 @@ def test_serve_with_fp16_kv_and_a_bad_value(engine_bin):
     bad = subprocess.run([engine_bin, "generate", "--model", DEMO, "--prompt-ids", "1,2", "--kv", "bf16"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "--kv must be f32 or f16, got 'bf16'" in bad.stderr, bad.stderr
+
+
+def test_fp16_kv_with_speculation_equals_fp16_plain_greedy(engine_bin, tiny_models):
+    # The MTP head's own KV cache is fp16 too (the same backend setting): drafts verified against the trunk still give
+    # the trunk's greedy tokens with fp16 caches.
+    m = tiny_models("tiny8")
+    prompt = [int(x) for x in np.random.default_rng(5).integers(0, 500, 60)]
+    plain = run_generate(engine_bin, m["gguf"]["f32"], prompt, 40, "--kv", "f16")
+    spec = run_generate(engine_bin, m["gguf"]["f32"], prompt, 40, "--kv", "f16", "--mtp", m["mtp_ggufs"]["f32"],
+                        "--spec", "3")
+    assert spec == plain
