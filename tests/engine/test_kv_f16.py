@@ -1,7 +1,7 @@
 """--kv f16 (Backend::set_kv_f16): the attention layers' key and value caches in fp16, half the memory a context takes
 on the device. On the shipped demo model the greedy tokens equal the f32 caches' over 40 tokens and the logits stay
-within 1e-3 of the largest one (measured 1.8e-4 on 2026-12-05); the serve loop runs with it; a bad value is refused
-with a clear message."""
+within 1e-3 of the largest one (measured 1.8e-4 on 2026-12-05); speculation still gives the plain greedy tokens; the
+serve loop runs with it; a bad value is refused with a clear message."""
 import subprocess
 
 import numpy as np
