@@ -17,7 +17,7 @@ static const char* kUsage =
     "                  [--threads N] [--ctx N] [--chunk N] [--logits-out F] [--ignore-eos] [--f32-activations]\n"
     "                  [--mtp MTP.gguf [--spec N] [--draft-min-p P] [--mtp-logits-out F] | --spec-lookup N]\n"
     "                  [--images EMBEDDINGS.sve] [--kv f32|f16]\n"
-    "  strata info FILE.gguf [--metadata]\n"
+    "  strata info FILE.gguf [--metadata] [--mtp MTP.gguf]   (also what --ctx and the MTP head take on the GPU)\n"
     "  strata --serve --model FILE [--backend cpu|cuda] [--threads N] [--ctx N] [--chunk N] [--mtp MTP.gguf [--spec N]]\n"
     "                 [--draft-min-p P]   (drafting stops below this head probability, default 0.5; 0 = full depth)\n"
     "                 [--checkpoint-every N]   (a conversation checkpoint every N positions, default 16384)\n"

@@ -29,3 +29,23 @@ def test_info_prints_the_context_state_growing_by_the_kv_bytes_of_a_token(engine
     for lo, hi, n in ((v32, v128, 96 * 1024), (v128, v256, 128 * 1024), (v4, v32, 28 * 1024)):
         assert abs((hi - lo) - n * per_token / 2 ** 20) < 0.15, (lo, hi, n)
     assert v4 > 4096 * per_token / 2 ** 20   # plus the recurrent state, which does not grow
+
+
+def test_info_prints_the_mtp_heads_device_bytes(engine_bin, tiny_models):
+    # MtpHead::device_bytes (the expert cache keeps it free with --mtp): the MTP block's tensors (blk.L.*, uploaded
+    # whole) plus its one attention layer's f32 K and V of the context.
+    m = tiny_models("tiny8")
+    trunk, head = m["gguf"]["f32"], m["mtp_ggufs"]["f32"]
+    r = subprocess.run([engine_bin, "info", trunk, "--mtp", head], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = re.search(r"MTP head .*: 4K ([\d.]+) MiB; 32K ([\d.]+) MiB;", r.stdout)
+    assert got, r.stdout[:2000]
+    h = subprocess.run([engine_bin, "info", head], capture_output=True, text=True, timeout=60)
+    assert h.returncode == 0, h.stderr
+    layers = int(re.search(r"layers\s+(\d+) \(", h.stdout).group(1))
+    kv_heads, head_dim = map(int, re.search(r"attention\s+\d+ heads, (\d+) KV heads, head dim (\d+)", h.stdout).groups())
+    block = sum(int(line.split()[-1]) for line in h.stdout.splitlines() if line.startswith(f"blk.{layers}."))
+    assert block > 0
+    for n, printed in ((4096, got.group(1)), (32768, got.group(2))):
+        want = block + n * kv_heads * head_dim * 2 * 4
+        assert abs(float(printed) - want / 2 ** 20) < 0.06, (n, printed, want)

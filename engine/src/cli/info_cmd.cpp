@@ -6,13 +6,14 @@
 #include "common/error.h"
 #include "gguf/gguf_file.h"
 #include "model/hparams.h"
+#include "model/mtp_head.h"
 #include "model/session.h"
 
 namespace strata {
 
 int info_command(int argc, char** argv) {
-    Options o(argc, argv, 2, {}, {"--metadata"});
-    if (o.positional().size() != 1) fail("usage: strata info FILE.gguf [--metadata]");
+    Options o(argc, argv, 2, {"--mtp"}, {"--metadata"});
+    if (o.positional().size() != 1) fail("usage: strata info FILE.gguf [--metadata] [--mtp MTP.gguf]");
     auto f = GgufFile::open(o.positional()[0]);
     std::printf("files             ");
     for (size_t k = 0; k < f->paths().size(); ++k) std::printf("%s%s", k ? ", " : "", f->paths()[k].c_str());
@@ -25,10 +26,18 @@ int info_command(int argc, char** argv) {
     if (const GgufTensor* e = f->find_tensor("token_embd.weight")) hp.n_vocab = (int)e->ne[1];
     std::printf("%s", hp.describe().c_str());
     // What --ctx costs on the device (the GPU backend keeps it free beside the expert cache)
+    // What --ctx (and --mtp) cost on the device besides the weights: the GPU backend keeps it free beside the expert
+    // cache (the same functions as the CLI's reserve)
     for (bool f16 : {false, true}) {
         std::printf("context state     (KV caches, indexer keys, recurrent state; --kv %s):", f16 ? "f16" : "f32");
         for (int n : {4096, 32768, 131072, 262144})
             std::printf(" %dK %.1f MiB;", n / 1024, Session::device_floats(hp, n, f16) * sizeof(float) / 1048576.0);
+        std::printf("\n");
+    }
+    if (o.has("--mtp")) {
+        std::printf("MTP head          (%s: block weights + KV; --kv f32):", o.str("--mtp").c_str());
+        for (int n : {4096, 32768, 131072, 262144})
+            std::printf(" %dK %.1f MiB;", n / 1024, MtpHead::device_bytes(o.str("--mtp"), n, false) / 1048576.0);
         std::printf("\n");
     }
 
