@@ -64,6 +64,25 @@ __device__ __forceinline__ uint32_t pack4_q8(const float* v, float id) {
     return word;
 }
 
+// Quad q (inputs 4q … 4q + 3): y = x · wv, and the Σx² and max |y| of the quad's 32-input unit (8 consecutive lanes,
+// by shuffles) stored by the unit's first lane into unit_ss / unit_amax. Every lane of the warp calls it.
+__device__ __forceinline__ float4 unit_stats_quad(float4 x, float4 wv, bool valid, int q, float* unit_ss,
+                                                  float* unit_amax) {
+    float ss = x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
+    const float4 y = make_float4(x.x * wv.x, x.y * wv.y, x.z * wv.z, x.w * wv.w);
+    float am = fmaxf(fmaxf(fabsf(y.x), fabsf(y.y)), fmaxf(fabsf(y.z), fabsf(y.w)));
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) {   // the unit's 8 lanes
+        ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+    }
+    if (valid && (q & 7) == 0) {
+        unit_ss[q / 8] = ss;
+        unit_amax[q / 8] = am;
+    }
+    return y;
+}
+
 // Quad q (inputs 4q … 4q + 3) of y = x · w normalised by iv and quantized with quantize_act's arithmetic: its block's
 // amax is the max |y| of the block's 32-input units (unit_amax) times iv; the int8 word goes to xq, the block's scale
 // to xd from the block's first quad. Returns the normalised values.
@@ -136,18 +155,7 @@ __device__ __forceinline__ void down_prologue_one_pass(const float* __restrict__
         const float4 x = valid ? load_x4(X, pi, 0, c, n, H) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (valid && write_xn && pi.x_new) ((float4*)pi.x_new)[c / 4] = x;
         const float4 wv = valid && w ? ((const float4*)w)[(c % w_len) / 4] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-        float ss = x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
-        y[it] = make_float4(x.x * wv.x, x.y * wv.y, x.z * wv.z, x.w * wv.w);
-        float am = fmaxf(fmaxf(fabsf(y[it].x), fabsf(y[it].y)), fmaxf(fabsf(y[it].z), fabsf(y[it].w)));
-#pragma unroll
-        for (int o = 4; o > 0; o >>= 1) {   // the unit's 8 lanes
-            ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
-        }
-        if (valid && (q & 7) == 0) {
-            unit_ss[q / 8] = ss;
-            unit_amax[q / 8] = am;
-        }
+        y[it] = unit_stats_quad(x, wv, valid, q, unit_ss, unit_amax);
     }
     __syncthreads();
     const int units_per_stream = H / 32;

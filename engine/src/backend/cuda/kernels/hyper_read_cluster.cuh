@@ -18,7 +18,8 @@
 //   4. its columns: m = σ(up row · a) (8 lanes a row), u[j] = (1/n) Σ_s m · xn in stream order.
 // No scratch memory and no second launch; the partial sums of the two-kernel path (per column chunk) become whole-row
 // dots, so values differ from it in the last bits (float order), as the one-pass prologue's do.
-// Included by hyper_read.cu inside its unnamed namespace, after PendingInject, load_x4 / load_x1 and quantize_quad.
+// Included by hyper_read.cu inside its unnamed namespace, after PendingInject, load_x4 / load_x1, unit_stats_quad and
+// quantize_quad.
 
 namespace cl {
 
@@ -158,22 +159,11 @@ __global__ void __launch_bounds__(kThreads, 1) hr_cluster_kernel(Args a) {
             const int q = it * kThreads + tid, c = 4 * q;
             const bool valid = q < quads;
             const float4 x = valid ? load_x4(X, pi, t, c, n, H) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            float wv[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+            float4 wv = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
             if (valid && a.w)
-#pragma unroll
-                for (int k = 0; k < 4; ++k) wv[k] = a.w[(c + k) % a.w_len];
-            float ss = x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
-            y[it] = make_float4(x.x * wv[0], x.y * wv[1], x.z * wv[2], x.w * wv[3]);
-            float am = fmaxf(fmaxf(fabsf(y[it].x), fabsf(y[it].y)), fmaxf(fabsf(y[it].z), fabsf(y[it].w)));
-#pragma unroll
-            for (int o = 4; o > 0; o >>= 1) {
-                ss += __shfl_xor_sync(0xffffffffu, ss, o);
-                am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
-            }
-            if (valid && (q & 7) == 0) {
-                unit_ss[q / 8] = ss;
-                unit_amax[q / 8] = am;
-            }
+                wv = make_float4(a.w[c % a.w_len], a.w[(c + 1) % a.w_len], a.w[(c + 2) % a.w_len],
+                                 a.w[(c + 3) % a.w_len]);
+            y[it] = unit_stats_quad(x, wv, valid, q, unit_ss, unit_amax);
         }
         __syncthreads();
         if (warp < n) {
