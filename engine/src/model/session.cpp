@@ -27,9 +27,19 @@ void Session::for_each_buffer(const Hparams& hp, int n_ctx, bool kv_f16, int il,
 Session::Session(Backend& be, const Hparams& hp, int n_ctx) : be_(be), hp_(hp), n_ctx_(n_ctx) {
     STRATA_CHECK(n_ctx > 0, "context length must be positive, got ", n_ctx);
     layers.resize(hp.n_layer);
-    for (int il = 0; il < hp.n_layer; ++il)
-        for_each_buffer(hp, n_ctx, be.kv_f16(), il, layers[il],
-                        [&](float*& field, size_t n, bool recurrent) { field = take(n, recurrent); });
+    try {
+        for (int il = 0; il < hp.n_layer; ++il)
+            for_each_buffer(hp, n_ctx, be.kv_f16(), il, layers[il],
+                            [&](float*& field, size_t n, bool recurrent) { field = take(n, recurrent); });
+    } catch (const std::exception& e) {   // out of device memory, most likely: say what the context asked for
+        for (auto& b : buffers_) be_.release(b.first);
+        buffers_.clear();
+        recurrent_.clear();
+        fail("the context of ", n_ctx, " tokens needs ", device_floats(hp, n_ctx, be.kv_f16()) * sizeof(float) >> 20,
+             " MiB on the ", be.name(), " backend (a smaller --ctx takes less", be.kv_f16() ? "" : "; --kv f16 ",
+             be.kv_f16() ? "" : std::to_string(device_floats(hp, n_ctx, true) * sizeof(float) >> 20),
+             be.kv_f16() ? "" : " MiB", "): ", e.what());
+    }
     // the GPU backend sizes its expert cache by device_floats before this runs
     STRATA_CHECK(allocated_floats() == device_floats(hp, n_ctx, be.kv_f16()), "session: ", allocated_floats(),
                  " floats allocated, device_floats says ", device_floats(hp, n_ctx, be.kv_f16()));
