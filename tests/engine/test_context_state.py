@@ -4,6 +4,7 @@
 at 32K overran). The growth per token must be the attention layers' K, V, raw indexer key and pooled block key in f32:
 on the shipped demo model 3 QSA layers x (2 x 1 KV head x 64 + 32 + 32 / 4) floats = 2,016 bytes. (Every Session
 also checks at construction that it allocated exactly device_floats, so every engine test covers the two agreeing.)"""
+import os
 import re
 import subprocess
 
@@ -49,3 +50,18 @@ def test_info_prints_the_mtp_heads_device_bytes(engine_bin, tiny_models):
     for n, printed in ((4096, got.group(1)), (32768, got.group(2))):
         want = block + n * kv_heads * head_dim * 2 * 4
         assert abs(float(printed) - want / 2 ** 20) < 0.06, (n, printed, want)
+
+
+def test_cpu_backend_refuses_a_context_larger_than_the_ram(engine_bin):
+    # The CPU backend's context lives in RAM; Linux would grant a too-large one and the OOM killer would end the engine
+    # when it is touched (seen with --ctx 16000000 on the demo model). STRATA_MEM_AVAILABLE_MIB stands in for a PC
+    # with 100 MiB free: the demo's 64K context takes ~127 MiB in f32 (refused, naming --kv f16) and ~79 in f16 (runs).
+    def run(*extra):
+        return subprocess.run([engine_bin, "generate", "--model", DEMO, "--prompt-ids", "1,2", "-n", "1", "--ctx",
+                               "65536", *extra], capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, STRATA_MEM_AVAILABLE_MIB="100"))
+    refused = run()
+    assert refused.returncode != 0
+    assert "the context of --ctx 65536 tokens needs 126 MiB of RAM, but 100 MiB are available" in refused.stderr
+    assert "--kv f16" in refused.stderr
+    assert run("--kv", "f16").returncode == 0

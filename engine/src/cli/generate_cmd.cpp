@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "cli/options.h"
 #include "common/error.h"
+#include "common/platform.h"
 #include "experts/gpu_options.h"
 #include "gguf/gguf_file.h"
 #include "model/mtp_head.h"
@@ -33,7 +34,7 @@ static bool kv_f16_from(const Options& o) {
     return kv == "f16";
 }
 
-// What the engine allocates on the GPU after the expert cache is sized at model load: the session's state for the
+// What the engine allocates on the device after the expert cache is sized at model load: the session's state for the
 // context (KV caches and indexer keys of the attention layers: 55.5 KiB a token for the published shape, so 1.7 GiB
 // at 32K; with --kv f16 the K and V caches take half) and, with --mtp, the MTP head's weights (its 512 experts too) and KV. The cache leaves it free besides
 // --vram-reserve-mib; before 2026-12-05 it came out of that reserve, which a 12 GB card at 32K overran.
@@ -56,6 +57,15 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
         for (const std::string& f : kGpuFlags)
             if (o.has(f) && f != "--routing-profile-out") fail(f, " needs --backend cuda (the expert cache lives on the GPU)");
         // Workers are pinned one per physical core (the default count leaves one core free) unless --no-pin.
+        // The CPU backend's context lives in RAM: one that cannot fit is refused here (Linux would otherwise grant it
+        // and end the engine with the OOM killer once it is touched).
+        const uint64_t context = context_device_bytes(o);
+        const int64_t avail = platform::available_memory_bytes();
+        if (avail >= 0 && context > (uint64_t)avail)
+            fail("the context of --ctx ", pick_context(Hparams::from_gguf(*GgufFile::open(o.required("--model"))),
+                                                        (int)o.integer("--ctx", 0, 0, 1 << 24)),
+                 " tokens needs ", context >> 20, " MiB of RAM, but ", avail >> 20,
+                 " MiB are available: use a smaller --ctx", kv_f16_from(o) ? "" : " or --kv f16");
         auto cpu = std::make_unique<CpuBackend>((int)o.integer("--threads", 0, 0, 1024), !o.has("--no-pin"),
                                                 o.has("--f32-activations"));
         if (o.has("--routing-profile-out")) cpu->record_routing(o.str("--routing-profile-out"));

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <string>
 #include <thread>
 
 #ifdef _WIN32
@@ -284,6 +285,22 @@ void set_binary_stdio() {}
 std::string last_error_text() { return std::strerror(errno); }
 
 #endif
+
+int64_t available_memory_bytes() {
+    if (const char* env = std::getenv("STRATA_MEM_AVAILABLE_MIB")) return (int64_t)std::atoll(env) << 20;
+#ifdef _WIN32
+    MEMORYSTATUSEX st;
+    st.dwLength = sizeof st;
+    return GlobalMemoryStatusEx(&st) ? (int64_t)st.ullAvailPhys : -1;
+#else
+    std::ifstream f("/proc/meminfo");
+    std::string key, unit;
+    long long kib = 0;
+    while (f >> key >> kib >> unit)
+        if (key == "MemAvailable:") return (int64_t)kib << 10;
+    return -1;
+#endif
+}
 
 void cpuid(uint32_t leaf, uint32_t subleaf, uint32_t regs[4]) {
     regs[0] = regs[1] = regs[2] = regs[3] = 0;

@@ -64,4 +64,8 @@ void set_binary_stdio();
 // The OS's text for the last failed call on this thread (errno or GetLastError()).
 std::string last_error_text();
 
+// RAM available to a new allocation without swapping, in bytes (Linux: MemAvailable; Windows: the available physical
+// memory); -1 where unknown. STRATA_MEM_AVAILABLE_MIB overrides it (tests: a machine with less RAM).
+int64_t available_memory_bytes();
+
 }  // namespace strata::platform
