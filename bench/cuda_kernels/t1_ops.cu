@@ -193,33 +193,25 @@ void bench_hyper_read(GgmlType down_t, GgmlType up_t, bool with_inj) {
                   }
                   return o;
               });
-        if (T == 1 && !is_plain) {   // kernel 1's one-pass prologue against its two-pass one
-            bench("hyper_read", detail + " one-pass", T, 1e-2,
+        // A switch of the current kernels, off against on, under the same name
+        auto switch_ab = [&](const std::string& label, void (*set)(int)) {
+            bench("hyper_read", detail + " " + label, T, 1e-2,
                   [&] {
-                      cuda::hyper_read_set_one_pass(0);
+                      set(0);
                       cuda::hyper_read(stream, a, X, T, scratch, u, inj_arg);
                   },
                   [&] {
-                      cuda::hyper_read_set_one_pass(1);
+                      set(1);
                       cuda::hyper_read(stream, a, X, T, scratch, u, inj_arg);
                   },
                   [&] { return download(u, (size_t)T * kH); });
-            cuda::hyper_read_set_one_pass(-1);
-        }
+            set(-1);
+        };
+        if (T == 1 && !is_plain) switch_ab("one-pass", cuda::hyper_read_set_one_pass);   // kernel 1's prologue
         if (T <= 4 && !is_plain) {
             // the two kernels against the one-launch cluster kernel (hyper_read_cluster.cuh), which must have run
             const int64_t cluster_before = cuda::hyper_read_cluster_calls();
-            bench("hyper_read", detail + " cluster", T, 1e-2,
-                  [&] {
-                      cuda::hyper_read_set_cluster(0);
-                      cuda::hyper_read(stream, a, X, T, scratch, u, inj_arg);
-                  },
-                  [&] {
-                      cuda::hyper_read_set_cluster(1);
-                      cuda::hyper_read(stream, a, X, T, scratch, u, inj_arg);
-                  },
-                  [&] { return download(u, (size_t)T * kH); });
-            cuda::hyper_read_set_cluster(-1);
+            switch_ab("cluster", cuda::hyper_read_set_cluster);
             std::printf("hyper_read %s cluster kernel calls: %lld\n", detail.c_str(),
                         (long long)(cuda::hyper_read_cluster_calls() - cluster_before));
         }

@@ -122,9 +122,11 @@ inline const Weight& make_f32_vector(const std::vector<float>& v, const std::str
     return h.w;
 }
 
-// Runs op on both backends with the same inputs (vectors uploaded for the GPU) and compares the listed outputs.
+// Runs op on both backends with the same inputs (vectors uploaded for the GPU) and compares the listed outputs; those
+// of same_bits must also be the same bytes (e.g. fp16 pairs held in float slots).
 inline void compare(const std::string& name, std::vector<std::vector<float>> inputs, const std::vector<int>& outputs,
-             const std::function<void(Backend&, std::vector<float*>&)>& op, double tol) {
+             const std::function<void(Backend&, std::vector<float*>&)>& op, double tol,
+             const std::vector<int>& same_bits = {}) {
     std::vector<std::vector<float>> host = inputs;
     std::vector<float*> hp;
     for (auto& v : host) hp.push_back(v.data());
@@ -135,6 +137,7 @@ inline void compare(const std::string& name, std::vector<std::vector<float>> inp
     op(*gpu, dp);
     for (int o : outputs)
         report(name + (outputs.size() > 1 ? " [" + std::to_string(o) + "]" : ""), dev[o].get(), host[o], tol);
+    for (int o : same_bits) report_same_bits(name + " bits [" + std::to_string(o) + "]", dev[o].get(), host[o]);
 }
 
 // An MoE layer's routed experts (E gate and up matrices of type t, I rows of H; E down ones of down_t, H rows of I),
