@@ -34,7 +34,8 @@ ROOT=/tmp/round/$NAME
 PACK=${OUT:-.}
 MODEL=/tmp/syn-q2_0.gguf
 rm -rf "$ROOT"; mkdir -p "$ROOT"
-trap 'tar -czf "$PACK/round-$NAME.tgz" -C "$ROOT" .' EXIT
+# At the end the synthetic model is finished (a later round of the same call must not find half a file), then packed.
+trap '[ "${SYN_WAITED:-1}" = 1 ] || wait "$SYN_PID" 2>/dev/null; tar -czf "$PACK/round-$NAME.tgz" -C "$ROOT" .' EXIT
 python3 -c "import gguf" 2>/dev/null || {
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/gguf-*.whl && export PYTHONPATH=/tmp/site; }
 export PYTHONPATH=${PYTHONPATH:-}
