@@ -23,6 +23,7 @@
 #              chunks' GPU time by op
 #   head       the output head and greedy choice: cuda_ops_test's Q6_K-rows, argmax and fused-quantization groups,
 #              cuda_matmul_speed --head with and without the Q6_K head kernel, serve greedy GPU = CPU (tiny models)
+# SYN_EXPERTS=iq2_xs: the synthetic model with IQ2_XS experts (/tmp/syn-iq2_xs.gguf) instead of Q2_0.
 # usage: [TARGETS="strata cuda_ops_test ..."] tests/gpu/round.sh NAME STEP[:SECONDS] ...   (TARGETS: build only those)
 #        PREBUILT=build-cuda/carry: no build; the executables of $PREBUILT/engine (packed here by
 #        tests/gpu/pack_prebuilt.sh for sm_90 and carried
@@ -32,7 +33,8 @@ cd "$(dirname "$0")/../.."
 NAME=$1; shift
 ROOT=/tmp/round/$NAME
 PACK=${OUT:-.}
-MODEL=/tmp/syn-q2_0.gguf
+SYN_EXPERTS=${SYN_EXPERTS:-q2_0}   # the synthetic model's expert format: q2_0 or iq2_xs
+MODEL=/tmp/syn-$SYN_EXPERTS.gguf
 rm -rf "$ROOT"; mkdir -p "$ROOT"
 # At the end the synthetic model is finished (a later round of the same call must not find half a file), then packed.
 trap '[ "${SYN_WAITED:-1}" = 1 ] || wait "$SYN_PID" 2>/dev/null; tar -czf "$PACK/round-$NAME.tgz" -C "$ROOT" .' EXIT
@@ -42,7 +44,7 @@ export PYTHONPATH=${PYTHONPATH:-}
 START=$(date +%s)
 ( git log -1 --format='%H %s' 2>/dev/null; cat .snap/commit.txt 2>/dev/null; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
   lscpu | grep -E "Model name|^CPU\(s\)" ) > "$ROOT/machine.txt"
-[ -f "$MODEL" ] || ( time timeout 200 python3 engine/tools/make_synthetic.py "$MODEL" --experts q2_0 --workers 8 ) \
+[ -f "$MODEL" ] || ( time timeout 200 python3 engine/tools/make_synthetic.py "$MODEL" --experts "$SYN_EXPERTS" --workers 8 ) \
     > "$ROOT/make_synthetic.log" 2>&1 &
 SYN_PID=$!
 if [ -n "${PREBUILT:-}" ]; then
