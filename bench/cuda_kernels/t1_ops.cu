@@ -1,7 +1,6 @@
 // µs per call of the small decode ops at the full model's shapes (H 2560, 4 streams, r 320, 512 experts top-10) for
 // T = 1, 2, 8: hyper_read, route_topk, rms_norm, hyper_inject, each the current kernel and the one it replaced
-// (t1_variants.h); hyper_read also with its second kernel as a programmatic dependent launch, and at T = 1, 2, 4 the
-// current kernels against the one-launch cluster kernel (STRATA_CUDA_HR_CLUSTER). Also checks that the
+// (t1_variants.h); hyper_read also with its second kernel as a programmatic dependent launch. Also checks that the
 // two agree and that the current one repeats bit for bit. Writes JSON.
 // usage: t1_ops OUT.json [ITERS]
 #include <algorithm>
@@ -208,13 +207,6 @@ void bench_hyper_read(GgmlType down_t, GgmlType up_t, bool with_inj) {
             set(-1);
         };
         if (T == 1 && !is_plain) switch_ab("one-pass", cuda::hyper_read_set_one_pass);   // kernel 1's prologue
-        if (T <= 4 && !is_plain) {
-            // the two kernels against the one-launch cluster kernel (hyper_read_cluster.cuh), which must have run
-            const int64_t cluster_before = cuda::hyper_read_cluster_calls();
-            switch_ab("cluster", cuda::hyper_read_set_cluster);
-            std::printf("hyper_read %s cluster kernel calls: %lld\n", detail.c_str(),
-                        (long long)(cuda::hyper_read_cluster_calls() - cluster_before));
-        }
         CK(cudaFree(X));
         CK(cudaFree(u));
         CK(cudaFree(inj));

@@ -123,16 +123,6 @@ HyperWeights make_hyper_weights(const HyperCase& c, int n) {
     return w;
 }
 
-// The cluster kernel's run (group hyper_cluster: STRATA_CUDA_HR_CLUSTER on): names get " cluster", and calls of T ≤ 4
-// with the format pairs it takes (kernels/hyper_read.cu, with_cluster_formats) must have run it, the others not.
-bool hyper_cluster = false;
-bool cluster_pair(const HyperCase& c) {
-    using G = GgmlType;
-    return (c.down == G::Q2_0 && c.up == G::Q2_0) || (c.down == G::IQ2_XS && c.up == G::IQ4_NL) ||
-           (c.down == G::Q2_K && c.up == G::Q4_0) || (c.down == G::Q8_0 && c.up == G::Q2_0) ||
-           (c.down == G::IQ3_XXS && c.up == G::IQ4_NL) || (c.down == G::Q8_0 && c.up == G::Q8_0);
-}
-
 // Backend::hyper_read: the CUDA kernels against the CPU composition of primitive ops. Shapes of the tiny models (H 64,
 // r 16, plain up) and of the full model (H 2048, r 320, block-format up); T = 1, 2 (the two kernels), 3, 8 (the
 // older three); with and without inj. In the Q8 mode each side quantizes its own normalised xn and a (values that differ in the last bit may round
@@ -159,7 +149,6 @@ void test_hyper_read() {
                                          ggml_type_name(c.up) + " H=" + std::to_string(c.H) + " T=" +
                                          std::to_string(T) + (with_inj ? " inj" : "") + mode;
                 const int64_t fused_before = CudaBackend::fused_hyper_reads();
-                const int64_t cluster_before = CudaBackend::cluster_hyper_reads();
                 compare(name, {randn((size_t)T * nH), std::vector<float>((size_t)T * c.H), std::vector<float>(T * n)},
                         with_inj ? std::vector<int>{1, 2} : std::vector<int>{1},
                         [&](Backend& b, auto& p) {
@@ -167,9 +156,6 @@ void test_hyper_read() {
                         }, tol);
                 const int64_t fused = CudaBackend::fused_hyper_reads() - fused_before;
                 report(name + " path", {(float)fused}, {T <= 8 ? 1.0f : 0.0f}, 0.0);
-                if (hyper_cluster)
-                    report(name + " cluster path", {(float)(CudaBackend::cluster_hyper_reads() - cluster_before)},
-                           {T <= 4 && cluster_pair(c) ? 1.0f : 0.0f}, 0.0);
             }
     }
 }
@@ -206,14 +192,9 @@ void test_hyper_inject_read() {
                 const std::vector<int> outs = variant == 0 ? std::vector<int>{0, 1, 3}
                                               : variant == 1 ? std::vector<int>{0, 3, 4} : std::vector<int>{0, 3};
                 const int64_t folded_before = CudaBackend::folded_injections();
-                const int64_t cluster_before = CudaBackend::cluster_hyper_reads();
                 compare(name, in, outs, run, tol);
                 const int64_t folded = CudaBackend::folded_injections() - folded_before;
-                const bool by_cluster = hyper_cluster && T <= 4 && cluster_pair(c);   // folds up to 4 tokens
-                report(name + " path", {(float)folded}, {T <= 2 || by_cluster ? 1.0f : 0.0f}, 0.0);
-                if (hyper_cluster)
-                    report(name + " cluster path", {(float)(CudaBackend::cluster_hyper_reads() - cluster_before)},
-                           {by_cluster ? 1.0f : 0.0f}, 0.0);
+                report(name + " path", {(float)folded}, {T <= 2 ? 1.0f : 0.0f}, 0.0);
                 // the same backend, the two ops
                 std::deque<Dev> a, b;
                 std::vector<float*> pa, pb;
@@ -681,6 +662,9 @@ int main(int argc, char** argv) {
         else json_path = argv[i];
     }
     setenv("STRATA_CUDA_FUSED_QUANT", "1", 1);   // off by default; every matmul check runs the fused kernels
+    // The groups check the f32 tiled prompt kernel; the tensor-core one (the default) has its own group, matmul_mmq,
+    // and the tiny models' parity (tests/gpu/parity.py) runs it end to end.
+    setenv("STRATA_CUDA_MMQ", "0", 1);
     try {
         {
             CpuBackend cpu_f32(0, false, true);
@@ -714,16 +698,6 @@ int main(int argc, char** argv) {
         group("small_ops", test_small_ops);
         group("hyper_read", test_hyper_read);
         group("hyper_inject_read", test_hyper_inject_read);
-        group("hyper_cluster", [] {   // the same checks with the one-launch cluster kernel at T = 1
-            CudaBackend::set_hyper_cluster(1);
-            hyper_cluster = true;
-            mode = " cluster";
-            test_hyper_read();
-            test_hyper_inject_read();
-            mode = "";
-            hyper_cluster = false;
-            CudaBackend::set_hyper_cluster(-1);
-        });
         group("gdn_block", [] { test_gdn_block(); });
         group("gdn_block_unfused", test_gdn_block_unfused);
         group("gdn_block_quant", test_gdn_quant_bits);

@@ -90,10 +90,6 @@ public:
     // (all CUDA backends).
     static void set_prompt_mmq(int mode);
     static int64_t prompt_mmq_matmuls();
-    // The hyper read's one-launch cluster kernel at T = 1 (STRATA_CUDA_HR_CLUSTER): 1 on, 0 off, -1 the variable;
-    // and the calls (all CUDA backends) that took it.
-    static void set_hyper_cluster(int mode);
-    static int64_t cluster_hyper_reads();
     // gdn_block's conv folded into the recurrence kernel where it fits (1), never (0) or per STRATA_CUDA_GDN_CONV_FOLD
     // (−1) for later calls: the tests' switch.
     static void set_gdn_conv_fold(int mode);

@@ -180,8 +180,6 @@ int64_t CudaBackend::q6k_t1_matmuls() { return cuda::matmul_q6k_t1_calls(); }
 int64_t CudaBackend::t1_staged_matmuls() { return cuda::matmul_t1_staged_calls(); }
 void CudaBackend::set_prompt_mmq(int mode) { cuda::tiled_set_mmq(mode); }
 int64_t CudaBackend::prompt_mmq_matmuls() { return cuda::tiled_mmq_calls(); }
-void CudaBackend::set_hyper_cluster(int mode) { cuda::hyper_read_set_cluster(mode); }
-int64_t CudaBackend::cluster_hyper_reads() { return cuda::hyper_read_cluster_calls(); }
 
 void CudaBackend::rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) {
     Impl::OpScope prof_op(*impl_, "rope");

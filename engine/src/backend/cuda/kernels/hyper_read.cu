@@ -8,12 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <tuple>
 #include <type_traits>
-
-#include <cooperative_groups.h>
 
 #include "backend/cuda/kernels/hyper_read_common.cuh"
 #include "backend/cuda/kernels/hyper_read_v1.cuh"
@@ -412,8 +407,6 @@ hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, i
     }
 }
 
-#include "backend/cuda/kernels/hyper_read_cluster.cuh"
-
 // Which path: the two kernels above (default) or the older three (STRATA_CUDA_HYPER_READ=v1).
 bool use_v1() {
     static const bool v1 = [] {
@@ -620,195 +613,10 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int
     g_fused.fetch_add(1, std::memory_order_relaxed);
 }
 
-// ---- the one-launch cluster path at T = 1 (hyper_read_cluster.cuh) ----
-
-std::atomic<int> g_cluster{-1};   // -1: STRATA_CUDA_HR_CLUSTER (default off)
-std::atomic<int64_t> g_cluster_calls{0};
-
-bool cluster_on() {
-    int v = g_cluster.load();
-    if (v < 0) {
-        v = env_switch("STRATA_CUDA_HR_CLUSTER", false) ? 1 : 0;
-        g_cluster.store(v);
-    }
-    return v == 1;
-}
-
-// fn(FD{}, FU{}) for the (down, up) weight formats of the GGUF layouts (GGUF.md §4.2-4.3: Q2_0 files; IQ2_XS and
-// IQ3_XXS with an IQ4_NL up; Q2_K with a Q4_0 up; Q8_0 in the UD files) and cuda_ops_test's Q8_0 / Q2_0; false for
-// any other pair, which keeps the two kernels (each pair is a kernel of its own: all pairs would be 64).
-template <class Fn>
-bool with_cluster_formats(GgmlType d, GgmlType u, Fn&& fn) {
-    using G = GgmlType;
-    if (d == G::Q2_0 && u == G::Q2_0) fn(FmtQ2_0{}, FmtQ2_0{});
-    else if (d == G::IQ2_XS && u == G::IQ4_NL) fn(FmtIQ2_XS{}, FmtIQ4_NL{});
-    else if (d == G::IQ3_XXS && u == G::IQ4_NL) fn(FmtIQ3_XXS{}, FmtIQ4_NL{});
-    else if (d == G::Q2_K && u == G::Q4_0) fn(FmtQ2_K{}, FmtQ4_0{});
-    else if (d == G::Q8_0 && u == G::Q8_0) fn(FmtQ8_0{}, FmtQ8_0{});
-    else if (d == G::Q8_0 && u == G::Q2_0) fn(FmtQ8_0{}, FmtQ2_0{});
-    else return false;
-    return true;
-}
-
-struct ClusterPlan {
-    int cs = 0;                 // blocks a cluster (0: the cluster path does not run this shape)
-    int rows_pb = 0, J = 0;
-    bool stage_down = false, stage_up = false;
-    size_t smem = 0;
-};
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-template <class FD, class FU>
-cudaLaunchConfig_t cluster_config(cudaStream_t s, int cs, size_t smem, bool pdl, cudaLaunchAttribute (&attr)[2]) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)cs);
-    cfg.blockDim = dim3(cl::kThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)cs;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 2 : 1;
-    return cfg;
-}
-
-// The largest cluster (16, else 8 blocks) that divides the columns, holds every row in ≤ kMaxRowsBlock a block and
-// that the GPU can place, with as much of the weights staged in shared memory as fits (the down rows first: they are
-// read first), for up to NT tokens. Asked once per shape.
-template <class FD, class FU, int NT>
-ClusterPlan plan_cluster(const HyperReadArgs& a, int R, int blk) {
-    auto kernel = cl::hr_cluster_kernel<FD, FD::ABLK, FU, NT>;
-    int dev = 0, optin = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    cudaFuncAttributes fa{};
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-    const size_t room = optin > (int)fa.sharedSizeBytes ? (size_t)optin - fa.sharedSizeBytes : 0;
-    const bool down_ok = aligned16(a.down) && a.down_rb % 16 == 0 && (!a.inject || (aligned16(a.inject) && a.inject_rb == a.down_rb));
-    for (int cs : {16, 8}) {
-        ClusterPlan p;
-        p.cs = cs;
-        p.rows_pb = (R + cs - 1) / cs;
-        p.J = a.H / cs;
-        if (a.H % cs != 0 || p.rows_pb > cl::kMaxRowsBlock) continue;
-        const bool up_ok = aligned16(a.up) && ((size_t)p.J * a.up_rb) % 16 == 0 && ((size_t)a.H * a.up_rb) % 16 == 0;
-        for (int stage = 2; stage >= 0; --stage) {   // both, the down rows only, neither
-            p.stage_down = down_ok && stage >= 1;
-            p.stage_up = up_ok && stage == 2;
-            p.smem = cl::smem_layout(NT, a.n, a.H, blk, p.J, p.rows_pb, a.down_rb, a.up_rb, p.stage_down, p.stage_up)
-                         .total;
-            if (p.smem <= room) break;
-        }
-        if (p.smem > room) continue;
-        // A setting or a size this GPU does not take is not an error of the pass: the next size, or the two kernels.
-        cudaLaunchAttribute attr[2];
-        const cudaLaunchConfig_t cfg = cluster_config<FD, FU>(nullptr, cs, p.smem, false, attr);
-        int clusters = 0;
-        // The function's limit is one for all shapes this instance runs (with and without inj, the head's read):
-        // the largest planned, never lowered below a shape planned before.
-        static size_t limit = 0;
-        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)std::max(limit, p.smem)) != cudaSuccess ||
-            (cs > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) ||
-            cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
-            (void)cudaGetLastError();
-            continue;
-        }
-        if (clusters > 0) {
-            limit = std::max(limit, p.smem);
-            return p;
-        }
-    }
-    return ClusterPlan{};
-}
-
-// Runs the cluster kernel when it takes this call (T ≤ 4, Q8 activations for both matrices, a format pair above, the
-// shapes its shared memory holds; T = 1 by the kernel for one token, 2 … 4 by the one for four); false: the caller
-// runs the two or three kernels.
-bool run_cluster(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, float* u, float* inj, PendingInject pi,
-                 float* X_out) {
-    if (T < 1 || T > cl::kMaxTokens || !cluster_on() || device_cc_major() < 9 || a.f32_act || !aligned16(X) || (pi.y && !aligned16(pi.y)) ||
-        !hyper_read_supported(a, T))
-        return false;
-    const int blk = hr_act_block(a.down_type, false), blk_up = hr_act_block(a.up_type, false);
-    const int nH = a.n * a.H, R = a.r + (inj ? a.n : 0);
-    if (!blk || !blk_up || is_plain(a.up_type) || nH > cl::kMaxNH || a.H % 32 != 0 || a.H % blk != 0 ||
-        a.n > kMaxStreams || a.r > kMaxRank || a.r % blk_up != 0 || (a.norm && a.norm_len % 4 != 0) ||
-        (inj && !a.inject))
-        return false;
-    bool ran = false;
-    auto run = [&](auto fd, auto fu, auto nt) {
-        using FD = decltype(fd);
-        using FU = decltype(fu);
-        constexpr int NT = decltype(nt)::value;
-        // plans by shape and alignment (the weights of one model share them)
-        using Key = std::tuple<int, int, int, int, int, int, size_t, size_t, size_t, int>;   // per instance (FD, FU, NT)
-        static std::mutex mu;
-        static std::map<Key, ClusterPlan> plans;
-        const int align_bits = (aligned16(a.down) ? 1 : 0) | (aligned16(a.up) ? 2 : 0) |
-                               (!a.inject || aligned16(a.inject) ? 4 : 0);
-        const Key key{a.n, a.H, a.r, R, (int)a.down_type, (int)a.up_type, a.down_rb, a.up_rb, a.inject_rb, align_bits};
-        ClusterPlan p;
-        {
-            std::lock_guard<std::mutex> lock(mu);
-            auto it = plans.find(key);
-            if (it == plans.end()) it = plans.emplace(key, plan_cluster<FD, FU, NT>(a, R, blk)).first;
-            p = it->second;
-        }
-        if (!p.cs) return;
-        cl::Args args;
-        args.X = X;
-        args.w = a.norm;
-        args.w_len = a.norm ? a.norm_len : 1;
-        args.n = a.n;
-        args.H = a.H;
-        args.r = a.r;
-        args.R = R;
-        args.rows_pb = p.rows_pb;
-        args.J = p.J;
-        args.eps = a.eps;
-        args.down = a.down;
-        args.down_rb = a.down_rb;
-        args.inject = a.inject;
-        args.inj_rb = a.inject_rb;
-        args.up = a.up;
-        args.up_rb = a.up_rb;
-        args.T = T;
-        args.pi = pi;
-        args.X_out = X_out;
-        args.u = u;
-        args.inj = inj;
-        args.stage_down = p.stage_down;
-        args.stage_up = p.stage_up;
-        static const bool pdl = env_switch("STRATA_CUDA_HR_CLUSTER_PDL", true);
-        cudaLaunchAttribute attr[2];
-        const cudaLaunchConfig_t cfg = cluster_config<FD, FU>(s, p.cs, p.smem, pdl && pdl_enabled(), attr);
-        CUDA_CHECK(cudaLaunchKernelEx(&cfg, cl::hr_cluster_kernel<FD, FD::ABLK, FU, NT>, args));
-        ran = true;
-    };
-    with_cluster_formats(a.down_type, a.up_type, [&](auto fd, auto fu) {
-        if (T == 1) run(fd, fu, std::integral_constant<int, 1>{});
-        else run(fd, fu, std::integral_constant<int, cl::kMaxTokens>{});
-    });
-    if (ran) {
-        g_cluster_calls.fetch_add(1, std::memory_order_relaxed);
-        g_fused.fetch_add(1, std::memory_order_relaxed);
-    }
-    return ran;
-}
-
 }  // namespace
 
-void hyper_read_set_cluster(int mode) { g_cluster.store(mode < 0 ? -1 : mode ? 1 : 0); }
-int64_t hyper_read_cluster_calls() { return g_cluster_calls.load(); }
 
 void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj) {
-    if (run_cluster(s, a, X, T, u, inj, PendingInject{}, nullptr)) return;
     if (!two_kernel_path(X, T)) {
         hyper_read_v1(s, a, X, T, scratch, u, inj);
         return;
@@ -818,11 +626,6 @@ void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, v
 
 void hyper_inject_read(cudaStream_t s, const HyperReadArgs& a, float* X, const float* inj_prev, const float* y, int T,
                        void* scratch, float* u, float* inj) {
-    // The cluster kernel folds the injection too, up to 4 tokens (X and y 16-byte aligned: it checks)
-    if (a.H % 4 == 0 && inject_fold_on() && run_cluster(s, a, X, T, u, inj, PendingInject{inj_prev, y, nullptr}, X)) {
-        g_folded.fetch_add(1, std::memory_order_relaxed);
-        return;
-    }
     const bool fold = two_kernel_path(X, T) && a.H % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
                       inject_fold_on();
     if (!fold) {

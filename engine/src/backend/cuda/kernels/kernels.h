@@ -125,10 +125,6 @@ void hyper_inject_read(cudaStream_t s, const HyperReadArgs& a, float* X, const f
 int64_t hyper_inject_read_folded_calls();   // hyper_inject_read calls that folded the injection, since start
 void hyper_read_upload_tables();    // once per process (this file's copies of the i-quant tables)
 int64_t hyper_read_fused_calls();   // calls that took the fused path, since start
-// The one-launch cluster path at T = 1 (hyper_read_cluster.cuh): 1 on, 0 off, -1 STRATA_CUDA_HR_CLUSTER (default
-// off); and the calls that took it, since start.
-void hyper_read_set_cluster(int mode);
-int64_t hyper_read_cluster_calls();
 
 // ---- causal_conv.cu ---- w [C, K] as f32; tmp: (K−1)·dil·C floats of scratch for the history update.
 void causal_conv(cudaStream_t s, const float* x, int T, int C, const float* w, int K, int dil, float* hist, float* tmp,

@@ -3,7 +3,8 @@
 // int8 with its scales by QInt<F>::decode (the dp4a kernels' decoder) and multiplied with the Q8 activations by
 // mma m16n8k32 (two m16n8k16 where a chunk has two sub-block scales, kSplit). Each chunk's integer sums then give
 // chunk_term's float with the same integers and float operations (term below); the terms are added in chunk order.
-// STRATA_CUDA_MMQ=1 turns the path on (off until measured on a GPU). The index helpers are __host__ __device__:
+// On by default on sm_80+ (STRATA_CUDA_MMQ=0: the f32 tiled kernel; 2.6x the prompt speed of that kernel on the H200,
+// bench/results/2026-12-05-h200). The index helpers are __host__ __device__:
 // dot_host_test emulates a block's tiles with them on the host against the CPU's dots.
 #pragma once
 #include <cstdint>

@@ -205,7 +205,7 @@ void launch(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int 
     CUDA_CHECK_LAUNCH();
 }
 
-std::atomic<int> g_mmq{-1};            // -1: STRATA_CUDA_MMQ (default off); tiled_set_mmq overrides
+std::atomic<int> g_mmq{-1};            // -1: STRATA_CUDA_MMQ (default on, sm_80+); tiled_set_mmq overrides
 std::atomic<int> g_mmq_super{-1};      // -1: STRATA_CUDA_MMQ_SUPER (default on)
 std::atomic<int64_t> g_mmq_calls{0};
 
@@ -243,7 +243,7 @@ void launch_mmq(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, const Exp
 bool mmq_on() {
     int v = g_mmq.load();
     if (v < 0) {
-        v = env_switch("STRATA_CUDA_MMQ", false) && device_cc_major() >= 8 ? 1 : 0;
+        v = env_switch("STRATA_CUDA_MMQ", true) && device_cc_major() >= 8 ? 1 : 0;
         g_mmq.store(v);
     }
     return v == 1;

@@ -15,8 +15,8 @@ constexpr int kTiledMinRows = 32;   // activation rows (dense) or tokens (expert
 
 void tiled_upload_tables();   // once per process (this file's copies of the i-quant tables)
 bool tiled_enabled();         // STRATA_CUDA_TILED is not "0"; read once
-// The tensor-core kernels (matmul_mmq.cuh) for formats with an integer decoder and Q8 activations: STRATA_CUDA_MMQ=1
-// (default off until measured); tiled_set_mmq for tests: 1 on, 2 on with every chunk's sums a float (no super-block
+// The tensor-core kernels (matmul_mmq.cuh) for formats with an integer decoder and Q8 activations: on by default on
+// sm_80+ (STRATA_CUDA_MMQ=0 off); tiled_set_mmq for tests: 1 on, 2 on with every chunk's sums a float (no super-block
 // integers, STRATA_CUDA_MMQ_SUPER=0), 0 off, -1 the variables again; launches since start.
 void tiled_set_mmq(int mode);
 int64_t tiled_mmq_calls();
