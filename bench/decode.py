@@ -250,8 +250,8 @@ def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, dead
                 row["share_of_bound"] = round(row["decode_tok_s"] / row["bound"]["tok_s"], 3)
             row["target_tok_s"] = TARGETS["gpu" if kind == "gpu" else "pc12"]
             print(f"{setting} ctx {row['context']}: decode {row['decode_tok_s']} tok/s, prompt {row['prompt_tok_s']} "
-                  f"tok/s" + (f", hit {row['hit_rate']}, split {row['time_split']}" if "hit_rate" in row else ""),
-                  flush=True)
+                  f"tok/s" + (f", PLE wait {row['ple']['wait_ms_per_pass']} ms a pass" if "ple" in row else "") +
+                  (f", hit {row['hit_rate']}, split {row['time_split']}" if "hit_rate" in row else ""), flush=True)
     except (TimeoutError, RuntimeError, AssertionError) as e:
         out["error"] = str(e)
         print(f"{setting}: {e}", flush=True)
