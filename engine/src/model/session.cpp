@@ -35,10 +35,10 @@ Session::Session(Backend& be, const Hparams& hp, int n_ctx) : be_(be), hp_(hp), 
         for (auto& b : buffers_) be_.release(b.first);
         buffers_.clear();
         recurrent_.clear();
-        fail("the context of ", n_ctx, " tokens needs ", device_floats(hp, n_ctx, be.kv_f16()) * sizeof(float) >> 20,
-             " MiB on the ", be.name(), " backend (a smaller --ctx takes less", be.kv_f16() ? "" : "; --kv f16 ",
-             be.kv_f16() ? "" : std::to_string(device_floats(hp, n_ctx, true) * sizeof(float) >> 20),
-             be.kv_f16() ? "" : " MiB", "): ", e.what());
+        const auto mib = [&](bool f16) { return device_floats(hp, n_ctx, f16) * sizeof(float) >> 20; };
+        const std::string f16 = be.kv_f16() ? "" : "; --kv f16 " + std::to_string(mib(true)) + " MiB";
+        fail("the context of ", n_ctx, " tokens needs ", mib(be.kv_f16()), " MiB on the ", be.name(),
+             " backend (a smaller --ctx takes less", f16, "): ", e.what());
     }
     // the GPU backend sizes its expert cache by device_floats before this runs
     STRATA_CHECK(allocated_floats() == device_floats(hp, n_ctx, be.kv_f16()), "session: ", allocated_floats(),
