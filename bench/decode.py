@@ -234,9 +234,11 @@ def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, dead
                 h = d["cache_hits"] / d["cache_lookups"]
                 split = {"pass_ms": round(pass_ms, 3)}
                 if "cpu_ms" in d:
+                    # gpu_and_host_ms: the pass less its two waits (for the CPU's misses, for the PLE rows)
                     cpu_ms, wait_ms = d["cpu_ms"] / passes, d["gpu_wait_ms"] / passes
+                    ple_ms = d.get("ple_wait_ms", 0.0) / passes
                     split.update(cpu_misses_ms=round(cpu_ms, 3), gpu_wait_for_cpu_ms=round(wait_ms, 3),
-                                 gpu_and_host_ms=round(pass_ms - wait_ms, 3))
+                                 ple_wait_ms=round(ple_ms, 3), gpu_and_host_ms=round(pass_ms - wait_ms - ple_ms, 3))
                     row["cpu_gb_s"] = round(d["cpu_bytes"] / max(d["cpu_ms"], 1e-3) / 1e6, 2)
                     row["cpu_mb_per_pass"] = round(d["cpu_bytes"] / passes / 1e6, 2)
                 if d.get("pcie_bytes"):   # decode misses staged over PCIe (pc12pcie)
