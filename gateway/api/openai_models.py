@@ -66,6 +66,7 @@ class ChatCompletionRequest(Lenient):
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     max_completion_tokens: int | None = None
     max_tokens: int | None = None
+    n: int | None = Field(default=1, ge=1)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     reasoning_effort: str | None = None
     seed: int | None = Field(default=None, ge=0, lt=2**64)

@@ -12,7 +12,7 @@ from aiohttp import web
 from gateway.api.chat_job import ChatJob, ChatService, Final
 from gateway.api.openai_models import ChatCompletionRequest
 from gateway.api.sampling import gen_keys, with_defaults
-from gateway.errors import ApiError, read_json
+from gateway.errors import ApiError, BadRequest, read_json
 from gateway.keys import MODEL_NAME, SERVICE, SETTINGS
 from gateway.sse import SSEWriter
 from gateway.text.output_parser import Delta, ParsedOutput
@@ -21,6 +21,8 @@ log = logging.getLogger("gateway.openai")
 
 
 def to_job(req: ChatCompletionRequest, sampling_defaults: dict | None = None) -> ChatJob:
+    if req.n is not None and req.n > 1:
+        raise BadRequest("n must be 1: this server generates one choice per request", param="n")
     messages = [m.model_dump(exclude_none=True) for m in req.messages]
     tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
     kwargs = dict(req.chat_template_kwargs or {})

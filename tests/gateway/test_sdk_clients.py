@@ -1,5 +1,5 @@
 """The official openai and anthropic SDKs against the real gateway + engine + tiny real-vocabulary model: text,
-streams, stream helpers, reasoning levels, a tool round trip, count_tokens, 401 and 400 (too long)."""
+streams, stream helpers, reasoning levels, a tool round trip, count_tokens, 401 and 400 (too long, n above 1)."""
 from __future__ import annotations
 
 import anthropic
@@ -129,3 +129,11 @@ def test_anthropic_too_long(claude):
     with pytest.raises(anthropic.BadRequestError) as e:
         claude.messages.create(model="m", max_tokens=4, messages=[{"role": "user", "content": "word " * 3000}])
     assert e.value.body["error"]["type"] == "invalid_request_error" and "context" in e.value.body["error"]["message"]
+
+
+def test_openai_n_above_one_refused(oai):
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=1, n=2)
+    assert e.value.body["param"] == "n" and "one choice per request" in e.value.body["message"]
+    r = oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=1, n=1)
+    assert len(r.choices) == 1
