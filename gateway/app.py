@@ -9,7 +9,7 @@ import os
 
 from aiohttp import web
 
-from gateway.api import anthropic_routes, openai_routes, service_routes
+from gateway.api import anthropic_routes, openai_routes, responses_routes, service_routes
 from gateway.api.chat_job import ChatService
 from gateway.engine.process import EngineFailed
 from gateway.engine.runner import EngineRunner
@@ -102,8 +102,11 @@ def build_app(settings: Settings) -> web.Application:
         raise SystemExit(f"--vision-model: the model {settings.model} has no <|image_pad|> token in its vocabulary")
     app[VISION] = vision
     app[SERVICE] = ChatService(tokenizer, template, runner, metrics, fallback_context, vision)
+    app[responses_routes.STORE] = responses_routes.ResponseStore()
     app.cleanup_ctx.append(_engine_lifetime)
     app.router.add_post("/v1/chat/completions", openai_routes.chat_completions)
+    app.router.add_post("/v1/responses", responses_routes.create)
+    app.router.add_get("/v1/responses/{id}", responses_routes.retrieve)
     app.router.add_post("/v1/messages", anthropic_routes.messages)
     app.router.add_post("/v1/messages/count_tokens", anthropic_routes.count_tokens)
     app.router.add_get("/v1/models", service_routes.models)

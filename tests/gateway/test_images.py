@@ -364,6 +364,27 @@ def test_openai_round_trip(vgw):
     assert os.listdir(vgw.tmp) == []                                    # the request's files are gone
 
 
+def test_responses_input_image(vgw):
+    """A Responses input_image is the same picture as a chat image_url part: the same prompt, image tokens counted."""
+    url, text = png_url(64, 96, seed=10), "What is in this picture?"
+    for stream in (False, True):
+        r = requests.post(vgw.url + "/v1/responses", json={
+            "model": "m", "max_output_tokens": 3, "reasoning": {"effort": "none"}, "stream": stream, "input": [
+                {"role": "user", "content": [{"type": "input_image", "image_url": url},
+                                             {"type": "input_text", "text": text}]}]}, timeout=120)
+        assert r.status_code == 200, r.text
+        if stream:
+            events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+            assert events[-1]["type"] == "response.incomplete"
+            usage = events[-1]["response"]["usage"]
+        else:
+            usage = r.json()["usage"]
+        with_picture = chat(vgw.url, [image_part(url), {"type": "text", "text": text}], max_tokens=3)
+        assert usage["input_tokens"] == with_picture.json()["usage"]["prompt_tokens"]
+        assert usage["input_tokens"] == chat(vgw.url, text).json()["usage"]["prompt_tokens"] + 2 + 6
+    assert os.listdir(vgw.tmp) == []
+
+
 def test_stream_http_url_and_follow_up_reuse(vgw, pic_server):
     import openai
     oai = openai.OpenAI(base_url=vgw.url + "/v1", api_key="unused", max_retries=0, timeout=60)
