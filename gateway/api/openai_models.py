@@ -64,6 +64,7 @@ class ChatCompletionRequest(Lenient):
     messages: list[Message] = Field(min_length=1)
     model: str | None = None
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    logprobs: bool | None = None
     max_completion_tokens: int | None = None
     max_tokens: int | None = None
     n: int | None = Field(default=1, ge=1)
@@ -76,6 +77,7 @@ class ChatCompletionRequest(Lenient):
     temperature: float | None = Field(default=None, ge=0)
     tool_choice: str | dict[str, Any] | None = None
     tools: list[Tool] | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
     top_p: float | None = Field(default=None, gt=0, le=1)
     # Not in OpenAI's reference; sent by llama.cpp / vLLM clients.
     top_k: int | None = Field(default=None, ge=0)

@@ -23,6 +23,9 @@ log = logging.getLogger("gateway.openai")
 def to_job(req: ChatCompletionRequest, sampling_defaults: dict | None = None) -> ChatJob:
     if req.n is not None and req.n > 1:
         raise BadRequest("n must be 1: this server generates one choice per request", param="n")
+    if req.logprobs or req.top_logprobs:
+        raise BadRequest("logprobs are not supported by this server: leave logprobs and top_logprobs out",
+                         param="logprobs" if req.logprobs else "top_logprobs")
     messages = [m.model_dump(exclude_none=True) for m in req.messages]
     tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
     kwargs = dict(req.chat_template_kwargs or {})

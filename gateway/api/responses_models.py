@@ -54,3 +54,4 @@ class ResponsesRequest(Lenient):
     truncation: Literal["auto", "disabled"] | None = None
     user: str | None = None
     include: list[str] | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)

@@ -306,6 +306,11 @@ def test_bad_requests(oai, gateway):
     assert r.status_code == 400 and r.json()["error"]["param"] == "max_output_tokens"
     r = requests.post(url, json={"input": []}, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["param"] == "input"
+    for body, param in (({"top_logprobs": 3}, "top_logprobs"), ({"include": ["message.output_text.logprobs"]},
+                                                                   "include")):
+        r = requests.post(url, json={"input": "Hi", **body}, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param
+        assert "logprobs are not supported" in r.json()["error"]["message"]
     for stream in (False, True):    # too long: a 400 before any event, nothing cut
         r = requests.post(url, json={"input": "word " * 3000, "max_output_tokens": 4, "stream": stream}, timeout=60)
         assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"

@@ -137,3 +137,14 @@ def test_openai_n_above_one_refused(oai):
     assert e.value.body["param"] == "n" and "one choice per request" in e.value.body["message"]
     r = oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=1, n=1)
     assert len(r.choices) == 1
+
+
+def test_openai_logprobs_refused(oai):
+    """logprobs are not computed: asking for them is a clear 400, not a silent logprobs: null."""
+    hi = [{"role": "user", "content": "Hi"}]
+    for kwargs, param in (({"logprobs": True}, "logprobs"), ({"top_logprobs": 2}, "top_logprobs")):
+        with pytest.raises(openai.BadRequestError) as e:
+            oai.chat.completions.create(model="m", messages=hi, max_tokens=1, **kwargs)
+        assert e.value.body["param"] == param and "logprobs are not supported" in e.value.body["message"]
+    r = oai.chat.completions.create(model="m", messages=hi, max_tokens=1, logprobs=False, top_logprobs=0)
+    assert r.choices[0].logprobs is None
