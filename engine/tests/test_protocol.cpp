@@ -1,7 +1,9 @@
 // serve/protocol: every request line of the golden transcripts parses (or fails with exactly the ERR of the
 // transcript), plus the output formats and the sampling keys' values.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "check.h"
@@ -53,7 +55,9 @@ static void test_fields() {
     CHECK(r.sampling.penalty_window == 10 && r.sampling.seed && *r.sampling.seed == 99);
     CHECK((r.ids == std::vector<int32_t>{1, 2, 3}));
     Request g = parse_request("GEN 1 1", kLimits);
-    CHECK(g.sampling.greedy() && !g.sampling.seed && !g.sampling.has_penalties());
+    CHECK(g.sampling.greedy() && !g.sampling.seed && !g.sampling.has_penalties() && g.logprobs == -1);
+    CHECK(parse_request("GEN 1 logprobs=0 1", kLimits).logprobs == 0);
+    CHECK(parse_request("GEN 1 logprobs=20 temperature=1 1", kLimits).logprobs == 20);
     Limits vision = kLimits;
     vision.vision = true;
     Request i = parse_request("GENI 2 seed=1 /tmp/a.emb 248056,248056", vision);
@@ -84,6 +88,11 @@ static void test_formats() {
     CHECK(format_pp(10, 20, 12.345, 810.04) == "PP 10 20 12.3 810.0");
     CHECK(format_reused(3) == "REUSED 3");
     CHECK(format_token(248046) == "T 248046");
+    strata::TokenLogprobs lp;
+    lp.logprob = -0.125f;
+    CHECK(format_token(7, lp) == "T 7 -0.125");
+    lp.top = {{7, -0.125f}, {3, -2.5f}, {9, -std::numeric_limits<float>::infinity()}};
+    CHECK(format_token(7, lp) == "T 7 -0.125 7:-0.125,3:-2.5,9:-1e+30");
     DoneStats d;
     d.generated = 5; d.prompt = 9; d.prompt_ms = 1.25; d.decode_ms = 40; d.finish = Finish::cancel;
     d.reused = 4; d.cache_hits = 7; d.cache_lookups = 8;
@@ -95,9 +104,26 @@ static void test_formats() {
     CHECK(!golden::matches("PP * 3 * *", "PP 3 4 1.0 2.0"));
 }
 
+// token_logprobs: log_softmax of the raw row; the n best, ties to the lower id.
+static void test_logprobs() {
+    const float row[6] = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f, -INFINITY};
+    double z = 0;
+    for (float v : row) z += std::exp((double)v);
+    const double log_z = std::log(z);
+    strata::TokenLogprobs lp = strata::token_logprobs(row, 6, 4, 3);
+    CHECK(std::fabs(lp.logprob - (0.5 - log_z)) < 1e-6);
+    CHECK(lp.top.size() == 3 && lp.top[0].first == 1 && lp.top[1].first == 3 && lp.top[2].first == 0);
+    CHECK(std::fabs(lp.top[0].second - (3.0 - log_z)) < 1e-6 && lp.top[0].second == lp.top[1].second);
+    CHECK(strata::token_logprobs(row, 6, 5, 0).top.empty() && std::isinf(strata::token_logprobs(row, 6, 5, 0).logprob));
+    double total = 0;   // every alternative of a small row: the probabilities sum to 1
+    for (const auto& [id, v] : strata::token_logprobs(row, 6, 0, 6).top) total += std::exp((double)v);
+    CHECK(std::fabs(total - 1.0) < 1e-6);
+}
+
 int main() {
     test_golden_requests();
     test_fields();
+    test_logprobs();
     test_formats();
     return test::exit_code();
 }

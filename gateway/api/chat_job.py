@@ -37,6 +37,7 @@ class ChatJob:
     max_tokens: int | None = None              # None: the rest of the context
     sampling: dict = field(default_factory=dict)
     stop: list[str] = field(default_factory=list)   # client stop sequences (answer text, not reasoning or tools)
+    logprobs: int | None = None                # each token's logprob and this many alternatives (0..20); None: off
 
 
 @dataclass
@@ -49,6 +50,16 @@ class Prepared:
     images: list[PreparedImage] = field(default_factory=list)
     embeddings_file: str | None = None      # GENI's file: every picture's SVE1 rows, in prompt order
     image_folder: str | None = None         # the request's folder for pictures and embeddings files
+    logprobs: int | None = None             # ChatJob.logprobs
+
+
+@dataclass
+class TokenLogprob:
+    """A generated token's log-probability under the model (protocol.md §3, logprobs=N) and its N most likely
+    alternatives (id, logprob), best first; yielded before the deltas of its text."""
+    id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
 
 
 @dataclass
@@ -183,16 +194,18 @@ class ChatService:
             fn = tool.get("function") or {}
             if fn.get("name"):
                 schemas[fn["name"]] = fn.get("parameters") or {}
-        return Prepared(prompt, ids, max_new, prompt_opens_thinking(prompt), schemas, list(images or []))
+        return Prepared(prompt, ids, max_new, prompt_opens_thinking(prompt), schemas, list(images or []),
+                        logprobs=job.logprobs)
 
     async def prepare_async(self, job: ChatJob) -> Prepared:
         return await asyncio.get_running_loop().run_in_executor(None, self.prepare, job)
 
     async def run(self, turn, prepared: Prepared, sampling: dict, stop: list[str] | None = None
-                  ) -> AsyncIterator[Delta | Final]:
-        """Deltas of the answer, then one Final. Raises ApiError (EngineUnavailable when the engine failed)."""
+                  ) -> AsyncIterator[Delta | TokenLogprob | Final]:
+        """Deltas of the answer (with prepared.logprobs, each token's TokenLogprob before them), then one Final.
+        Raises ApiError (EngineUnavailable when the engine failed)."""
         stops = StopSequenceFilter(stop)
-        line = format_gen(prepared.max_new, prepared.ids, sampling, prepared.embeddings_file)
+        line = format_gen(prepared.max_new, prepared.ids, sampling, prepared.embeddings_file, prepared.logprobs)
         if prepared.embeddings_file:
             log.info("GENI: %d picture(s), rows %s, %d prompt tokens, embeddings file %s", len(prepared.images),
                      "+".join(f"{im.nx}x{im.ny}={im.n_tokens}" for im in prepared.images), len(prepared.ids),
@@ -238,6 +251,8 @@ class ChatService:
                         last_token = event.id
                         if event.id in self.tokenizer.stop_ids:
                             continue
+                        if event.logprob is not None:
+                            yield TokenLogprob(event.id, event.logprob, event.top)
                         for d in self._stop_filter(stops, parser.feed(detok.push(event.id))):
                             yield d
                         if stops.matched is not None:

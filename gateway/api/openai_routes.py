@@ -9,7 +9,7 @@ from contextlib import aclosing
 
 from aiohttp import web
 
-from gateway.api.chat_job import ChatJob, ChatService, Final
+from gateway.api.chat_job import ChatJob, ChatService, Final, TokenLogprob
 from gateway.api.openai_models import ChatCompletionRequest
 from gateway.api.sampling import gen_keys, with_defaults
 from gateway.errors import ApiError, BadRequest, read_json
@@ -23,9 +23,8 @@ log = logging.getLogger("gateway.openai")
 def to_job(req: ChatCompletionRequest, sampling_defaults: dict | None = None) -> ChatJob:
     if req.n is not None and req.n > 1:
         raise BadRequest("n must be 1: this server generates one choice per request", param="n")
-    if req.logprobs or req.top_logprobs:
-        raise BadRequest("logprobs are not supported by this server: leave logprobs and top_logprobs out",
-                         param="logprobs" if req.logprobs else "top_logprobs")
+    if req.top_logprobs and not req.logprobs:
+        raise BadRequest("top_logprobs needs logprobs: true", param="top_logprobs")
     messages = [m.model_dump(exclude_none=True) for m in req.messages]
     tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
     kwargs = dict(req.chat_template_kwargs or {})
@@ -43,7 +42,8 @@ def to_job(req: ChatCompletionRequest, sampling_defaults: dict | None = None) ->
         temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
         repeat_penalty=req.repetition_penalty, frequency_penalty=req.frequency_penalty,
         presence_penalty=req.presence_penalty, seed=req.seed), sampling_defaults))
-    return ChatJob(messages, tools or None, effort, kwargs, max_tokens, sampling)
+    return ChatJob(messages, tools or None, effort, kwargs, max_tokens, sampling,
+                   logprobs=(req.top_logprobs or 0) if req.logprobs else None)
 
 
 def usage(final: Final) -> dict:
@@ -63,6 +63,14 @@ def delta_fields(d: Delta) -> dict:
     if d.kind == "tool_args":
         return {"tool_calls": [{"index": d.index, "function": {"arguments": d.text}}]}
     return {}
+
+
+def logprob_entry(service: ChatService, item: TokenLogprob) -> dict:
+    """OpenAI's logprobs.content entry of one token: its text, logprob, UTF-8 bytes and the alternatives."""
+    def piece(token_id: int, logprob: float) -> dict:
+        raw = service.tokenizer.token_piece(token_id)
+        return {"token": raw.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(raw)}
+    return {**piece(item.id, item.logprob), "top_logprobs": [piece(i, lp) for i, lp in item.top]}
 
 
 def check_connected(request: web.Request) -> None:
@@ -92,13 +100,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     async with service.with_images(job) as with_images:
         if with_images is not None:
             answer = service.run_images(with_images, job.sampling, stop)
-            return await (_stream(request, answer, include_usage) if req.stream else _complete(request, answer))
+            return await (_stream(request, answer, include_usage, job.logprobs is not None) if req.stream
+                          else _complete(request, answer, job.logprobs is not None))
     async with service.runner.turn() as turn:
         prepared = await service.prepare_async(job)
         answer = service.run(turn, prepared, job.sampling, stop)
         if req.stream:
-            return await _stream(request, answer, include_usage)
-        return await _complete(request, answer)
+            return await _stream(request, answer, include_usage, job.logprobs is not None)
+        return await _complete(request, answer, job.logprobs is not None)
 
 
 def _envelope(request: web.Request, kind: str) -> dict:
@@ -106,9 +115,17 @@ def _envelope(request: web.Request, kind: str) -> dict:
             "model": request.app[MODEL_NAME], "system_fingerprint": "strata"}
 
 
-async def _complete(request: web.Request, answer) -> web.Response:
+async def _complete(request: web.Request, answer, with_logprobs: bool) -> web.Response:
     out = ParsedOutput()
-    final = await collect_answer(request, answer, out.add)
+    service: ChatService = request.app[SERVICE]
+    entries: list[dict] = []
+
+    def add(item) -> None:
+        if isinstance(item, TokenLogprob):
+            entries.append(logprob_entry(service, item))
+        else:
+            out.add(item)
+    final = await collect_answer(request, answer, add)
     message: dict = {"role": "assistant", "content": out.content or (None if out.tool_calls else "")}
     if out.reasoning:
         message["reasoning_content"] = out.reasoning
@@ -116,25 +133,37 @@ async def _complete(request: web.Request, answer) -> web.Response:
         message["tool_calls"] = [{"id": c.call_id, "type": "function",
                                   "function": {"name": c.name, "arguments": c.arguments}} for c in out.tool_calls]
     body = _envelope(request, "chat.completion")
-    body["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": final.finish_reason}]
+    logprobs = {"content": entries, "refusal": None} if with_logprobs else None
+    body["choices"] = [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": final.finish_reason}]
     body["usage"] = usage(final)
     body["timings"] = final.timings()
     return web.json_response(body, dumps=lambda o: json.dumps(o, ensure_ascii=False))
 
 
-async def _stream(request: web.Request, answer, include_usage: bool) -> web.StreamResponse:
+async def _stream(request: web.Request, answer, include_usage: bool, with_logprobs: bool) -> web.StreamResponse:
     sse = SSEWriter(request, request.app[SETTINGS].keepalive_s)
     env = _envelope(request, "chat.completion.chunk")
+    service: ChatService = request.app[SERVICE]
+    pending: list[dict] = []   # logprobs of tokens whose text has not gone out yet: they ride on the next chunk
 
     def chunk(delta: dict, finish: str | None = None) -> dict:
-        return {**env, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+        logprobs = None
+        if with_logprobs and (pending or delta):
+            logprobs = {"content": pending[:], "refusal": None}
+            pending.clear()
+        return {**env, "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
 
     await sse.open()
     try:
-        await sse.send(chunk({"role": "assistant", "content": ""}))
+        await sse.send({**env, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                             "logprobs": None, "finish_reason": None}]})
         async with aclosing(answer) as items:
             async for item in items:
-                if isinstance(item, Final):
+                if isinstance(item, TokenLogprob):
+                    pending.append(logprob_entry(service, item))
+                elif isinstance(item, Final):
+                    if pending:
+                        await sse.send(chunk({}))
                     last = chunk({}, item.finish_reason)
                     last["usage"] = usage(item)
                     last["timings"] = item.timings()

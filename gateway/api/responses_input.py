@@ -157,8 +157,8 @@ def to_job(req: ResponsesRequest, history: list[dict], sampling_defaults: dict |
     """The ChatJob, and the conversation to keep for previous_response_id (without instructions, which the
     reference does not carry over to the next response)."""
     if req.top_logprobs or "message.output_text.logprobs" in (req.include or []):
-        raise BadRequest("logprobs are not supported by this server: leave top_logprobs and "
-                         "include 'message.output_text.logprobs' out",
+        raise BadRequest("logprobs are not supported on /v1/responses (/v1/chat/completions gives them): leave "
+                         "top_logprobs and include 'message.output_text.logprobs' out",
                          param="top_logprobs" if req.top_logprobs else "include")
     conversation = history + input_messages(req.input)
     if not conversation:

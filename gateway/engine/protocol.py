@@ -44,6 +44,8 @@ class Reused:
 @dataclass(frozen=True)
 class Token:
     id: int
+    logprob: float | None = None                  # with GEN's logprobs=N: the token's log-probability
+    top: tuple[tuple[int, float], ...] = ()       # and its N most likely alternatives (id, logprob), best first
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,10 @@ def _number(v):
     return repr(v) if isinstance(v, float) else str(v)
 
 
-def format_gen(max_new: int, ids: list[int], sampling: dict | None = None, embeddings_file: str | None = None) -> str:
-    """GEN (or GENI with an embeddings file) line without its newline; sampling keys with None values are left out."""
+def format_gen(max_new: int, ids: list[int], sampling: dict | None = None, embeddings_file: str | None = None,
+               logprobs: int | None = None) -> str:
+    """GEN (or GENI with an embeddings file) line without its newline; sampling keys with None values are left out;
+    logprobs: the alternatives each T line should carry (0..20), None for plain T lines."""
     if max_new < 1:
         raise ValueError(f"max_new {max_new} must be >= 1")
     if not ids:
@@ -85,6 +89,10 @@ def format_gen(max_new: int, ids: list[int], sampling: dict | None = None, embed
         if key not in SAMPLING_KEYS:
             raise ValueError(f"unknown sampling key {key!r}")
         parts.append(f"{key}={_number(value)}")
+    if logprobs is not None:
+        if not 0 <= logprobs <= 20:
+            raise ValueError(f"logprobs {logprobs} must be 0..20")
+        parts.append(f"logprobs={logprobs}")
     if embeddings_file:
         if " " in embeddings_file:
             raise ValueError(f"embeddings file path {embeddings_file!r} contains a space")
@@ -100,6 +108,10 @@ def parse_line(line: str) -> Event:
     try:
         if word == "T" and len(f) == 1:
             return Token(int(f[0]))
+        if word == "T" and len(f) in (2, 3):   # with logprobs=N: T <id> <logprob> [<id>:<logprob>,…]
+            top = tuple((int(i), float(v)) for i, _, v in (p.partition(":") for p in f[2].split(","))) \
+                if len(f) == 3 else ()
+            return Token(int(f[0]), float(f[1]), top)
         if word == "PP" and len(f) == 4:
             return Progress(int(f[0]), int(f[1]), float(f[2]), float(f[3]))
         if word == "INFO":

@@ -64,6 +64,12 @@ class TextTokenizer:
             return b""
         return self._bytes.get(token_id, b"")
 
+    def token_piece(self, token_id: int) -> bytes:
+        """The bytes a token stands for, a control token's own text included (for logprobs)."""
+        if token_id in self.special_ids:
+            return (self.hf.id_to_token(token_id) or "").encode("utf-8")
+        return self._bytes.get(token_id, b"")
+
     def decode(self, ids: list[int]) -> str:
         return b"".join(self.token_bytes(i) for i in ids).decode("utf-8", errors="replace")
 

@@ -18,7 +18,7 @@ from gateway.api import anthropic_routes, openai_routes
 from gateway.api.anthropic_models import MessagesRequest
 from gateway.api.chat_job import LOOP_GUARD_TOKENS
 from gateway.api.openai_models import ChatCompletionRequest
-from gateway.engine.protocol import format_gen
+from gateway.engine.protocol import ProtocolError, Token, format_gen, parse_line
 from gateway.text.chat_template import ChatTemplate, prepare_messages, thinking_kwargs
 
 HI = [{"role": "user", "content": "Hi"}]
@@ -72,6 +72,23 @@ def test_sampling_fields_become_gen_keys():
     msg = MessagesRequest.model_validate({"model": "m", "max_tokens": 5, "messages": HI, "temperature": 1.2,
                                           "top_k": 99, "top_p": 0.5})
     assert gen_line(anthropic_routes.to_job(msg)) == "GEN 10 temperature=1.2 top_p=0.5 top_k=64 1,2"
+
+
+def test_logprobs_fields_become_the_gen_key_and_t_lines_parse():
+    """logprobs / top_logprobs → GEN's logprobs=N (after the sampling keys); the T lines it brings back parse."""
+    def line(**fields) -> str:
+        job = openai_routes.to_job(ChatCompletionRequest.model_validate({"messages": HI, **fields}))
+        return format_gen(10, [1, 2], job.sampling, logprobs=job.logprobs)
+    assert line() == "GEN 10 1,2"
+    assert line(logprobs=True) == "GEN 10 logprobs=0 1,2"
+    assert line(logprobs=True, top_logprobs=5, temperature=0.5) == "GEN 10 temperature=0.5 logprobs=5 1,2"
+    assert line(logprobs=False, top_logprobs=0) == "GEN 10 1,2"
+    assert parse_line("T 7") == Token(7)
+    assert parse_line("T 7 -0.125") == Token(7, -0.125)
+    assert parse_line("T 7 -0.125 7:-0.125,3:-2.5") == Token(7, -0.125, ((7, -0.125), (3, -2.5)))
+    for bad in ("T 7 x", "T 7 -0.1 7-0.1", "T 7 -0.1 a:b", "T 7 -0.1 7:-0.1 9"):
+        with pytest.raises(ProtocolError):
+            parse_line(bad)
 
 
 def test_seeded_sampling_and_filters_on_the_engine(oai):

@@ -139,12 +139,33 @@ def test_openai_n_above_one_refused(oai):
     assert len(r.choices) == 1
 
 
-def test_openai_logprobs_refused(oai):
-    """logprobs are not computed: asking for them is a clear 400, not a silent logprobs: null."""
-    hi = [{"role": "user", "content": "Hi"}]
-    for kwargs, param in (({"logprobs": True}, "logprobs"), ({"top_logprobs": 2}, "top_logprobs")):
-        with pytest.raises(openai.BadRequestError) as e:
-            oai.chat.completions.create(model="m", messages=hi, max_tokens=1, **kwargs)
-        assert e.value.body["param"] == param and "logprobs are not supported" in e.value.body["message"]
-    r = oai.chat.completions.create(model="m", messages=hi, max_tokens=1, logprobs=False, top_logprobs=0)
-    assert r.choices[0].logprobs is None
+def test_openai_logprobs(oai):
+    """logprobs / top_logprobs: one entry per generated token with the model's log-probability and its best
+    alternatives (greedy: the token is the first of them); the stream carries the same entries in order."""
+    hi = [{"role": "user", "content": "Tell me about the sea"}]
+    kw = dict(model="m", messages=hi, max_tokens=8, logprobs=True, top_logprobs=3, reasoning_effort="none")
+    r = oai.chat.completions.create(**kw)
+    assert r.choices[0].finish_reason == "length"
+    entries = r.choices[0].logprobs.content
+    assert len(entries) == r.usage.completion_tokens == 8
+    for e in entries:
+        assert e.logprob <= 0 and len(e.top_logprobs) == 3
+        assert [t.logprob for t in e.top_logprobs] == sorted((t.logprob for t in e.top_logprobs), reverse=True)
+        assert (e.top_logprobs[0].token, e.top_logprobs[0].logprob) == (e.token, e.logprob)
+        assert bytes(e.bytes).decode("utf-8", errors="replace") == e.token
+    streamed = []
+    for chunk in oai.chat.completions.create(**kw, stream=True):
+        if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
+            streamed += chunk.choices[0].logprobs.content
+    assert [(e.token, round(e.logprob, 5)) for e in streamed] == [(e.token, round(e.logprob, 5)) for e in entries]
+    assert "".join(e.token for e in entries).endswith(r.choices[0].message.content)
+    plain = oai.chat.completions.create(model="m", messages=hi, max_tokens=8, reasoning_effort="none")
+    assert plain.choices[0].logprobs is None and plain.choices[0].message.content == r.choices[0].message.content
+    own = oai.chat.completions.create(model="m", messages=hi, max_tokens=2, logprobs=True, reasoning_effort="none")
+    assert [e.top_logprobs for e in own.choices[0].logprobs.content] == [[], []]
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.chat.completions.create(model="m", messages=hi, max_tokens=1, top_logprobs=2)
+    assert e.value.body["param"] == "top_logprobs" and "logprobs: true" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.chat.completions.create(model="m", messages=hi, max_tokens=1, logprobs=True, top_logprobs=21)
+    assert e.value.body["param"] == "top_logprobs"

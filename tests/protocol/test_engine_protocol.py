@@ -217,6 +217,33 @@ def test_greedy_equals_strata_generate(engine, engine_bin, model):
     assert got == (want if stop is None else want[:stop + 1])
 
 
+def test_logprobs_are_the_log_softmax_of_the_logits(engine, engine_bin, model, tmp_path):
+    """logprobs=5: each T line's logprob and alternatives equal log_softmax of the logits `strata generate`
+    writes for the same greedy run, and asking for them does not change the tokens."""
+    import numpy as np
+    prompt = [248045, 846, 198, 9707, 11, 1879]
+    logits_file = tmp_path / "logits.f32"
+    r = subprocess.run([engine_bin, "generate", "--model", model, "--prompt-ids", ",".join(map(str, prompt)), "-n",
+                        "6", "--ignore-eos", "--ctx", str(CTX), "--logits-out", str(logits_file)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = np.fromfile(logits_file, dtype=np.float32).reshape(-1, 248320).astype(np.float64)
+    log_p = rows - rows.max(axis=1, keepdims=True)
+    log_p -= np.log(np.exp(log_p).sum(axis=1, keepdims=True))
+    lines = [l for l in engine.request(f"GEN 6 logprobs=5 {','.join(map(str, prompt))}") if l.startswith("T ")]
+    plain = tokens(engine.request(f"GEN 6 {','.join(map(str, prompt))}"))
+    assert len(lines) == len(plain) == 6
+    for step, line in enumerate(lines):
+        f = line.split(" ")
+        token, lp = int(f[1]), float(f[2])
+        top = [(int(i), float(v)) for i, _, v in (x.partition(":") for x in f[3].split(","))]
+        assert token == plain[step] == int(np.argmax(rows[step]))
+        assert abs(lp - log_p[step, token]) < 1e-4
+        want = sorted(range(248320), key=lambda v: (-rows[step, v], v))[:5]
+        assert [i for i, _ in top] == want and top[0] == (token, lp)
+        assert all(abs(v - log_p[step, i]) < 1e-4 for i, v in top)
+
+
 def test_reused_session_gives_the_same_tokens(engine_bin, model):
     prompt = [248045, 846, 198, 9707]
     fresh = run_generate(engine_bin, model, prompt, 10)

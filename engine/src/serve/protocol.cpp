@@ -144,7 +144,11 @@ Request parse_request(std::string_view line, const Limits& limits) {
     for (size_t i = 2; i < key_end; ++i) {
         size_t eq = fields[i].find('=');
         if (eq == std::string_view::npos) fail("bad field ", quoted(fields[i]), " (expected key=value)");
-        apply_key(req.sampling, fields[i].substr(0, eq), fields[i].substr(eq + 1));
+        const std::string_view key = fields[i].substr(0, eq), value = fields[i].substr(eq + 1);
+        if (key == "logprobs")
+            req.logprobs = static_cast<int>(integer_in(key, value, 0, kMaxTopLogprobs, "an integer 0..20"));
+        else
+            apply_key(req.sampling, key, value);
     }
     if (image) req.embeddings_file = std::string(fields[fields.size() - 2]);
     req.ids = parse_ids(fields.back(), limits.vocab_size);
@@ -184,6 +188,17 @@ std::string format_pp(int reached, int total, double ms, double tokens_per_s) {
 }
 std::string format_reused(int reused) { return fmt("REUSED ", reused); }
 std::string format_token(int32_t id) { return fmt("T ", id); }
+std::string format_token(int32_t id, const TokenLogprobs& lp) {
+    auto number = [](float v) {   // 6 significant digits; -inf (a logit of -inf) as a large finite value
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.6g", std::isfinite(v) ? v : -1e30f);
+        return std::string(buf);
+    };
+    std::string s = fmt("T ", id, " ", number(lp.logprob));
+    for (size_t i = 0; i < lp.top.size(); ++i)
+        s += fmt(i ? "," : " ", lp.top[i].first, ":", number(lp.top[i].second));
+    return s;
+}
 
 const char* finish_name(Finish finish) {
     switch (finish) {

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "generate/logprobs.h"
 #include "generate/sampler.h"
 
 namespace strata::serve {
@@ -17,6 +18,7 @@ struct Request {
     Command command = Command::blank;
     int max_new = 0;
     SamplingParams sampling;
+    int logprobs = -1;            // logprobs=N: each T line carries the token's logprob and N alternatives; -1: off
     std::string embeddings_file;  // GENI only
     std::vector<int32_t> ids;     // the whole prompt
 };
@@ -55,6 +57,7 @@ std::string format_resume(int reused);
 std::string format_pp(int reached, int total, double ms, double tokens_per_s);
 std::string format_reused(int reused);
 std::string format_token(int32_t id);
+std::string format_token(int32_t id, const TokenLogprobs& lp);   // T <id> <logprob> [<id>:<logprob>,…]
 std::string format_done(const DoneStats& done);
 std::string format_err(std::string_view message);  // newlines in message → ' '
 const char* finish_name(Finish finish);

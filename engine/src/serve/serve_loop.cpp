@@ -198,14 +198,17 @@ private:
         const int n_vocab = gen_.vocab_size();
         auto never = [] { return false; };
         auto quiet = [](int, int) {};
-        // Drafts are verified against greedy choices only: sampling and penalties decode one token at a time.
-        const bool plain_greedy = req.sampling.greedy() && !req.sampling.has_penalties();
+        // Drafts are verified against greedy choices only: sampling and penalties decode one token at a time, and so
+        // do requests for logprobs (each token's whole logits row is needed on the host).
+        const bool want_logprobs = req.logprobs >= 0;
+        const bool plain_greedy = req.sampling.greedy() && !req.sampling.has_penalties() && !want_logprobs;
         const bool speculate = gen_.spec_depth() > 0 && plain_greedy;
         int32_t chosen = -1;   // plain greedy without drafts: the next token, chosen by the generator (no logits)
         while (true) {
             if (cancel_requested()) { done.finish = serve::Finish::cancel; break; }
             const int32_t token = chosen >= 0 ? chosen : sampler.sample(logits, n_vocab, history);
-            emit(serve::format_token(token));
+            emit(want_logprobs ? serve::format_token(token, token_logprobs(logits, n_vocab, token, req.logprobs))
+                               : serve::format_token(token));
             ++done.generated;
             if (req.sampling.has_penalties()) history.push_back(token);
             if (std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end()) {
