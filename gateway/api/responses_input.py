@@ -156,10 +156,6 @@ def to_job(req: ResponsesRequest, history: list[dict], sampling_defaults: dict |
            ) -> tuple[ChatJob, list[dict]]:
     """The ChatJob, and the conversation to keep for previous_response_id (without instructions, which the
     reference does not carry over to the next response)."""
-    if req.top_logprobs or "message.output_text.logprobs" in (req.include or []):
-        raise BadRequest("logprobs are not supported on /v1/responses (/v1/chat/completions gives them): leave "
-                         "top_logprobs and include 'message.output_text.logprobs' out",
-                         param="top_logprobs" if req.top_logprobs else "include")
     conversation = history + input_messages(req.input)
     if not conversation:
         raise BadRequest("input must not be empty", param="input")
@@ -170,7 +166,10 @@ def to_job(req: ResponsesRequest, history: list[dict], sampling_defaults: dict |
     fields = dict.fromkeys(DEFAULT_FIELDS) | dict(temperature=req.temperature, top_p=req.top_p)
     sampling = gen_keys(**with_defaults(fields, sampling_defaults))
     effort = req.reasoning.effort if req.reasoning else None
-    job = ChatJob(messages, chat_tools(req) or None, effort, {}, req.max_output_tokens, sampling)
+    # include "message.output_text.logprobs" (or top_logprobs ≥ 1) asks for the answer text's logprobs
+    wants_logprobs = "message.output_text.logprobs" in (req.include or []) or bool(req.top_logprobs)
+    job = ChatJob(messages, chat_tools(req) or None, effort, {}, req.max_output_tokens, sampling,
+                  logprobs=(req.top_logprobs or 0) if wants_logprobs else None)
     return job, conversation
 
 

@@ -18,10 +18,18 @@ def new_id(prefix: str) -> str:
 class OutputItems:
     """add() and close() return the stream events (without sequence_number) of what they did to the items."""
 
-    def __init__(self):
+    def __init__(self, with_logprobs: bool = False):
         self.items: list[dict] = []
         self._open: dict | None = None
         self._text = ""               # the open reasoning or message item's text so far
+        self.with_logprobs = with_logprobs
+        self._pending: list[dict] = []    # logprobs entries of tokens whose text has not been added yet
+        self._logprobs: list[dict] = []   # the open message's entries so far
+
+    def add_logprob(self, entry: dict) -> None:
+        """A token's logprobs entry (openai_routes.logprob_entry), before its text's delta; message text only keeps
+        them (reasoning and tool-call tokens have none in the reference)."""
+        self._pending.append(entry)
 
     @property
     def reasoning(self) -> str:
@@ -31,6 +39,7 @@ class OutputItems:
         if d.kind in ("reasoning", "content"):
             return self._add_text("reasoning" if d.kind == "reasoning" else "message", d.text)
         if d.kind == "tool_start":
+            self._pending.clear()
             item = {"id": new_id("fc"), "type": "function_call", "status": "in_progress", "call_id": d.call_id,
                     "name": d.name, "arguments": ""}
             return self.close() + [self._added(item)]
@@ -53,11 +62,14 @@ class OutputItems:
             reasoning = item["type"] == "reasoning"
             part = {"type": "reasoning_text", "text": self._text} if reasoning else \
                 {"type": "output_text", "text": self._text, "annotations": []}
+            if not reasoning and self.with_logprobs:
+                part["logprobs"] = self._logprobs + self._pending
+            self._pending, self._logprobs = [], []
             item["content"] = [part]
             done = self._event("response.reasoning_text.done" if reasoning else "response.output_text.done",
                                content_index=0, text=self._text)
             if not reasoning:
-                done["logprobs"] = []
+                done["logprobs"] = part.get("logprobs", [])
             events += [done, self._event("response.content_part.done", content_index=0, part=copy.deepcopy(part))]
         item["status"] = status
         events.append({"type": "response.output_item.done", "output_index": len(self.items) - 1,
@@ -92,10 +104,13 @@ class OutputItems:
                 part = {"type": "output_text", "text": "", "annotations": []}
             events += [self._added(item), self._event("response.content_part.added", content_index=0, part=part)]
         self._text += text
+        entries, self._pending = self._pending, []
         if kind == "reasoning":
             events.append(self._event("response.reasoning_text.delta", content_index=0, delta=text))
         else:
-            events.append(self._event("response.output_text.delta", content_index=0, delta=text, logprobs=[]))
+            entries = entries if self.with_logprobs else []
+            self._logprobs += entries
+            events.append(self._event("response.output_text.delta", content_index=0, delta=text, logprobs=entries))
         return events
 
 

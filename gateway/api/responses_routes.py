@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from gateway.api.chat_job import ChatService, Final
-from gateway.api.openai_routes import collect_answer
+from gateway.api.chat_job import ChatService, Final, TokenLogprob
+from gateway.api.openai_routes import collect_answer, logprob_entry
 from gateway.api.responses_input import output_messages, to_job
 from gateway.api.responses_models import ResponsesRequest
 from gateway.api.responses_output import OutputItems, new_id, response_object
@@ -57,13 +57,20 @@ STORE = web.AppKey("responses", ResponseStore)
 class _Answer:
     """One request's state: the output items, and the response object at any point."""
 
-    def __init__(self, request: web.Request, req: ResponsesRequest, conversation: list[dict]):
+    def __init__(self, request: web.Request, req: ResponsesRequest, conversation: list[dict], job_logprobs: bool):
         self.request = request
         self.req = req
         self.conversation = conversation
         self.id = new_id("resp")
         self.created_at = int(time.time())
-        self.out = OutputItems()
+        self.out = OutputItems(with_logprobs=job_logprobs)
+
+    def add(self, item) -> list[dict]:
+        """A delta's stream events; a token's logprobs wait for its text (they ride on its delta)."""
+        if isinstance(item, TokenLogprob):
+            self.out.add_logprob(logprob_entry(self.request.app[SERVICE], item))
+            return []
+        return self.out.add(item)
 
     def body(self, final: Final | None = None) -> dict:
         reasoning = self.out.reasoning
@@ -96,7 +103,7 @@ async def create(request: web.Request) -> web.StreamResponse:
     req = ResponsesRequest.model_validate(await read_json(request))
     service: ChatService = request.app[SERVICE]
     job, conversation = to_job(req, _history(request, req), request.app[SETTINGS].sampling_defaults)
-    answer = _Answer(request, req, conversation)
+    answer = _Answer(request, req, conversation, job.logprobs is not None)
     try:
         async with service.with_images(job) as with_images:
             if with_images is not None:
@@ -124,7 +131,7 @@ def _json(body: dict) -> web.Response:
 
 
 async def _complete(answer: _Answer, run) -> web.Response:
-    final = await collect_answer(answer.request, run, answer.out.add)
+    final = await collect_answer(answer.request, run, answer.add)
     return _json(answer.finish(final)[1])
 
 
@@ -150,7 +157,7 @@ async def _stream(answer: _Answer, run) -> web.StreamResponse:
                     kind = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
                     await send({"type": kind, "response": body})
                 else:
-                    for event in answer.out.add(item):
+                    for event in answer.add(item):
                         await send(event)
     except ApiError as e:
         await send({"type": "error", "code": e.code or e.openai_type, "message": e.message, "param": e.param})

@@ -1,10 +1,10 @@
 """POST /v1/responses (and GET /v1/responses/{id}) through the official openai SDK against the real gateway, engine
 and tiny real-vocabulary model: string and list input, instructions, the stream's event order, stream = non-stream,
-max_output_tokens → incomplete, function_call items rendered as chat tool calls, previous_response_id, store false,
-400s (unknown previous response, built-in tools, malformed JSON, too long, pictures without vision), a client
-leaving mid-stream, an error event when the engine dies mid-stream; the Delta → output item mapping as a unit; a
-real tool round trip on the demo model. Prompt sizes are compared with /v1/chat/completions for the same
-conversation: the one rendering path makes them equal."""
+max_output_tokens → incomplete, the answer text's logprobs, function_call items rendered as chat tool calls,
+previous_response_id, store false, 400s (unknown previous response, built-in tools, malformed JSON, too long,
+pictures without vision), a client leaving mid-stream, an error event when the engine dies mid-stream; the Delta →
+output item mapping as a unit; a real tool round trip on the demo model. Prompt sizes are compared with
+/v1/chat/completions for the same conversation: the one rendering path makes them equal."""
 from __future__ import annotations
 
 import json
@@ -306,11 +306,6 @@ def test_bad_requests(oai, gateway):
     assert r.status_code == 400 and r.json()["error"]["param"] == "max_output_tokens"
     r = requests.post(url, json={"input": []}, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["param"] == "input"
-    for body, param in (({"top_logprobs": 3}, "top_logprobs"), ({"include": ["message.output_text.logprobs"]},
-                                                                   "include")):
-        r = requests.post(url, json={"input": "Hi", **body}, timeout=30)
-        assert r.status_code == 400 and r.json()["error"]["param"] == param
-        assert "logprobs are not supported" in r.json()["error"]["message"]
     for stream in (False, True):    # too long: a 400 before any event, nothing cut
         r = requests.post(url, json={"input": "word " * 3000, "max_output_tokens": 4, "stream": stream}, timeout=60)
         assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
@@ -321,6 +316,32 @@ def test_bad_requests(oai, gateway):
         timeout=30)
     assert r.status_code == 400 and "started without image support" in r.json()["error"]["message"]
     assert oai.responses.create(model="m", input="Hi", max_output_tokens=1).status == "incomplete"
+
+
+def test_logprobs_of_the_answer_text(oai):
+    """include message.output_text.logprobs + top_logprobs: the message's output_text part carries one entry per
+    answer token, the stream's deltas carry the same entries, and they equal chat completions' for the same
+    conversation (one engine, greedy)."""
+    kw = dict(model="m", input="Tell me about the sea", max_output_tokens=6, reasoning={"effort": "none"},
+              include=["message.output_text.logprobs"], top_logprobs=2)
+    r = oai.responses.create(**kw)
+    part = r.output[-1].content[0]
+    assert r.output[-1].type == "message" and len(part.logprobs) == r.usage.output_tokens == 6
+    assert all(len(e.top_logprobs) == 2 and e.top_logprobs[0].token == e.token for e in part.logprobs)
+    streamed, done = [], None
+    for event in oai.responses.create(**kw, stream=True):
+        if event.type == "response.output_text.delta":
+            streamed += event.logprobs
+        elif event.type in ("response.completed", "response.incomplete"):   # incomplete: cut at 6 tokens
+            done = event.response
+    entries = [(e.token, round(e.logprob, 5)) for e in part.logprobs]
+    assert [(e.token, round(e.logprob, 5)) for e in streamed] == entries
+    assert [(e.token, round(e.logprob, 5)) for e in done.output[-1].content[0].logprobs] == entries
+    chat = oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "Tell me about the sea"}],
+                                       max_tokens=6, reasoning_effort="none", logprobs=True, top_logprobs=2)
+    assert [(e.token, round(e.logprob, 5)) for e in chat.choices[0].logprobs.content] == entries
+    assert oai.responses.create(**{**kw, "include": None, "top_logprobs": None}).output[-1].content[0].logprobs \
+        in (None, [])
 
 
 def test_client_leaving_mid_stream_stops_the_engine(start_gateway):
