@@ -3,7 +3,8 @@
 # 1,024, the public project's PC prefill uses chunks up to 8,192): `strata generate` on the synthetic model with a
 # PROMPT-token prompt at each chunk size in CHUNKS, gpu (every expert on the GPU) and pc12 (4,100 slots, 6 CPU
 # workers: every chunk streams the missed experts over PCIe, ~28 GB a chunk), with the GPU's peak memory use
-# (nvidia-smi every 100 ms) so the activations' share of a 12 GB card can be read off. Writes $OUT/chunks/*.log and
+# (nvidia-smi every 100 ms) and the engine's count of the prompt's activations and scratch (`memory:` of
+# `strata generate`), so the activations' share of a 12 GB card can be read off. Writes $OUT/chunks/*.log and
 # summary.txt; about PROMPT / 600 s + 10 s a run.
 # usage: bash tests/gpu/prefill_chunks.sh BUILD_DIR [SYN_MODEL]
 set -u -o pipefail
@@ -31,7 +32,8 @@ for setting in gpu pc12; do
     echo "rc $?" >> "$log"
     kill $SMI 2>/dev/null; wait $SMI 2>/dev/null
     peak=$(sort -n "$OUT/mem_${setting}_$chunk.txt" | tail -1)
-    echo "$setting chunk $chunk: $(grep -E '^prompt:' "$log" | cut -d';' -f1) peak GPU memory ${peak:-?} MiB $(tail -1 "$log")" \
-        | tee -a "$OUT/summary.txt"
+    # `memory:` is the engine's own count of the prompt's activations and op scratch (its device pool's live peak)
+    echo "$setting chunk $chunk: $(grep -E '^prompt:' "$log" | cut -d';' -f1) peak GPU memory ${peak:-?} MiB;" \
+        "$(grep -E '^memory:' "$log" | cut -d';' -f1) $(tail -1 "$log")" | tee -a "$OUT/summary.txt"
   done
 done

@@ -56,6 +56,15 @@ public:
     // Memory of the backend's device, in floats.
     virtual float* alloc(size_t n) = 0;
     virtual void release(float* p) = 0;
+    // Bytes taken through alloc() (on CUDA also the ops' own scratch; not the weights, not captured graphs' own
+    // scratch): held now, the most held since reset_memory_peak(), and what the backend keeps reserved for them (a
+    // caching pool's blocks, free ones included). What a prompt chunk's activations need: `strata generate` prints it.
+    // -1: not counted by this backend.
+    struct MemoryUse {
+        int64_t live = -1, peak = -1, reserved = -1;
+    };
+    virtual MemoryUse memory_use() const { return {}; }
+    virtual void reset_memory_peak() {}
     virtual void to_device(float* dst, const float* host, size_t n) = 0;
     virtual void to_host(float* host, const float* src, size_t n) = 0;
     virtual void fill(float* x, float value, size_t n) = 0;
@@ -96,6 +105,7 @@ public:
     // X[t, s·H + j] = e[t, j] for every stream s.
     virtual void repeat_streams(const float* e, int T, int n, int H, float* X) = 0;
     // PLE gate: γ_s = <K_s, Q_s>/√H, γ ← sign(γ)·√max(|γ|, 1e-6); gv[t, s·H + j] = σ(γ_s) · v[t, j].
+    // gv may be K or Q: each (t, s) row is read whole before that row of gv is written.
     virtual void ple_gate(const float* K, const float* Q, const float* v, int T, int n, int H, float* gv) = 0;
     // Hyper-connection read, after the norm and the mix weights: u[t] = (1/n) Σ_s m[t, s·H + j] · xn[t, s·H + j].
     virtual void hyper_mix(const float* xn, const float* m, int T, int n, int H, float* u) = 0;

@@ -57,6 +57,8 @@ public:
     // goes back when the run is flushed (the recorded ops still use it).
     float* alloc(size_t n) override;
     void release(float* p) override;
+    MemoryUse memory_use() const override { return inner_->memory_use(); }
+    void reset_memory_peak() override { inner_->reset_memory_peak(); }
     void to_device(float* dst, const float* host, size_t n) override;
     void to_host(float* host, const float* src, size_t n) override;
     void fill(float* x, float value, size_t n) override;

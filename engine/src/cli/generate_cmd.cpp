@@ -151,8 +151,11 @@ int generate_command(int argc, char** argv) {
                                                 read_image_embeddings(o.str("--images"), gen.embedding_width()),
                                                 o.str("--images")));
     }
+    be->reset_memory_peak();
+    const Backend::MemoryUse mem0 = be->memory_use();
     const float* logits = gen.append(prompt, nullptr, nullptr);
     auto t1 = clock::now();
+    const Backend::MemoryUse mem1 = be->memory_use();
     const Backend::ExpertCacheCounts c1 = be->expert_cache_counts();
     if (o.has("--mtp-logits-out")) {
         std::vector<float> draft = gen.mtp_logits_of_session();
@@ -197,6 +200,11 @@ int generate_command(int argc, char** argv) {
                  prompt.size(), pp_s, prompt.size() / std::max(pp_s, 1e-9), out.size(), tg_s,
                  out.size() > 1 ? (out.size() - 1) / std::max(tg_s, 1e-9) : 0.0, be->name(),
                  cpu ? (", " + std::to_string(cpu->n_threads()) + " threads").c_str() : "");
+    if (mem1.peak >= 0)   // what a prompt chunk needs beyond the session (bench and tests/gpu/prefill_chunks.sh)
+        std::fprintf(stderr, "memory: the prompt's activations and scratch peaked %.1f MiB above the %.1f MiB held "
+                     "before it (chunks of %d tokens); %.1f MiB reserved for them after it\n",
+                     (mem1.peak - mem0.live) / 1048576.0, mem0.live / 1048576.0, gen.chunk_tokens(),
+                     mem1.reserved / 1048576.0);
     if (const PleReader* ple = model.ple_reader()) {
         const PleReader::Stats st = ple->stats();
         std::fprintf(stderr, "PLE table: %lld passes asked %lld rows, %lld distinct rows found in the row cache "

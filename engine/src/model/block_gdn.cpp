@@ -12,16 +12,20 @@ void Backend::gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, 
     Backend& be = *this;
     const int nk = s.nk, nv = s.nv, d = s.d;
     const int kd = nk * d, vd = nv * d, cd = 2 * kd + vd;
-    Scratch qkv(be, (size_t)T * cd), conv(be, (size_t)T * cd), z(be, (size_t)T * vd);
+    Scratch qkv(be, (size_t)T * cd), conv(be, (size_t)T * cd);
     Scratch beta(be, (size_t)T * nv), g(be, (size_t)T * nv);
     be.matmul(w.qkv, u, T, qkv);
-    be.matmul(w.gate, u, T, z);
     be.matmul(w.beta, u, T, beta);
     be.matmul(w.alpha, u, T, g);
 
     be.causal_conv(qkv, T, cd, w.conv1d, s.conv_kernel, 1, conv_hist, conv);
     be.unary(Unary::silu, conv, (size_t)T * cd, 1.0f, conv);
-    Scratch q(be, (size_t)T * kd), k(be, (size_t)T * kd), v(be, (size_t)T * vd);
+    // q, k, v (T·kd + T·kd + T·vd = T·cd) take qkv's memory, which the conv has consumed; o then takes conv's, and
+    // the output gate z takes qkv's after the recurrence. A prompt chunk's activations are what bounds its size on
+    // a small card (bench/results/2026-12-05-vm-prompt-memory).
+    float* q = qkv;
+    float* k = q + (size_t)T * kd;
+    float* v = k + (size_t)T * kd;
     be.slice_cols(conv, T, cd, 0, kd, q);
     be.slice_cols(conv, T, cd, kd, kd, k);
     be.slice_cols(conv, T, cd, 2 * kd, vd, v);
@@ -33,10 +37,12 @@ void Backend::gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, 
     be.unary(Unary::softplus, g, (size_t)T * nv, 1.0f, g);
     be.mul_row(g, T, nv, w.a);                                       // g = −exp(A_log)·softplus(a + dt_bias) ≤ 0
 
-    Scratch o(be, (size_t)T * vd);
+    float* o = conv;
     be.gdn_recurrent(q, k, v, g, beta, T, nk, nv, d, d, S, o);
 
     // Gated RMSNorm per value head: norm(o)·w·σ(z)
+    float* z = qkv;
+    be.matmul(w.gate, u, T, z);
     be.rms_norm(o, &w.norm, T, vd, d, s.rms_eps, o);
     be.unary(Unary::sigmoid, z, (size_t)T * vd, 1.0f, z);
     be.mul(o, z, (size_t)T * vd, o);

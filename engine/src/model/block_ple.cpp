@@ -71,17 +71,21 @@ void ple_block(Backend& be, const Hparams& hp, const PleWeights& w, PleReader& r
     Scratch e(be, (size_t)T * Dp);
     be.to_device(e, e_host.data(), e_host.size());
 
-    Scratch K(be, (size_t)T * nH), v(be, (size_t)T * H), Q(be, (size_t)T * nH), gv(be, (size_t)T * nH),
-        gvn(be, (size_t)T * nH), c(be, (size_t)T * nH);
+    // Two [T, n·H] buffers besides X (a prompt chunk's largest activations: 40 KB a token each for the published
+    // shape): gv overwrites Q (ple_gate allows it), gvn takes K's memory, and c takes gv's once X holds gv.
+    Scratch K(be, (size_t)T * nH), v(be, (size_t)T * H), Q(be, (size_t)T * nH);
     be.matmul(w.key, e, T, K);
     be.rms_norm(K, &w.norm_key, T, nH, H, hp.rms_eps, K);
     be.matmul(w.value, e, T, v);
     be.rms_norm(X, &w.norm_query, T, nH, H, hp.rms_eps, Q);
+    float* gv = Q;
     be.ple_gate(K, Q, v, T, n, H, gv);
+    float* gvn = K;
     be.rms_norm(gv, &w.norm_conv, T, nH, H, hp.rms_eps, gvn);
+    be.add(X, gv, (size_t)T * nH);
+    float* c = gv;
     be.causal_conv(gvn, T, nH, w.conv1d, hp.ple_conv_kernel, hp.ple_ngram, st.ple_hist, c);
     be.unary(Unary::silu, c, (size_t)T * nH, 1.0f, c);
-    be.add(X, gv, (size_t)T * nH);
     be.add(X, c, (size_t)T * nH);
 }
 

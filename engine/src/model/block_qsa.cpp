@@ -70,7 +70,8 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
         }
     }
 
-    Scratch o(be, (size_t)T * nh * hd);
+    float* o = qg;   // [T, nh·hd] in qg's memory ([T, nh·2·hd]), dead since the deinterleave: a prompt chunk's
+                     // activations bound its size on a small card (bench/results/2026-12-05-vm-prompt-memory)
     if (select) {
         // Query t: kb·cr chosen keys plus the tail past its complete blocks, or all M keys within the budget.
         std::vector<int32_t> off(T + 1, 0);

@@ -71,20 +71,23 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
     // positions reach the device as data, so one graph serves every step of the same shape. The scratch is taken
     // inside the graph's scope (GraphBackend hands the same addresses to every pass of a shape).
     GraphScope graph(be_, T <= kGraphMaxTokens);
-    Scratch e(be_, (size_t)T * H), X(be_, (size_t)T * nH), u(be_, (size_t)T * H), y(be_, (size_t)T * H),
+    Scratch X(be_, (size_t)T * nH), u(be_, (size_t)T * H), y(be_, (size_t)T * H),
         inj(be_, (size_t)T * n), logits(be_, std::max<size_t>(1, (size_t)logit_rows * hp_.n_vocab)), d_ids(be_, T),
         d_pos(be_, T), d_pos3(be_, mm ? (size_t)3 * T : 1), choice(be_, std::max(1, logit_rows));
     const int32_t* pos_dev = upload_ints(be_, d_pos, pos);
-    be_.embed(w_.token_embd, upload_ints(be_, d_ids, std::vector<int32_t>(ids, ids + T)), T, e);
-    if (media && media->rows)   // image rows replace the placeholders' embeddings (runs of consecutive rows at once)
-        for (int t = 0; t < T;) {
-            if (!media->rows[t]) { ++t; continue; }
-            int k = 1;
-            while (t + k < T && media->rows[t + k] == media->rows[t] + (size_t)k * H) ++k;
-            be_.to_device(e + (size_t)t * H, media->rows[t], (size_t)k * H);
-            t += k;
-        }
-    be_.repeat_streams(e, T, n, H, X);
+    {
+        Scratch e(be_, (size_t)T * H);   // the embeddings: needed only until they fill the streams
+        be_.embed(w_.token_embd, upload_ints(be_, d_ids, std::vector<int32_t>(ids, ids + T)), T, e);
+        if (media && media->rows)   // image rows replace the placeholders' embeddings (runs of consecutive rows)
+            for (int t = 0; t < T;) {
+                if (!media->rows[t]) { ++t; continue; }
+                int k = 1;
+                while (t + k < T && media->rows[t + k] == media->rows[t] + (size_t)k * H) ++k;
+                be_.to_device(e + (size_t)t * H, media->rows[t], (size_t)k * H);
+                t += k;
+            }
+        be_.repeat_streams(e, T, n, H, X);
+    }
     QsaRope mrope;
     if (mm) {
         mrope.pos3 = upload_ints(be_, d_pos3, pos3);

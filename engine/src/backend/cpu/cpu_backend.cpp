@@ -67,11 +67,34 @@ void CpuBackend::rows_dot(GgmlType type, int64_t n, const uint8_t* w, size_t row
 }
 
 float* CpuBackend::alloc(size_t n) {
-    float* p = static_cast<float*>(platform::aligned_alloc_bytes(64, std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64)));
+    const size_t bytes = std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64);
+    float* p = static_cast<float*>(platform::aligned_alloc_bytes(64, bytes));
     STRATA_CHECK(p, "out of memory allocating ", n * sizeof(float), " bytes");
+    std::lock_guard lock(alloc_mu_);
+    alloc_bytes_[p] = bytes;
+    alloc_live_ += (int64_t)bytes;
+    alloc_peak_ = std::max(alloc_peak_, alloc_live_);
     return p;
 }
-void CpuBackend::release(float* p) { platform::aligned_free(p); }
+void CpuBackend::release(float* p) {
+    if (!p) return;
+    {
+        std::lock_guard lock(alloc_mu_);
+        auto it = alloc_bytes_.find(p);
+        STRATA_CHECK(it != alloc_bytes_.end(), "release of memory this backend did not allocate");
+        alloc_live_ -= (int64_t)it->second;
+        alloc_bytes_.erase(it);
+    }
+    platform::aligned_free(p);
+}
+Backend::MemoryUse CpuBackend::memory_use() const {
+    std::lock_guard lock(alloc_mu_);
+    return {alloc_live_, alloc_peak_, alloc_live_};
+}
+void CpuBackend::reset_memory_peak() {
+    std::lock_guard lock(alloc_mu_);
+    alloc_peak_ = alloc_live_;
+}
 void CpuBackend::to_device(float* dst, const float* host, size_t n) { std::memcpy(dst, host, n * sizeof(float)); }
 void CpuBackend::to_host(float* host, const float* src, size_t n) { std::memcpy(host, src, n * sizeof(float)); }
 void CpuBackend::fill(float* x, float value, size_t n) { std::fill(x, x + n, value); }

@@ -2,6 +2,7 @@
 // through the block-format dot products of quant/ and work split across a ThreadPool by output rows.
 #pragma once
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 
@@ -28,6 +29,8 @@ public:
 
     float* alloc(size_t n) override;
     void release(float* p) override;
+    MemoryUse memory_use() const override;
+    void reset_memory_peak() override;
     void to_device(float* dst, const float* host, size_t n) override;
     void to_host(float* host, const float* src, size_t n) override;
     void fill(float* x, float value, size_t n) override;
@@ -86,6 +89,9 @@ private:
     std::string routing_out_path_;
     std::unique_ptr<RoutingProfile> routing_out_;
     std::unordered_map<const void*, int> moe_layer_by_data_;
+    mutable std::mutex alloc_mu_;                      // alloc / release may come from more than one thread
+    std::unordered_map<const float*, size_t> alloc_bytes_;
+    int64_t alloc_live_ = 0, alloc_peak_ = 0;
 };
 
 // Reads a small weight (norm vector, bias, conv taps) as f32, whatever its stored type.

@@ -301,6 +301,12 @@ void CudaBackend::prepare_weights_extra(const LayerWeights& block, const NextnWe
     for (const Weight* w : {&nextn.enorm, &nextn.hnorm, &nextn.head.norm}) f32(*w);
 }
 
+Backend::MemoryUse CudaBackend::memory_use() const {
+    const cuda::DevicePool& p = impl_->pool;
+    return {(int64_t)p.live_bytes(), (int64_t)p.peak_bytes(), (int64_t)p.held_bytes()};
+}
+void CudaBackend::reset_memory_peak() { impl_->pool.reset_peak(); }
+
 // Inside a capture only ops allocate (Backend's default compositions): from the graph's own scratch.
 float* CudaBackend::alloc(size_t n) { return static_cast<float*>(impl_->scratch->get(std::max<size_t>(n, 1) * sizeof(float))); }
 void CudaBackend::release(float* p) {

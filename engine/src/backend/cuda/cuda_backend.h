@@ -52,6 +52,8 @@ public:
 
     float* alloc(size_t n) override;
     void release(float* p) override;
+    MemoryUse memory_use() const override;   // the main scratch pool (prompt chunks; decode graphs hold their own)
+    void reset_memory_peak() override;
     void to_device(float* dst, const float* host, size_t n) override;
     void to_host(float* host, const float* src, size_t n) override;
     void fill(float* x, float value, size_t n) override;

@@ -1,6 +1,8 @@
 // DevicePool: sizes are rounded to one of 8 steps per power of two so that blocks of similar sizes are shared.
 #include "backend/cuda/device_pool.h"
 
+#include <algorithm>
+
 #include "backend/cuda/cuda_check.h"
 
 namespace strata::cuda {
@@ -26,6 +28,7 @@ void* DevicePool::get(size_t bytes) {
     if (it != free_.end() && it->first <= size + size / 4) {
         void* p = it->second;
         live_[p] = it->first;
+        note_live(it->first);
         free_.erase(it);
         return p;
     }
@@ -41,7 +44,13 @@ void* DevicePool::get(size_t bytes) {
              held_, " bytes");
     live_[p] = size;
     held_ += size;
+    note_live(size);
     return p;
+}
+
+void DevicePool::note_live(size_t bytes) {
+    live_bytes_ += bytes;
+    peak_ = std::max(peak_, live_bytes_);
 }
 
 void DevicePool::put(void* p) {
@@ -49,6 +58,7 @@ void DevicePool::put(void* p) {
     auto it = live_.find(p);
     STRATA_CHECK(it != live_.end(), "cuda: release of a pointer the pool did not hand out");
     free_.emplace(it->second, p);
+    live_bytes_ -= it->second;
     live_.erase(it);
 }
 
