@@ -106,8 +106,9 @@ class _Messages:
             if not item.call_id or not item.name:
                 raise BadRequest(f"{where}: a function_call item needs call_id and name", param=where)
             args = item.arguments if item.arguments is not None else "{}"
+            name = qualified(item.namespace, item.name)
             self._turn().setdefault("tool_calls", []).append(
-                {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": args}})
+                {"id": item.call_id, "type": "function", "function": {"name": name, "arguments": args}})
         elif kind == "function_call_output":
             if not item.call_id:
                 raise BadRequest(f"{where}: a function_call_output item needs call_id", param=f"{where}.call_id")
@@ -138,18 +139,44 @@ def input_messages(items: str | list[InputItem] | None) -> list[dict]:
     return out.messages
 
 
+def qualified(namespace: str | None, name: str) -> str:
+    """The chat tool name of a function inside a namespace tool (`namespace.name`): what the model sees and calls."""
+    return f"{namespace}.{name}" if namespace else name
+
+
+def _function_tool(tool, where: str, namespace: str | None = None) -> dict:
+    if not tool.name:
+        raise BadRequest(f"{where}: a function tool needs a name", param=f"{where}.name")
+    return {"type": "function", "function": {
+        "name": qualified(namespace, tool.name), "description": tool.description or "",
+        "parameters": tool.parameters or {"type": "object", "properties": {}}}}
+
+
 def chat_tools(req: ResponsesRequest) -> list[dict]:
+    """Function tools, and the functions of namespace tools as `namespace.name`. Hosted tools this server cannot run
+    (web_search, file_search, code_interpreter, …; agents such as Codex CLI always offer some) are left out, logged:
+    the model never sees them, and the rest of the request works."""
     tools = []
     for i, tool in enumerate(req.tools or []):
-        if tool.type != "function":
-            raise BadRequest(f"tools[{i}]: tool type {tool.type!r} is not supported by this server; only function "
-                             f"tools (type 'function' with a name and parameters) are", param=f"tools[{i}].type")
-        if not tool.name:
-            raise BadRequest(f"tools[{i}]: a function tool needs a name", param=f"tools[{i}].name")
-        tools.append({"type": "function", "function": {
-            "name": tool.name, "description": tool.description or "",
-            "parameters": tool.parameters or {"type": "object", "properties": {}}}})
+        where = f"tools[{i}]"
+        if tool.type == "function":
+            tools.append(_function_tool(tool, where))
+        elif tool.type == "namespace" and tool.name:
+            for j, inner in enumerate(tool.tools or []):
+                if inner.type == "function":
+                    tools.append(_function_tool(inner, f"{where}.tools[{j}]", tool.name))
+                else:
+                    log.info("%s.tools[%d]: a %r tool is not available on this server; left out", where, j,
+                             inner.type)
+        else:
+            log.info("%s: a %r tool is not available on this server; left out", where, tool.type)
     return [] if req.tool_choice == "none" else tools
+
+
+def namespaced_tools(req: ResponsesRequest) -> dict[str, tuple[str, str]]:
+    """qualified name → (namespace, function name) of every function inside a namespace tool."""
+    return {qualified(t.name, inner.name): (t.name, inner.name) for t in req.tools or []
+            if t.type == "namespace" and t.name for inner in t.tools or [] if inner.type == "function" and inner.name}
 
 
 def to_job(req: ResponsesRequest, history: list[dict], sampling_defaults: dict | None = None

@@ -20,6 +20,7 @@ class InputItem(Lenient):
     output: str | list[dict[str, Any]] | None = None
     summary: list[dict[str, Any]] | None = None
     id: str | None = None
+    namespace: str | None = None                 # a function_call of a tool inside a namespace tool
 
 
 class ResponsesTool(Lenient):
@@ -28,6 +29,7 @@ class ResponsesTool(Lenient):
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    tools: list[ResponsesTool] | None = None     # type "namespace": its function tools
 
 
 class TextConfig(Lenient):

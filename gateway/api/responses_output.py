@@ -18,8 +18,9 @@ def new_id(prefix: str) -> str:
 class OutputItems:
     """add() and close() return the stream events (without sequence_number) of what they did to the items."""
 
-    def __init__(self, with_logprobs: bool = False):
+    def __init__(self, with_logprobs: bool = False, namespaced: dict[str, tuple[str, str]] | None = None):
         self.items: list[dict] = []
+        self.namespaced = namespaced or {}    # responses_input.namespaced_tools: calls carry their namespace
         self._open: dict | None = None
         self._text = ""               # the open reasoning or message item's text so far
         self.with_logprobs = with_logprobs
@@ -42,6 +43,8 @@ class OutputItems:
             self._pending.clear()
             item = {"id": new_id("fc"), "type": "function_call", "status": "in_progress", "call_id": d.call_id,
                     "name": d.name, "arguments": ""}
+            if d.name in self.namespaced:
+                item["namespace"], item["name"] = self.namespaced[d.name]
             return self.close() + [self._added(item)]
         if d.kind == "tool_args" and self._is_open("function_call"):
             self._open["arguments"] += d.text

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from gateway.api.chat_job import ChatService, Final, TokenLogprob
 from gateway.api.openai_routes import collect_answer, logprob_entry
-from gateway.api.responses_input import output_messages, to_job
+from gateway.api.responses_input import namespaced_tools, output_messages, to_job
 from gateway.api.responses_models import ResponsesRequest
 from gateway.api.responses_output import OutputItems, new_id, response_object
 from gateway.errors import ApiError, BadRequest, ContextTooLong, NotFound, read_json
@@ -63,7 +63,7 @@ class _Answer:
         self.conversation = conversation
         self.id = new_id("resp")
         self.created_at = int(time.time())
-        self.out = OutputItems(with_logprobs=job_logprobs)
+        self.out = OutputItems(with_logprobs=job_logprobs, namespaced=namespaced_tools(req))
 
     def add(self, item) -> list[dict]:
         """A delta's stream events; a token's logprobs wait for its text (they ride on its delta)."""
