@@ -66,35 +66,33 @@ void CpuBackend::rows_dot(GgmlType type, int64_t n, const uint8_t* w, size_t row
     }
 }
 
+// Each block starts with a 64-byte header holding its size (the counts of memory_use() without a map or a lock).
+constexpr size_t kAllocHeader = 64;
+
 float* CpuBackend::alloc(size_t n) {
     const size_t bytes = std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64);
-    float* p = static_cast<float*>(platform::aligned_alloc_bytes(64, bytes));
-    STRATA_CHECK(p, "out of memory allocating ", n * sizeof(float), " bytes");
-    std::lock_guard lock(alloc_mu_);
-    alloc_bytes_[p] = bytes;
-    alloc_live_ += (int64_t)bytes;
-    alloc_peak_ = std::max(alloc_peak_, alloc_live_);
-    return p;
+    auto* base = static_cast<uint8_t*>(platform::aligned_alloc_bytes(64, kAllocHeader + bytes));
+    STRATA_CHECK(base, "out of memory allocating ", n * sizeof(float), " bytes");
+    std::memcpy(base, &bytes, sizeof bytes);
+    const int64_t live = alloc_live_.fetch_add((int64_t)bytes, std::memory_order_relaxed) + (int64_t)bytes;
+    for (int64_t peak = alloc_peak_.load(std::memory_order_relaxed);
+         live > peak && !alloc_peak_.compare_exchange_weak(peak, live, std::memory_order_relaxed);) {
+    }
+    return reinterpret_cast<float*>(base + kAllocHeader);
 }
 void CpuBackend::release(float* p) {
     if (!p) return;
-    {
-        std::lock_guard lock(alloc_mu_);
-        auto it = alloc_bytes_.find(p);
-        STRATA_CHECK(it != alloc_bytes_.end(), "release of memory this backend did not allocate");
-        alloc_live_ -= (int64_t)it->second;
-        alloc_bytes_.erase(it);
-    }
-    platform::aligned_free(p);
+    uint8_t* base = reinterpret_cast<uint8_t*>(p) - kAllocHeader;
+    size_t bytes;
+    std::memcpy(&bytes, base, sizeof bytes);
+    alloc_live_.fetch_sub((int64_t)bytes, std::memory_order_relaxed);
+    platform::aligned_free(base);
 }
 Backend::MemoryUse CpuBackend::memory_use() const {
-    std::lock_guard lock(alloc_mu_);
-    return {alloc_live_, alloc_peak_, alloc_live_};
+    const int64_t live = alloc_live_.load(std::memory_order_relaxed);
+    return {live, alloc_peak_.load(std::memory_order_relaxed), live};
 }
-void CpuBackend::reset_memory_peak() {
-    std::lock_guard lock(alloc_mu_);
-    alloc_peak_ = alloc_live_;
-}
+void CpuBackend::reset_memory_peak() { alloc_peak_.store(alloc_live_.load(std::memory_order_relaxed)); }
 void CpuBackend::to_device(float* dst, const float* host, size_t n) { std::memcpy(dst, host, n * sizeof(float)); }
 void CpuBackend::to_host(float* host, const float* src, size_t n) { std::memcpy(host, src, n * sizeof(float)); }
 void CpuBackend::fill(float* x, float value, size_t n) { std::fill(x, x + n, value); }

@@ -1,8 +1,8 @@
 // The CPU backend: the reference implementation of every Backend op (plain f32 loops), with matrix products
 // through the block-format dot products of quant/ and work split across a ThreadPool by output rows.
 #pragma once
+#include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
@@ -89,9 +89,7 @@ private:
     std::string routing_out_path_;
     std::unique_ptr<RoutingProfile> routing_out_;
     std::unordered_map<const void*, int> moe_layer_by_data_;
-    mutable std::mutex alloc_mu_;                      // alloc / release may come from more than one thread
-    std::unordered_map<const float*, size_t> alloc_bytes_;
-    int64_t alloc_live_ = 0, alloc_peak_ = 0;
+    std::atomic<int64_t> alloc_live_{0}, alloc_peak_{0};   // bytes handed out by alloc() (memory_use)
 };
 
 // Reads a small weight (norm vector, bias, conv taps) as f32, whatever its stored type.
