@@ -11,7 +11,7 @@ from aiohttp import web
 
 from gateway.api.anthropic_models import Block, CountTokensRequest, MessagesRequest
 from gateway.api.chat_job import ChatJob, ChatService, Final
-from gateway.api.openai_routes import collect_answer
+from gateway.api.openai_routes import collect_answer, json_answer
 from gateway.api.sampling import DEFAULT_FIELDS, gen_keys, with_defaults
 from gateway.errors import ApiError, read_json
 from gateway.keys import MODEL_NAME, SERVICE, SETTINGS
@@ -220,7 +220,7 @@ async def _complete(request: web.Request, answer, msg_id: str) -> web.Response:
     final = await collect_answer(request, answer, blocks.add)
     blocks.close()
     body = _message(request, msg_id, blocks.blocks, _stop_reason(final), _usage(final), final.stop_sequence)
-    return web.json_response(body, dumps=lambda o: json.dumps(o, ensure_ascii=False))
+    return json_answer(body)
 
 
 async def _stream(request: web.Request, answer, msg_id: str, prompt_tokens: int) -> web.StreamResponse:

@@ -73,6 +73,11 @@ def logprob_entry(service: ChatService, item: TokenLogprob) -> dict:
     return {**piece(item.id, item.logprob), "top_logprobs": [piece(i, lp) for i, lp in item.top]}
 
 
+def json_answer(body: dict) -> web.Response:
+    """A non-stream answer's JSON (text as UTF-8, not \\u escapes), for the three APIs."""
+    return web.json_response(body, dumps=lambda o: json.dumps(o, ensure_ascii=False))
+
+
 def check_connected(request: web.Request) -> None:
     if request.transport is None or request.transport.is_closing():
         raise ConnectionResetError("the client closed the connection")
@@ -100,13 +105,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     async with service.with_images(job) as with_images:
         if with_images is not None:
             answer = service.run_images(with_images, job.sampling, stop)
-            return await (_stream(request, answer, include_usage, job.logprobs is not None) if req.stream
+            return await (_stream(request, answer, include_usage) if req.stream
                           else _complete(request, answer, job.logprobs is not None))
     async with service.runner.turn() as turn:
         prepared = await service.prepare_async(job)
         answer = service.run(turn, prepared, job.sampling, stop)
         if req.stream:
-            return await _stream(request, answer, include_usage, job.logprobs is not None)
+            return await _stream(request, answer, include_usage)
         return await _complete(request, answer, job.logprobs is not None)
 
 
@@ -137,10 +142,10 @@ async def _complete(request: web.Request, answer, with_logprobs: bool) -> web.Re
     body["choices"] = [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": final.finish_reason}]
     body["usage"] = usage(final)
     body["timings"] = final.timings()
-    return web.json_response(body, dumps=lambda o: json.dumps(o, ensure_ascii=False))
+    return json_answer(body)
 
 
-async def _stream(request: web.Request, answer, include_usage: bool, with_logprobs: bool) -> web.StreamResponse:
+async def _stream(request: web.Request, answer, include_usage: bool) -> web.StreamResponse:
     sse = SSEWriter(request, request.app[SETTINGS].keepalive_s)
     env = _envelope(request, "chat.completion.chunk")
     service: ChatService = request.app[SERVICE]
@@ -148,15 +153,14 @@ async def _stream(request: web.Request, answer, include_usage: bool, with_logpro
 
     def chunk(delta: dict, finish: str | None = None) -> dict:
         logprobs = None
-        if with_logprobs and (pending or delta):
+        if pending:
             logprobs = {"content": pending[:], "refusal": None}
             pending.clear()
         return {**env, "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
 
     await sse.open()
     try:
-        await sse.send({**env, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                             "logprobs": None, "finish_reason": None}]})
+        await sse.send(chunk({"role": "assistant", "content": ""}))
         async with aclosing(answer) as items:
             async for item in items:
                 if isinstance(item, TokenLogprob):

@@ -3,7 +3,6 @@ stream (response.created … response.completed / response.incomplete), with the
 previous_response_id."""
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import OrderedDict
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from gateway.api.chat_job import ChatService, Final, TokenLogprob
-from gateway.api.openai_routes import collect_answer, logprob_entry
+from gateway.api.openai_routes import collect_answer, json_answer, logprob_entry
 from gateway.api.responses_input import namespaced_tools, output_messages, to_job
 from gateway.api.responses_models import ResponsesRequest
 from gateway.api.responses_output import OutputItems, new_id, response_object
@@ -123,16 +122,12 @@ async def retrieve(request: web.Request) -> web.Response:
     stored = request.app[STORE].get(resp_id)
     if stored is None:
         raise NotFound(f"Response with id '{resp_id}' not found.", param="id")
-    return _json(stored.body)
-
-
-def _json(body: dict) -> web.Response:
-    return web.json_response(body, dumps=lambda o: json.dumps(o, ensure_ascii=False))
+    return json_answer(stored.body)
 
 
 async def _complete(answer: _Answer, run) -> web.Response:
     final = await collect_answer(answer.request, run, answer.add)
-    return _json(answer.finish(final)[1])
+    return json_answer(answer.finish(final)[1])
 
 
 async def _stream(answer: _Answer, run) -> web.StreamResponse:
