@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "generate/sampler.h"
 
 namespace strata {
 
@@ -16,19 +17,10 @@ TokenLogprobs token_logprobs(const float* logits, int n_vocab, int32_t chosen, i
     const double log_z = mx + std::log(sum);
     TokenLogprobs out;
     out.logprob = (float)(logits[chosen] - log_z);
-    if (top_n > 0) {
-        // The n best (value desc, id asc) kept sorted in a small list: one pass over the row.
-        std::vector<std::pair<int32_t, float>>& top = out.top;
-        auto better = [](const std::pair<int32_t, float>& a, const std::pair<int32_t, float>& b) {
-            return a.second > b.second || (a.second == b.second && a.first < b.first);
-        };
-        for (int v = 0; v < n_vocab; ++v) {
-            const std::pair<int32_t, float> c{v, logits[v]};
-            if ((int)top.size() == top_n && !better(c, top.back())) continue;
-            top.insert(std::upper_bound(top.begin(), top.end(), c, better), c);
-            if ((int)top.size() > top_n) top.pop_back();
-        }
-        for (auto& [id, lp] : top) lp = (float)(lp - log_z);
+    if (top_n > 0) {   // the sampler's scan for the best candidates: value desc, ties to the lower id
+        std::vector<Candidate> best;
+        top_candidates(logits, n_vocab, {}, top_n, best);
+        for (const Candidate& c : best) out.top.emplace_back(c.id, (float)(c.logit - log_z));
     }
     return out;
 }
