@@ -17,6 +17,7 @@ static const char* kUsage =
     "                  [--threads N] [--ctx N] [--chunk N] [--logits-out F] [--ignore-eos] [--f32-activations]\n"
     "                  [--mtp MTP.gguf [--spec N] [--draft-min-p P] [--mtp-logits-out F] | --spec-lookup N]\n"
     "                  [--images EMBEDDINGS.sve] [--kv f32|f16]\n"
+    "  strata grammar-check GRAMMAR_FILE TEXT_FILE...   (docs/grammar.md: complete / prefix / rejected at byte N)\n"
     "  strata info FILE.gguf [--metadata] [--mtp MTP.gguf]   (also what --ctx and the MTP head take on the GPU)\n"
     "  strata --serve --model FILE [--backend cpu|cuda] [--threads N] [--ctx N] [--chunk N] [--mtp MTP.gguf [--spec N]]\n"
     "                 [--draft-min-p P]   (drafting stops below this head probability, default 0.5; 0 = full depth)\n"
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
     try {
         if (cmd == "generate") return strata::generate_command(argc, argv);
         if (cmd == "info") return strata::info_command(argc, argv);
+        if (cmd == "grammar-check") return strata::grammar_check_command(argc, argv);
         for (int i = 1; i < argc; ++i)
             if (std::strcmp(argv[i], "--serve") == 0) return strata::serve_command(argc, argv);
         if (cmd == "-h" || cmd == "--help") { std::fputs(kUsage, stdout); return 0; }

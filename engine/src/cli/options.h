@@ -39,6 +39,7 @@ std::unique_ptr<Backend> make_backend(const Options& o);
 
 int generate_command(int argc, char** argv);
 int info_command(int argc, char** argv);
+int grammar_check_command(int argc, char** argv);   // strata grammar-check (docs/grammar.md)
 int serve_command(int argc, char** argv);
 
 }  // namespace strata

@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "cli/options.h"
 #include "common/log.h"
+#include "generate/vocabulary.h"
 #include "model/qwen4exp_generator.h"
 #include "serve/serve_loop.h"
 
@@ -49,6 +50,7 @@ int serve_command(int argc, char** argv) {
     ServeHooks hooks;
     hooks.vision = o.has("--vision");
     hooks.info = be->info();
+    hooks.vocabulary = read_vocabulary(model.file());
     if (hooks.vision) hooks.info.push_back({"image_token_id", std::to_string(gen.image_token_id())});
     Backend* backend = be.get();
     hooks.expert_cache_counts = [backend] {

@@ -71,21 +71,52 @@ void top_candidates(const float* logits, int n_vocab, std::span<const Candidate>
     std::sort(out.begin(), out.end(), better);
 }
 
+void top_allowed(const float* logits, int n_vocab, std::span<const Candidate> penalised, int k,
+                 const TokenFilter& filter, std::vector<Candidate>& out, std::vector<Candidate>& scratch) {
+    out.clear();
+    top_candidates(logits, n_vocab, penalised, kMaxTopK, scratch);
+    for (const Candidate& c : scratch) {
+        if (static_cast<int>(out.size()) >= k) return;
+        if (filter.allows(c.id)) out.push_back(c);
+    }
+    if (static_cast<int>(out.size()) >= k || static_cast<int>(scratch.size()) >= n_vocab) return;
+    // The slow path (a grammar that wants what the model does not): every token that may be allowed, best first.
+    out.clear();
+    scratch.clear();
+    size_t p = 0;
+    for (int id = 0; id < n_vocab; ++id) {
+        float v = logits[id];
+        if (p < penalised.size() && penalised[p].id == id) v = penalised[p++].logit;
+        if (!std::isnan(v) && filter.may_allow(id)) scratch.push_back({id, v});
+    }
+    std::sort(scratch.begin(), scratch.end(), better);
+    for (const Candidate& c : scratch) {
+        if (static_cast<int>(out.size()) >= k) break;
+        if (filter.allows(c.id)) out.push_back(c);
+    }
+}
+
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), seed_(params.seed ? *params.seed : std::random_device{}() * 0x9E3779B97F4A7C15ull ^
                                                              std::random_device{}()),
       rng_(seed_) {}
 
-int32_t Sampler::sample(const float* logits, int n_vocab, std::span<const int32_t> history) {
+int32_t Sampler::sample(const float* logits, int n_vocab, std::span<const int32_t> history,
+                        const TokenFilter* filter) {
     STRATA_CHECK(n_vocab > 0, "sampler: empty logits row");
     penalise_window(logits, n_vocab, history, params_, penalised_);
-    if (params_.greedy()) {
+    const int k = params_.greedy() ? 1 : params_.top_k > 0 ? std::min(params_.top_k, kMaxTopK) : kMaxTopK;
+    if (filter) {
+        top_allowed(logits, n_vocab, penalised_, k, *filter, top_, scan_);
+        if (top_.empty()) fail("grammar: no token of the vocabulary can continue the text here");
+        if (params_.greedy()) return top_[0].id;
+    } else if (params_.greedy()) {
         if (penalised_.empty()) return argmax_first(logits, n_vocab);
         top_candidates(logits, n_vocab, penalised_, 1, top_);
         return top_[0].id;
+    } else {
+        top_candidates(logits, n_vocab, penalised_, k, top_);
     }
-    int k = params_.top_k > 0 ? std::min(params_.top_k, kMaxTopK) : kMaxTopK;
-    top_candidates(logits, n_vocab, penalised_, k, top_);
 
     // Softmax with temperature over the candidates (best first, so probs_ is descending).
     probs_.resize(top_.size());

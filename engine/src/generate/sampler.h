@@ -35,13 +35,24 @@ struct Candidate {
     float logit;  // after penalties
 };
 
+// A rule the chosen token must satisfy (a grammar): only allowed tokens are candidates, as if every other logit were
+// −∞. may_allow is a cheap test that allows implies; allows is the exact one.
+class TokenFilter {
+public:
+    virtual ~TokenFilter() = default;
+    virtual bool may_allow(int32_t id) const = 0;
+    virtual bool allows(int32_t id) const = 0;
+};
+
 class Sampler {
 public:
     explicit Sampler(const SamplingParams& params);
 
     // Picks the next token. history: every token before it (prompt + generated so far); only the last
-    // penalty_window of them matter.
-    int32_t sample(const float* logits, int n_vocab, std::span<const int32_t> history);
+    // penalty_window of them matter. With a filter, only tokens it allows are candidates (top_k of those); throws
+    // strata::Error when it allows none.
+    int32_t sample(const float* logits, int n_vocab, std::span<const int32_t> history,
+                   const TokenFilter* filter = nullptr);
 
     const SamplingParams& params() const { return params_; }
     uint64_t seed() const { return seed_; }
@@ -52,6 +63,7 @@ private:
     std::mt19937_64 rng_;  // fully specified by the standard, so draws are the same on every platform
     std::vector<Candidate> penalised_;  // scratch: tokens of the window with their penalised logits
     std::vector<Candidate> top_;        // scratch: the best candidates, best first
+    std::vector<Candidate> scan_;       // scratch: candidates before the filter
     std::vector<double> probs_;         // scratch
 };
 
@@ -59,6 +71,11 @@ private:
 // values replacing the raw ones. Exposed for tests.
 void top_candidates(const float* logits, int n_vocab, std::span<const Candidate> penalised, int k,
                     std::vector<Candidate>& out);
+
+// The k best candidates the filter allows (best first): the best 64 are tried first; when fewer than k of them are
+// allowed, every token the filter may allow, in order. Empty when it allows none. Exposed for tests.
+void top_allowed(const float* logits, int n_vocab, std::span<const Candidate> penalised, int k,
+                 const TokenFilter& filter, std::vector<Candidate>& out, std::vector<Candidate>& scratch);
 
 // Penalised logits of the distinct tokens in the last `window` tokens of history (sorted by id).
 void penalise_window(const float* logits, int n_vocab, std::span<const int32_t> history,

@@ -116,6 +116,19 @@ std::vector<int32_t> parse_ids(std::string_view field, int vocab_size) {
     return ids;
 }
 
+// grammar=<base64url of the grammar's text> (docs/grammar.md).
+std::shared_ptr<const Grammar> parse_grammar(std::string_view value) {
+    constexpr size_t kMaxGrammarBytes = size_t(1) << 20;
+    std::string text;
+    try {
+        text = decode_base64url(value);
+    } catch (const Error& e) {
+        fail("bad value for grammar (expected the grammar's text in base64url): ", e.what());
+    }
+    if (text.size() > kMaxGrammarBytes) fail("bad grammar: longer than ", kMaxGrammarBytes, " bytes");
+    return Grammar::parse(text);
+}
+
 }  // namespace
 
 Request parse_request(std::string_view line, const Limits& limits) {
@@ -147,6 +160,10 @@ Request parse_request(std::string_view line, const Limits& limits) {
         const std::string_view key = fields[i].substr(0, eq), value = fields[i].substr(eq + 1);
         if (key == "logprobs")
             req.logprobs = static_cast<int>(integer_in(key, value, 0, kMaxTopLogprobs, "an integer 0..20"));
+        else if (key == "grammar")
+            req.grammar = parse_grammar(value);
+        else if (key == "grammar_after")
+            req.grammar_after = static_cast<int32_t>(integer_in(key, value, 0, limits.vocab_size - 1, "a token id"));
         else
             apply_key(req.sampling, key, value);
     }

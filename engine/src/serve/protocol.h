@@ -2,11 +2,13 @@
 // serve_loop.cpp does the reading and writing.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "generate/grammar.h"
 #include "generate/logprobs.h"
 #include "generate/sampler.h"
 
@@ -19,6 +21,8 @@ struct Request {
     int max_new = 0;
     SamplingParams sampling;
     int logprobs = -1;            // logprobs=N: each T line carries the token's logprob and N alternatives; -1: off
+    std::shared_ptr<const Grammar> grammar;   // grammar=: the output must match it (docs/grammar.md); null: free
+    int32_t grammar_after = -1;   // grammar_after=: the grammar starts after this token is generated; -1: at once
     std::string embeddings_file;  // GENI only
     std::vector<int32_t> ids;     // the whole prompt
 };

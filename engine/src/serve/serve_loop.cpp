@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "generate/grammar_constraint.h"
 #include "generate/sampler.h"
 #include "serve/image_embeddings.h"
 #include "serve/protocol.h"
@@ -154,6 +155,12 @@ private:
                 return;
             }
         }
+        if (req.grammar && hooks_.vocabulary.empty()) {
+            const char* why = "grammar needs the model's vocabulary (tokenizer.ggml.tokens), which this model file lacks";
+            emit(serve::format_err(why));
+            log_info("serve", fmt("rejected a request: ", why));
+            return;
+        }
         serve::DoneStats done;
         done.prompt = static_cast<int>(req.ids.size());
         if (hooks_.expert_cache_counts) std::tie(done.cache_hits, done.cache_lookups) = hooks_.expert_cache_counts();
@@ -199,14 +206,20 @@ private:
         auto never = [] { return false; };
         auto quiet = [](int, int) {};
         // Drafts are verified against greedy choices only: sampling and penalties decode one token at a time, and so
-        // do requests for logprobs (each token's whole logits row is needed on the host).
+        // do requests for logprobs or with a grammar (each token's whole logits row is needed on the host).
         const bool want_logprobs = req.logprobs >= 0;
-        const bool plain_greedy = req.sampling.greedy() && !req.sampling.has_penalties() && !want_logprobs;
+        std::unique_ptr<GrammarConstraint> grammar;
+        if (req.grammar)
+            grammar = std::make_unique<GrammarConstraint>(req.grammar, hooks_.vocabulary, stop_ids_, req.grammar_after);
+        const bool plain_greedy = req.sampling.greedy() && !req.sampling.has_penalties() && !want_logprobs && !grammar;
         const bool speculate = gen_.spec_depth() > 0 && plain_greedy;
         int32_t chosen = -1;   // plain greedy without drafts: the next token, chosen by the generator (no logits)
         while (true) {
             if (cancel_requested()) { done.finish = serve::Finish::cancel; break; }
-            const int32_t token = chosen >= 0 ? chosen : sampler.sample(logits, n_vocab, history);
+            const int32_t token = chosen >= 0 ? chosen
+                                  : sampler.sample(logits, n_vocab, history,
+                                                   grammar && grammar->active() ? grammar.get() : nullptr);
+            if (grammar) grammar->accept(token);
             emit(want_logprobs ? serve::format_token(token, token_logprobs(logits, n_vocab, token, req.logprobs))
                                : serve::format_token(token));
             ++done.generated;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "generate/text_generator.h"
+#include "generate/vocabulary.h"
 
 namespace strata {
 
@@ -19,6 +20,7 @@ struct ServeHooks {
     std::function<std::pair<int64_t, int64_t>()> expert_cache_counts;   // (hits, look-ups) since start
     // Further running counters (name, value since start); DONE carries name=<the request's share> for each.
     std::function<std::vector<std::pair<std::string, double>>()> done_counters;
+    Vocabulary vocabulary;   // the tokens' bytes, for grammar requests (empty: the model file names none)
 };
 
 // Writes INFO lines and READY, then serves GEN/GENI/STOP/QUIT lines from `in` until QUIT or end of input,

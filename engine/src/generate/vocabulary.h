@@ -1,0 +1,28 @@
+// The bytes each token stands for, read from the GGUF's tokenizer.ggml.tokens / token_type (GGUF.md §3), for the
+// grammar constraint: byte-level BPE tokens are decoded through GPT-2's byte-to-character table, user-defined tokens
+// (<think>, <tool_call>, …) are their own text, control and unused tokens stand for no text.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+class GgufFile;
+
+struct Vocabulary {
+    std::vector<std::string> bytes;   // per token id
+    std::vector<uint8_t> is_text;     // 1: the token stands for bytes[id]; 0: a control/unused token
+
+    size_t size() const { return bytes.size(); }
+    bool empty() const { return bytes.empty(); }
+};
+
+// Empty when the file has no tokenizer.ggml.tokens.
+Vocabulary read_vocabulary(const GgufFile& file);
+
+// One byte-level BPE token text (GPT-2's table: bytes 0-32, 127-160 and 173 are written as U+0100 …) to its bytes;
+// false when a character is outside the table.
+bool decode_byte_level(const std::string& token, std::string& out);
+
+}  // namespace strata
