@@ -133,7 +133,6 @@ private:
             postfix(item);
             seq.push_back(std::move(item));
         }
-        if (nested && i_ >= s_.size()) bad(s_, i_, "a group '(' is not closed");
         return seq;
     }
 
