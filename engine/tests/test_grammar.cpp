@@ -2,6 +2,7 @@
 // characters split across feeds), repetition bounds, long right-recursive texts, base64url, the byte-level vocabulary
 // table, and the constraint on the sampler: the best allowed token, stops only where the text is complete, the slow
 // path past the best 64, the trigger token.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -220,6 +221,17 @@ static void test_slow_path() {
     CHECK(out.size() == 2 && out[0].id == 977 + 500 && out[1].id == 4000);
     Sampler greedy(SamplingParams{});
     CHECK(greedy.sample(logits.data(), n, {}, &f) == 977 + 500);
+    // Past the first windows of the search: 70 allowed tokens spread over the order, k = 64 of them in order.
+    f.ids.clear();
+    for (int i = 0; i < 70; ++i) f.ids.push_back(i * 71);
+    top_allowed(logits.data(), n, {}, 64, f, out, scratch);
+    CHECK(out.size() == 64);
+    for (size_t i = 1; i < out.size(); ++i)
+        CHECK(out[i - 1].logit > out[i].logit || (out[i - 1].logit == out[i].logit && out[i - 1].id < out[i].id));
+    std::vector<float> all_logits;
+    for (int32_t id : f.ids) all_logits.push_back(logits[id]);
+    std::sort(all_logits.rbegin(), all_logits.rend());
+    CHECK(out[63].logit == all_logits[63]);
 }
 
 int main() {
