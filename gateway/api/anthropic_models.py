@@ -37,8 +37,15 @@ class Thinking(Lenient):
     budget_tokens: int | None = None
 
 
+class OutputFormat(Lenient):
+    """Structured outputs (gateway/api/structured_output.py)."""
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] | bool = Field(alias="schema")
+
+
 class OutputConfig(Lenient):
     effort: str | None = None
+    format: OutputFormat | None = None
 
 
 class CountTokensRequest(Lenient):

@@ -13,6 +13,7 @@ from gateway.api.anthropic_models import Block, CountTokensRequest, MessagesRequ
 from gateway.api.chat_job import ChatJob, ChatService, Final
 from gateway.api.openai_routes import collect_answer, json_answer
 from gateway.api.sampling import DEFAULT_FIELDS, gen_keys, with_defaults
+from gateway.api.structured_output import answer_grammar
 from gateway.errors import ApiError, read_json
 from gateway.keys import MODEL_NAME, SERVICE, SETTINGS
 from gateway.sse import SSEWriter
@@ -118,7 +119,11 @@ def to_job(req: CountTokensRequest, sampling_defaults: dict | None = None) -> Ch
         # The Messages API has three sampling fields; the server's defaults may set the others too.
         fields = dict.fromkeys(DEFAULT_FIELDS) | dict(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k)
         sampling = gen_keys(**with_defaults(fields, sampling_defaults))
-    return ChatJob(messages, tools or None, _effort(req), {}, getattr(req, "max_tokens", None), sampling)
+    fmt = req.output_config.format if req.output_config else None
+    grammar = answer_grammar(fmt.type if fmt else None, fmt.schema_ if fmt else None, tools=bool(tools),
+                             param="output_config.format.schema")
+    return ChatJob(messages, tools or None, _effort(req), {}, getattr(req, "max_tokens", None), sampling,
+                   grammar=grammar)
 
 
 async def count_tokens(request: web.Request) -> web.Response:

@@ -17,7 +17,7 @@ from gateway.metrics import Metrics
 from gateway.text.chat_template import (ChatTemplate, TemplateError, prepare_messages, prompt_opens_thinking,
                                         thinking_kwargs)
 from gateway.text.detokenizer import Detokenizer
-from gateway.text.output_parser import Delta, OutputParser
+from gateway.text.output_parser import THINK_CLOSE, Delta, OutputParser
 from gateway.text.stop_sequences import StopSequenceFilter
 from gateway.text.tokenizer import TextTokenizer
 from gateway.vision.images import PreparedImage, expand_image_pads
@@ -38,6 +38,7 @@ class ChatJob:
     sampling: dict = field(default_factory=dict)
     stop: list[str] = field(default_factory=list)   # client stop sequences (answer text, not reasoning or tools)
     logprobs: int | None = None                # each token's logprob and this many alternatives (0..20); None: off
+    grammar: str | None = None                 # structured outputs: the answer's grammar (docs/grammar.md); None: free
 
 
 @dataclass
@@ -51,6 +52,8 @@ class Prepared:
     embeddings_file: str | None = None      # GENI's file: every picture's SVE1 rows, in prompt order
     image_folder: str | None = None         # the request's folder for pictures and embeddings files
     logprobs: int | None = None             # ChatJob.logprobs
+    grammar: str | None = None              # ChatJob.grammar
+    grammar_after: int | None = None        # the grammar applies after this token (</think>: the prompt opens thinking)
 
 
 @dataclass
@@ -194,8 +197,17 @@ class ChatService:
             fn = tool.get("function") or {}
             if fn.get("name"):
                 schemas[fn["name"]] = fn.get("parameters") or {}
-        return Prepared(prompt, ids, max_new, prompt_opens_thinking(prompt), schemas, list(images or []),
-                        logprobs=job.logprobs)
+        opens_thinking = prompt_opens_thinking(prompt)
+        grammar_after = None
+        if job.grammar is not None and opens_thinking:
+            grammar_after = self.tokenizer.id_of(THINK_CLOSE)
+            if grammar_after is None:
+                # The grammar holds from the first token, so the answer has no reasoning: parse it all as content.
+                log.info("structured output: the vocabulary has no %s token, so the answer starts without thinking",
+                         THINK_CLOSE)
+                opens_thinking = False
+        return Prepared(prompt, ids, max_new, opens_thinking, schemas, list(images or []),
+                        logprobs=job.logprobs, grammar=job.grammar, grammar_after=grammar_after)
 
     async def prepare_async(self, job: ChatJob) -> Prepared:
         return await asyncio.get_running_loop().run_in_executor(None, self.prepare, job)
@@ -205,7 +217,8 @@ class ChatService:
         """Deltas of the answer (with prepared.logprobs, each token's TokenLogprob before them), then one Final.
         Raises ApiError (EngineUnavailable when the engine failed)."""
         stops = StopSequenceFilter(stop)
-        line = format_gen(prepared.max_new, prepared.ids, sampling, prepared.embeddings_file, prepared.logprobs)
+        line = format_gen(prepared.max_new, prepared.ids, sampling, prepared.embeddings_file, prepared.logprobs,
+                          prepared.grammar, prepared.grammar_after)
         if prepared.embeddings_file:
             log.info("GENI: %d picture(s), rows %s, %d prompt tokens, embeddings file %s", len(prepared.images),
                      "+".join(f"{im.nx}x{im.ny}={im.n_tokens}" for im in prepared.images), len(prepared.ids),
@@ -278,6 +291,15 @@ class ChatService:
                         done = event
                     elif isinstance(event, Err):
                         self.metrics.request_failed()
+                        if event.message.startswith(("bad grammar", "bad value for grammar")):
+                            # The gateway wrote this grammar from the request's schema: a converter bug, not the
+                            # client's fault.
+                            log.error("the engine refused a grammar: %s", event.message)
+                            raise ApiError(f"the engine refused the grammar made from the response format (a bug "
+                                           f"in the gateway's JSON schema converter): {event.message}")
+                        if event.message.startswith("grammar"):
+                            raise BadRequest(f"structured outputs are not available with this model: "
+                                             f"{event.message}")
                         if event.message.startswith("engine error"):
                             raise ApiError(f"the engine failed: {event.message}")
                         raise BadRequest(f"the engine refused the request: {event.message}")

@@ -52,6 +52,25 @@ class Tool(Lenient):
     function: FunctionDef
 
 
+class JsonSchemaFormat(Lenient):
+    name: str | None = None
+    description: str | None = None
+    schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")   # None: any JSON value
+    strict: bool | None = None
+
+
+class ResponseFormat(Lenient):
+    """Structured outputs (gateway/api/structured_output.py)."""
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self):
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type json_schema needs a json_schema object ({\"name\": ..., \"schema\": {...}})")
+        return self
+
+
 class StreamOptions(Lenient):
     include_usage: bool = False
 
@@ -70,6 +89,7 @@ class ChatCompletionRequest(Lenient):
     n: int | None = Field(default=1, ge=1)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     reasoning_effort: str | None = None
+    response_format: ResponseFormat | None = None
     seed: int | None = Field(default=None, ge=0, lt=2**64)
     stop: str | list[str] | None = None
     stream: bool = False

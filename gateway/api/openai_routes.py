@@ -12,6 +12,7 @@ from aiohttp import web
 from gateway.api.chat_job import ChatJob, ChatService, Final, TokenLogprob
 from gateway.api.openai_models import ChatCompletionRequest
 from gateway.api.sampling import gen_keys, with_defaults
+from gateway.api.structured_output import answer_grammar
 from gateway.errors import ApiError, BadRequest, read_json
 from gateway.keys import MODEL_NAME, SERVICE, SETTINGS
 from gateway.sse import SSEWriter
@@ -42,8 +43,11 @@ def to_job(req: ChatCompletionRequest, sampling_defaults: dict | None = None) ->
         temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
         repeat_penalty=req.repetition_penalty, frequency_penalty=req.frequency_penalty,
         presence_penalty=req.presence_penalty, seed=req.seed), sampling_defaults))
+    fmt = req.response_format
+    grammar = answer_grammar(fmt.type if fmt else None, fmt.json_schema.schema_ if fmt and fmt.json_schema else None,
+                             tools=bool(tools), param="response_format.json_schema.schema")
     return ChatJob(messages, tools or None, effort, kwargs, max_tokens, sampling,
-                   logprobs=(req.top_logprobs or 0) if req.logprobs else None)
+                   logprobs=(req.top_logprobs or 0) if req.logprobs else None, grammar=grammar)
 
 
 def usage(final: Final) -> dict:

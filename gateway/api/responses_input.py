@@ -7,6 +7,7 @@ import logging
 from gateway.api.chat_job import ChatJob
 from gateway.api.responses_models import InputItem, ResponsesRequest
 from gateway.api.sampling import DEFAULT_FIELDS, gen_keys, with_defaults
+from gateway.api.structured_output import answer_grammar
 from gateway.errors import BadRequest
 
 log = logging.getLogger("gateway.responses")
@@ -187,16 +188,17 @@ def to_job(req: ResponsesRequest, history: list[dict], sampling_defaults: dict |
     if not conversation:
         raise BadRequest("input must not be empty", param="input")
     messages = ([{"role": "system", "content": req.instructions}] if req.instructions else []) + conversation
-    fmt = (req.text.format or {}).get("type") if req.text else None
-    if fmt not in (None, "text"):
-        log.info("text.format %s: accepted but not enforced (the answer is free text)", fmt)
+    fmt = req.text.format if req.text else None
+    tools = chat_tools(req)
+    grammar = answer_grammar(fmt.type if fmt else None, fmt.schema_ if fmt else None, tools=bool(tools),
+                             param="text.format.schema")
     fields = dict.fromkeys(DEFAULT_FIELDS) | dict(temperature=req.temperature, top_p=req.top_p)
     sampling = gen_keys(**with_defaults(fields, sampling_defaults))
     effort = req.reasoning.effort if req.reasoning else None
     # include "message.output_text.logprobs" (or top_logprobs ≥ 1) asks for the answer text's logprobs
     wants_logprobs = "message.output_text.logprobs" in (req.include or []) or bool(req.top_logprobs)
-    job = ChatJob(messages, chat_tools(req) or None, effort, {}, req.max_output_tokens, sampling,
-                  logprobs=(req.top_logprobs or 0) if wants_logprobs else None)
+    job = ChatJob(messages, tools or None, effort, {}, req.max_output_tokens, sampling,
+                  logprobs=(req.top_logprobs or 0) if wants_logprobs else None, grammar=grammar)
     return job, conversation
 
 

@@ -32,8 +32,17 @@ class ResponsesTool(Lenient):
     tools: list[ResponsesTool] | None = None     # type "namespace": its function tools
 
 
+class TextFormat(Lenient):
+    """Structured outputs (gateway/api/structured_output.py): json_schema's fields sit next to its type."""
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = None
+    description: str | None = None
+    schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")   # None: any JSON value
+    strict: bool | None = None
+
+
 class TextConfig(Lenient):
-    format: dict[str, Any] | None = None
+    format: TextFormat | None = None
     verbosity: str | None = None
 
 

@@ -135,7 +135,8 @@ def response_object(req: ResponsesRequest, resp_id: str, created_at: int, model:
                     final: Final | None = None, reasoning_tokens: int = 0) -> dict:
     """The response with the request's settings echoed (the SDK's Response type requires several of them)."""
     status = status_of(final)
-    text_format = (req.text.format if req.text else None) or {"type": "text"}
+    text_format = req.text.format.model_dump(by_alias=True, exclude_none=True) if req.text and req.text.format \
+        else {"type": "text"}
     return {
         "id": resp_id, "object": "response", "created_at": created_at, "status": status,
         "completed_at": int(time.time()) if status == "completed" else None, "error": None,

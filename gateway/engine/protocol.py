@@ -1,6 +1,7 @@
 """The gateway's half of protocol.md, pure: a request → its GEN line; an engine line → a typed event."""
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "frequency_penalty",
@@ -75,9 +76,10 @@ def _number(v):
 
 
 def format_gen(max_new: int, ids: list[int], sampling: dict | None = None, embeddings_file: str | None = None,
-               logprobs: int | None = None) -> str:
+               logprobs: int | None = None, grammar: str | None = None, grammar_after: int | None = None) -> str:
     """GEN (or GENI with an embeddings file) line without its newline; sampling keys with None values are left out;
-    logprobs: the alternatives each T line should carry (0..20), None for plain T lines."""
+    logprobs: the alternatives each T line should carry (0..20), None for plain T lines; grammar: the text the answer
+    must match (docs/grammar.md), from the token grammar_after on when that is given."""
     if max_new < 1:
         raise ValueError(f"max_new {max_new} must be >= 1")
     if not ids:
@@ -93,6 +95,10 @@ def format_gen(max_new: int, ids: list[int], sampling: dict | None = None, embed
         if not 0 <= logprobs <= 20:
             raise ValueError(f"logprobs {logprobs} must be 0..20")
         parts.append(f"logprobs={logprobs}")
+    if grammar is not None:
+        parts.append("grammar=" + base64.urlsafe_b64encode(grammar.encode("utf-8")).decode("ascii").rstrip("="))
+        if grammar_after is not None:
+            parts.append(f"grammar_after={grammar_after}")
     if embeddings_file:
         if " " in embeddings_file:
             raise ValueError(f"embeddings file path {embeddings_file!r} contains a space")

@@ -213,7 +213,7 @@ def test_list_input_multi_turn(oai):
             {"role": "assistant", "content": "Blue."}, {"role": "user", "content": "Another one?"}]
     n = input_tokens(oai, input=items)
     assert n == chat_prompt_tokens(oai, chat) and n > input_tokens(oai, input=items[-1:]) + 10
-    # json_schema output is accepted (not enforced).
+    # A json_schema text.format is echoed back (its grammar holds the answer: test_structured_output.py).
     r = oai.responses.create(model="m", input=items, max_output_tokens=2, text={"format": {
         "type": "json_schema", "name": "c", "schema": {"type": "object"}, "strict": True}})
     assert r.usage.input_tokens == n and r.text.format.type == "json_schema"

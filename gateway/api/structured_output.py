@@ -1,0 +1,29 @@
+"""Structured outputs: an API's format setting (chat response_format, Responses text.format, Anthropic
+output_config.format) → the grammar the engine holds the answer to (gateway/text/json_schema_grammar.py,
+docs/structured-outputs.md)."""
+from __future__ import annotations
+
+import logging
+
+from gateway.errors import BadRequest
+from gateway.text.json_schema_grammar import SchemaError, convert, json_object
+
+log = logging.getLogger("gateway.structured")
+
+
+def answer_grammar(kind: str | None, schema, *, tools: bool, param: str) -> str | None:
+    """kind: text | json_object | json_schema (None: text, no grammar); schema: json_schema's schema (None: any JSON
+    value); tools: the request offers tools, so the answer may be a tool call instead of the JSON; param: where the
+    format is in the request, named by the 400 a bad schema gets."""
+    if kind in (None, "text"):
+        return None
+    try:
+        result = json_object(tool_calls=tools) if kind == "json_object" else \
+            convert(True if schema is None else schema, tool_calls=tools)
+    except SchemaError as e:
+        raise BadRequest(f"{param}: {e}", param=param) from None
+    except RecursionError:
+        raise BadRequest(f"{param}: the schema is nested too deeply", param=param) from None
+    if result.not_enforced:
+        log.info("%s: not enforced (the value still has the right type): %s", param, "; ".join(result.not_enforced))
+    return result.grammar
