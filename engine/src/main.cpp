@@ -22,6 +22,8 @@ static const char* kUsage =
     "  strata --serve --model FILE [--backend cpu|cuda] [--threads N] [--ctx N] [--chunk N] [--mtp MTP.gguf [--spec N]]\n"
     "                 [--draft-min-p P]   (drafting stops below this head probability, default 0.5; 0 = full depth)\n"
     "                 [--checkpoint-every N]   (a conversation checkpoint every N positions, default 16384)\n"
+    "                 [--park-mib N]   (RAM for conversations another one displaced, resumed without re-reading\n"
+    "                 them; default 4096, 0 = off)\n"
     "                 [--spec-lookup N]   (no MTP head: up to N drafts a pass from the text itself, default 0 = off)\n"
     "                 [--vision]   (GENI requests: image embeddings files from strata-vision, protocol.md)\n"
     "                 [--kv f32|f16]   (the attention layers' key/value caches; f16 halves the memory a context\n"

@@ -17,7 +17,7 @@ namespace strata {
 
 int serve_command(int argc, char** argv) {
     std::vector<std::string> flags = {"--model", "--backend", "--threads", "--ctx", "--chunk", "--mtp", "--spec",
-                                      "--draft-min-p", "--checkpoint-every", "--spec-lookup", "--kv"};
+                                      "--draft-min-p", "--checkpoint-every", "--spec-lookup", "--kv", "--park-mib"};
     flags.insert(flags.end(), kGpuFlags.begin(), kGpuFlags.end());
     Options o(argc, argv, 1, flags, {"--serve", "--f32-activations", "--no-pin", "--vision"});
     std::unique_ptr<Backend> be;
@@ -29,6 +29,7 @@ int serve_command(int argc, char** argv) {
         gen_ptr = std::make_unique<Qwen4ExpGenerator>(*model_ptr, (int)o.integer("--ctx", 0, 0, 1 << 24),
                                                       (int)o.integer("--chunk", 256, 1, 1 << 20));
         gen_ptr->set_checkpoint_every((int)o.integer("--checkpoint-every", 16384, 0, 1 << 24));
+        gen_ptr->set_park_budget((size_t)o.integer("--park-mib", (int64_t)kDefaultParkMib, 0, 1 << 24) << 20);
         if (o.has("--mtp")) gen_ptr->enable_speculation(o.str("--mtp"), (int)o.integer("--spec", 3, 1, 8));
         if (o.has("--mtp") && o.has("--spec-lookup")) fail("--spec-lookup is for a model without --mtp");
         gen_ptr->enable_lookup((int)o.integer("--spec-lookup", 0, 0, 8));

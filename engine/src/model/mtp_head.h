@@ -23,6 +23,8 @@ public:
                  const std::array<int32_t, 3>* pos3 = nullptr);
 
     const std::string& path() const { return path_; }
+    // Its KV state (positional, like the trunk's): a parked conversation copies its rows too.
+    Session& kv_session() { return *kv_; }
     // The device memory the head takes beside the trunk, in bytes: its block's and nextn weights (blk.L.*, uploaded
     // whole: its 512 experts too) and its one-layer KV state of n_ctx positions.
     static size_t device_bytes(const std::string& path, int n_ctx, bool kv_f16);

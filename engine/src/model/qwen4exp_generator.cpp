@@ -266,6 +266,29 @@ int Qwen4ExpGenerator::prepare_prompt(const std::vector<int32_t>& prompt, std::v
         for (size_t j = 0; j < t.size() && kv_intact; ++j) kv_intact = kv_keys_[j] == key_of(t, embd, j);
         if (t.size() > best && is_strict_prefix(t, embd) && kv_intact) { best = t.size(); pick = i; }
     }
+    int parked_pick = -1;
+    for (int i = 0; i < (int)parked_.size(); ++i) {
+        const Checkpoint& c = parked_[i].state;
+        if (c.tokens.size() > best && is_strict_prefix(c.tokens, c.state.embd_key)) {
+            best = c.tokens.size();
+            parked_pick = i;
+            pick = -1;
+        }
+    }
+    // The session's rows past the part the prompt shares with it are about to be overwritten: park it first when
+    // that drops at least kParkMin of its tokens (another conversation; not a regenerated answer).
+    if (pick >= 0 || parked_pick >= 0 || best < session_.tokens.size()) {
+        size_t common = 0;
+        const std::vector<int32_t>& t = session_.tokens;
+        while (common < t.size() && common < prompt.size() && t[common] == prompt[common] &&
+               key_of(t, session_.embd_key, common) == prompt_key(prompt, common))
+            ++common;
+        if (t.size() - common >= (size_t)kParkMin) park_session();
+    }
+    if (parked_pick >= 0) {
+        restore_parked(parked_pick);
+        return (int)best;
+    }
     if (pick < 0) {
         if (best == 0) reset_session();
         return (int)best;
@@ -278,6 +301,60 @@ int Qwen4ExpGenerator::prepare_prompt(const std::vector<int32_t>& prompt, std::v
     mtp_pos0_ = c.mtp_pos0;
     checkpoints_.push_back(std::move(c));    // most recently used
     return (int)best;
+}
+
+void Qwen4ExpGenerator::park_session() {
+    const size_t n = session_.tokens.size();
+    if (park_budget_ == 0 || n < (size_t)kParkMin) return;
+    for (const Parked& p : parked_)
+        if (p.state.tokens == session_.tokens && p.state.state.embd_key == session_.embd_key) return;
+    Parked p;
+    p.state = {session_.tokens, session_.snapshot(), mtp_rows_, mtp_pos0_};
+    p.rows = session_.copy_rows(n);
+    if (mtp_) p.mtp_rows = mtp_->kv_session().copy_rows(n);
+    STRATA_ASSERT(kv_keys_.size() >= n);
+    p.keys.assign(kv_keys_.begin(), kv_keys_.begin() + n);
+    p.bytes = p.rows.bytes() + p.mtp_rows.bytes() + p.state.mtp_rows.size() * sizeof(float) +
+              n * (sizeof(int32_t) + sizeof(uint64_t));
+    for (const auto& b : p.state.state.buffers) p.bytes += b.size() * sizeof(float);
+    const auto mib = [](size_t b) { return (b + (1 << 19)) >> 20; };
+    if (p.bytes > park_budget_) {
+        log_info("session", fmt("a conversation of ", n, " tokens needs ", mib(p.bytes), " MiB to be parked, more than "
+                                "--park-mib ", mib(park_budget_), ": not parked"));
+        return;
+    }
+    // A parked conversation this one extends holds nothing it does not.
+    std::erase_if(parked_, [&](const Parked& q) {
+        const std::vector<int32_t>& t = q.state.tokens;
+        return t.size() <= n && std::equal(t.begin(), t.end(), session_.tokens.begin()) &&
+               std::equal(q.keys.begin(), q.keys.end(), p.keys.begin());
+    });
+    parked_.push_back(std::move(p));
+    size_t total = 0;
+    for (const Parked& q : parked_) total += q.bytes;
+    while (total > park_budget_) {
+        total -= parked_.front().bytes;
+        parked_.erase(parked_.begin());
+    }
+    log_info("session", fmt("parked a conversation of ", n, " tokens (", mib(parked_.back().bytes), " MiB); ",
+                            parked_.size(), " parked, ", mib(total), " MiB"));
+}
+
+void Qwen4ExpGenerator::restore_parked(size_t i) {
+    Parked p = std::move(parked_[i]);
+    parked_.erase(parked_.begin() + i);
+    const size_t n = p.state.tokens.size();
+    session_.tokens = p.state.tokens;
+    session_.restore(p.state.state);
+    session_.restore_rows(p.rows);
+    if (mtp_) mtp_->kv_session().restore_rows(p.mtp_rows);
+    mtp_rows_ = p.state.mtp_rows;
+    mtp_pos0_ = p.state.mtp_pos0;
+    mtp_log_.clear();
+    if (kv_keys_.size() < n) kv_keys_.resize(n);
+    std::copy(p.keys.begin(), p.keys.end(), kv_keys_.begin());
+    log_info("session", fmt("resumed a parked conversation of ", n, " tokens"));
+    parked_.push_back(std::move(p));   // it stays parked (most recently used) until this session is parked over it
 }
 
 TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max_extra) {
@@ -390,6 +467,7 @@ std::vector<std::pair<std::string, std::string>> Qwen4ExpGenerator::info() const
     };
     out.push_back({"spec_depth", std::to_string(spec_depth())});
     if (mtp_) out.push_back({"mtp", mtp_->path()});
+    out.push_back({"park_mib", std::to_string(park_budget_ >> 20)});
     return out;
 }
 

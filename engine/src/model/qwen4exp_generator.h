@@ -12,6 +12,9 @@ namespace strata {
 
 // --draft-min-p's default (measured on the demo model: bench/results/2026-12-01-vm-draft-min-p).
 constexpr float kDefaultDraftMinP = 0.5f;
+// --park-mib's default: host memory for conversations another one displaced (a 32K-token conversation of the published
+// shape takes ~1.8 GiB with f32 KV).
+constexpr size_t kDefaultParkMib = 4096;
 
 // The context a generator holds: n_ctx when given (> 0), else the training context up to 32,768.
 int pick_context(const Hparams& hp, int n_ctx);
@@ -40,6 +43,9 @@ public:
     int chunk_tokens() const override { return chunk_; }
     // A checkpoint every n positions of a session (0 = none; --checkpoint-every, default 16384).
     void set_checkpoint_every(int n) { checkpoint_every_ = n; }
+    // Host memory for parked conversations (0 = none; --park-mib, default kDefaultParkMib).
+    void set_park_budget(size_t bytes) { park_budget_ = bytes; }
+    int parked_count() const { return (int)parked_.size(); }
     // Drafting stops at a draft whose probability under the head is below p (0 = always draft the full depth;
     // --draft-min-p). The text is greedy's either way; fewer rejected drafts save rollbacks.
     void set_draft_min_p(float p) { draft_min_p_ = p; }
@@ -63,6 +69,20 @@ private:
         int mtp_pos0 = 0;
     };
     static constexpr size_t kMaxCheckpoints = 8;
+    // A parked conversation: a session that another prompt was about to overwrite, kept in host memory (its recurrent
+    // state, its KV rows and the MTP head's) so that a later prompt that continues it reads only what is new, as if
+    // no other conversation had come between. Parked when at least kParkMin of its tokens would be lost; the least
+    // recently used go first beyond the budget.
+    struct Parked {
+        Checkpoint state;
+        Session::Rows rows, mtp_rows;
+        std::vector<uint64_t> keys;   // kv_keys_ of those rows
+        size_t bytes = 0;
+    };
+    static constexpr int kParkMin = 1024;
+    // Parks the session (all its n tokens) unless it is too short, too big for the budget or already parked.
+    void park_session();
+    void restore_parked(size_t i);
     static constexpr int kSystemCheckpointMin = 256;
     // The prompt being read, when it has images: per token its M-RoPE position, the embedding row that replaces it
     // (null: its id's) and that row's key (0: text), and the text position after it; empty for text prompts.
@@ -128,6 +148,8 @@ private:
     std::vector<uint64_t> kv_keys_;            // the keys (id, or image row key) of the tokens whose keys/values
                                                // occupy the KV rows (survives resets)
     std::vector<Checkpoint> checkpoints_;      // most recently used last
+    std::vector<Parked> parked_;               // most recently used last
+    size_t park_budget_ = 0;
 };
 
 }  // namespace strata

@@ -40,6 +40,21 @@ Session::Session(Backend& be, const Hparams& hp, int n_ctx) : be_(be), hp_(hp), 
         fail("the context of ", n_ctx, " tokens needs ", mib(be.kv_f16()), " MiB on the ", be.name(),
              " backend (a smaller --ctx takes less", f16, "): ", e.what());
     }
+    for (int il = 0; il < hp.n_layer; ++il) {
+        if (hp.is_recurrent[il]) continue;
+        const LayerState& l = layers[il];
+        const size_t kv_row = (size_t)hp.n_head_kv * hp.head_dim, kv_floats = (size_t)n_ctx * kv_row;
+        STRATA_CHECK(!be.kv_f16() || kv_row % 2 == 0, "session: fp16 KV rows of an odd width ", kv_row);
+        const size_t row = be.kv_f16() ? kv_row / 2 : kv_row, total = be.kv_f16() ? (kv_floats + 1) / 2 : kv_floats;
+        positional_.push_back({l.k_cache, total, row, 1});
+        positional_.push_back({l.v_cache, total, row, 1});
+        const int cr = hp.compress_ratios[il];
+        if (cr > 0) {
+            const size_t di = hp.indexer_head_dim;
+            positional_.push_back({l.idx_kraw, (size_t)n_ctx * di, di, 1});
+            positional_.push_back({l.idx_kblock, (size_t)(n_ctx / cr + 1) * di, di, cr});
+        }
+    }
     // the GPU backend sizes its expert cache by device_floats before this runs
     STRATA_CHECK(allocated_floats() == device_floats(hp, n_ctx, be.kv_f16()), "session: ", allocated_floats(),
                  " floats allocated, device_floats says ", device_floats(hp, n_ctx, be.kv_f16()));
@@ -94,6 +109,31 @@ void Session::restore(const Snapshot& snap) {
     rope_pos = snap.rope_pos;
     embd_key = snap.embd_key;
     rope_next = snap.rope_next;
+}
+
+size_t Session::Rows::bytes() const {
+    size_t n = 0;
+    for (const auto& b : buffers) n += b.size() * sizeof(float);
+    return n;
+}
+
+Session::Rows Session::copy_rows(size_t n) const {
+    STRATA_CHECK(n <= (size_t)n_ctx_, "session: ", n, " rows of a context of ", n_ctx_);
+    Rows rows;
+    rows.n_tokens = n;
+    for (const Positional& b : positional_) {
+        // block keys: the complete blocks and the one being filled
+        const size_t r = b.tokens_per_row == 1 ? n : n / b.tokens_per_row + 1;
+        rows.buffers.emplace_back(std::min(b.floats, r * b.row_floats));
+        if (!rows.buffers.back().empty()) be_.to_host(rows.buffers.back().data(), b.p, rows.buffers.back().size());
+    }
+    return rows;
+}
+
+void Session::restore_rows(const Rows& rows) {
+    STRATA_ASSERT(rows.buffers.size() == positional_.size());
+    for (size_t k = 0; k < positional_.size(); ++k)
+        if (!rows.buffers[k].empty()) be_.to_device(positional_[k].p, rows.buffers[k].data(), rows.buffers[k].size());
 }
 
 void Session::begin_multimodal() {

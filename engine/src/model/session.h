@@ -45,6 +45,17 @@ public:
     };
     Snapshot snapshot() const;
     void restore(const Snapshot& snap);
+
+    // The positional buffers' rows of the first n tokens (KV caches, indexer raw keys, block keys), copied to the host.
+    // With a Snapshot taken at n it is everything a conversation of n tokens needs to go on after another one used
+    // the session (a parked conversation).
+    struct Rows {
+        std::vector<std::vector<float>> buffers;
+        size_t n_tokens = 0;
+        size_t bytes() const;
+    };
+    Rows copy_rows(size_t n) const;
+    void restore_rows(const Rows& rows);
     int n_past() const { return (int)tokens.size(); }
     int n_ctx() const { return n_ctx_; }
 
@@ -74,6 +85,13 @@ private:
     int n_ctx_;
     std::vector<std::pair<float*, size_t>> buffers_;
     std::vector<std::pair<float*, size_t>> recurrent_;   // the subset a snapshot copies
+    struct Positional {
+        float* p;
+        size_t floats;           // the whole buffer
+        size_t row_floats;       // one row
+        int tokens_per_row;      // 1, or the compress ratio of block keys
+    };
+    std::vector<Positional> positional_;   // what copy_rows copies
 };
 
 }  // namespace strata
