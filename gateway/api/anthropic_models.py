@@ -40,7 +40,7 @@ class Thinking(Lenient):
 class OutputFormat(Lenient):
     """Structured outputs (gateway/api/structured_output.py)."""
     type: Literal["json_schema"]
-    schema_: dict[str, Any] | bool = Field(alias="schema")
+    schema_: Any = Field(alias="schema")   # a JSON schema (the converter checks it)
 
 
 class OutputConfig(Lenient):

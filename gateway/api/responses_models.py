@@ -37,7 +37,7 @@ class TextFormat(Lenient):
     type: Literal["text", "json_object", "json_schema"]
     name: str | None = None
     description: str | None = None
-    schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")   # None: any JSON value
+    schema_: Any = Field(default=None, alias="schema")   # a JSON schema (the converter checks it); None: any value
     strict: bool | None = None
 
 

@@ -9,6 +9,7 @@ from gateway.errors import BadRequest
 from gateway.text.json_schema_grammar import SchemaError, convert, json_object
 
 log = logging.getLogger("gateway.structured")
+MAX_GRAMMAR_BYTES = 1 << 20    # the engine's limit on a grammar's text (engine/src/serve/protocol.cpp)
 
 
 def answer_grammar(kind: str | None, schema, *, tools: bool, param: str) -> str | None:
@@ -24,6 +25,9 @@ def answer_grammar(kind: str | None, schema, *, tools: bool, param: str) -> str 
         raise BadRequest(f"{param}: {e}", param=param) from None
     except RecursionError:
         raise BadRequest(f"{param}: the schema is nested too deeply", param=param) from None
+    if len(result.grammar.encode("utf-8")) > MAX_GRAMMAR_BYTES:
+        raise BadRequest(f"{param}: the schema is too large (its grammar has {len(result.grammar)} characters, the "
+                         f"engine takes {MAX_GRAMMAR_BYTES} bytes)", param=param)
     if result.not_enforced:
         log.info("%s: not enforced (the value still has the right type): %s", param, "; ".join(result.not_enforced))
     return result.grammar

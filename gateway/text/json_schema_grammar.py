@@ -26,7 +26,7 @@ JSON_TYPES = ("string", "number", "integer", "boolean", "null", "object", "array
 # Keywords that describe and never constrain: ignored without a note.
 ANNOTATIONS = frozenset({
     "title", "description", "examples", "example", "default", "$schema", "$id", "$comment", "$anchor", "strict",
-    "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "discriminator", "name",
+    "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "discriminator",
     "$defs", "definitions"})
 
 # Keywords the converter enforces (the rest, other than annotations, are noted as not enforced).
@@ -97,7 +97,12 @@ def _class_char(ch: str) -> str:
 
 
 def _where(path: str) -> str:
-    return path or "the schema's root"
+    return path or "the root"
+
+
+def _at(path: str) -> str:
+    """An error message's start: where in the schema (nothing at its root)."""
+    return f"{path}: " if path else ""
 
 
 def hint(path: str, what: str) -> str:
@@ -173,14 +178,14 @@ class _Converter:
 
     def resolve(self, ref, path: str):
         if not isinstance(ref, str) or not ref.startswith("#"):
-            raise SchemaError(f"{_where(path)}: $ref {ref!r} is not supported: only references inside the schema "
+            raise SchemaError(f"{_at(path)}$ref {ref!r} is not supported: only references inside the schema "
                               f"(#/$defs/..., #/definitions/...) are")
         pointer = urllib.parse.unquote(ref[1:])
         node = self.root_schema
         if pointer == "":
             return node
         if not pointer.startswith("/"):
-            raise SchemaError(f"{_where(path)}: $ref {ref!r} is not supported (anchors are not; use a JSON pointer "
+            raise SchemaError(f"{_at(path)}$ref {ref!r} is not supported (anchors are not; use a JSON pointer "
                               f"such as #/$defs/Name)")
         for part in pointer[1:].split("/"):
             part = part.replace("~1", "/").replace("~0", "~")
@@ -189,8 +194,15 @@ class _Converter:
             elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
                 node = node[int(part)]
             else:
-                raise SchemaError(f"{_where(path)}: $ref {ref!r} points to nothing in the schema")
+                raise SchemaError(f"{_at(path)}$ref {ref!r} points to nothing in the schema")
         return node
+
+    def target_or_none(self, ref):
+        """What ref points to; None where it points to nothing (visit() says so, naming the place)."""
+        try:
+            return self.resolve(ref, "")
+        except SchemaError:
+            return None
 
     def ref_rule(self, ref: str, path: str) -> str:
         if ref not in self.refs:
@@ -217,7 +229,7 @@ class _Converter:
         collect(self.root_schema)
         for ref in dict.fromkeys(refs):
             seen: set[int] = set()
-            todo = [self.resolve(ref, "")]
+            todo = [self.target_or_none(ref)]
             while todo:
                 node = todo.pop()
                 if not isinstance(node, dict) or id(node) in seen:
@@ -227,7 +239,7 @@ class _Converter:
                     if node["$ref"] == ref:
                         raise SchemaError(f"$ref {ref!r} refers back to itself without an object or array in "
                                           f"between, so it describes no finite value")
-                    todo.append(self.resolve(node["$ref"], ""))
+                    todo.append(self.target_or_none(node["$ref"]))
                 for key in ("anyOf", "oneOf", "allOf"):
                     if isinstance(node.get(key), list):
                         todo.extend(node[key])
@@ -237,11 +249,11 @@ class _Converter:
     def flatten(self, schema, path: str, depth: int = 0) -> list[dict]:
         """A schema as the dicts whose keywords all apply ($ref and allOf opened up one level at a time)."""
         if depth > 64:
-            raise SchemaError(f"{_where(path)}: allOf / $ref nested too deeply")
+            raise SchemaError(f"{_at(path)}allOf / $ref nested too deeply")
         if schema is True:
             return [{}]
         if not isinstance(schema, dict):
-            raise SchemaError(f"{_where(path)}: a schema must be an object or a boolean (got {schema!r})")
+            raise SchemaError(f"{_at(path)}a schema must be an object or a boolean (got {schema!r})")
         out = []
         rest = {k: v for k, v in schema.items() if k not in ("$ref", "allOf")}
         out.append(rest)
@@ -250,10 +262,10 @@ class _Converter:
         if "allOf" in schema:
             parts = schema["allOf"]
             if not isinstance(parts, list) or not parts:
-                raise SchemaError(f"{_where(path)}: allOf must be a non-empty list of schemas")
+                raise SchemaError(f"{_at(path)}allOf must be a non-empty list of schemas")
             for i, part in enumerate(parts):
                 if part is False:
-                    raise SchemaError(f"{_where(path)}.allOf[{i}]: the schema false allows no value")
+                    raise SchemaError(f"{_at(f'{path}.allOf[{i}]')}the schema false allows no value")
                 out += self.flatten(part, f"{path}.allOf[{i}]", depth + 1)
         return out
 
@@ -278,7 +290,7 @@ class _Converter:
                     both = [t for t in a if t in b] + (["integer"] if "integer" in a and "number" in b
                                                        or "number" in a and "integer" in b else [])
                     if not both:
-                        raise SchemaError(f"{_where(path)}: allOf asks for types {a} and {b}, which nothing is")
+                        raise SchemaError(f"{_at(path)}allOf asks for types {a} and {b}, which nothing is")
                     out["type"] = list(dict.fromkeys(both))
                 elif key == "enum" and isinstance(value, list) and isinstance(out["enum"], list):
                     out["enum"] = [v for v in out["enum"] if any(_same(v, w) for w in value)]
@@ -304,9 +316,9 @@ class _Converter:
         if schema is True:
             return self.prim("value")
         if schema is False:
-            raise SchemaError(f"{_where(path)}: the schema false allows no value")
+            raise SchemaError(f"{_at(path)}the schema false allows no value")
         if not isinstance(schema, dict):
-            raise SchemaError(f"{_where(path)}: a schema must be an object or a boolean (got {schema!r})")
+            raise SchemaError(f"{_at(path)}a schema must be an object or a boolean (got {schema!r})")
         for key in schema:
             if key not in HANDLED and key not in ANNOTATIONS:
                 self.note(key, path)
@@ -333,14 +345,14 @@ class _Converter:
                 return self.prim("value")
         if isinstance(types, list):
             if not types:
-                raise SchemaError(f"{_where(path)}: type must not be an empty list")
+                raise SchemaError(f"{_at(path)}type must not be an empty list")
             if len(types) == 1:
                 types = types[0]
             else:
                 names = [self.visit({**schema, "type": t}, f"{path}.type[{i}]") for i, t in enumerate(types)]
                 return self.rule(hint(path, "types"), " | ".join(dict.fromkeys(names)))
         if types not in JSON_TYPES:
-            raise SchemaError(f"{_where(path)}: type {types!r} is not a JSON type (expected one of "
+            raise SchemaError(f"{_at(path)}type {types!r} is not a JSON type (expected one of "
                               f"{', '.join(JSON_TYPES)})")
         if types == "object":
             return self.object(schema, path)
@@ -356,7 +368,7 @@ class _Converter:
             self.note("oneOf next to anyOf", path)
         options = schema[key]
         if not isinstance(options, list) or not options:
-            raise SchemaError(f"{_where(path)}: {key} must be a non-empty list of schemas")
+            raise SchemaError(f"{_at(path)}{key} must be a non-empty list of schemas")
         siblings = {k: v for k, v in schema.items() if k not in ("anyOf", "oneOf") and k not in ANNOTATIONS}
         names = []
         for i, option in enumerate(options):
@@ -367,20 +379,20 @@ class _Converter:
                 option = self.merge([siblings] + self.flatten(option, where), where)
             names.append(self.visit(option, where))
         if not names:
-            raise SchemaError(f"{_where(path)}: every option of {key} is false, so no value is allowed")
+            raise SchemaError(f"{_at(path)}every option of {key} is false, so no value is allowed")
         return self.rule(hint(path, key), " | ".join(dict.fromkeys(names)))
 
     def enum(self, schema: dict, path: str) -> str:
         values = schema["enum"]
         if not isinstance(values, list) or not values:
-            raise SchemaError(f"{_where(path)}: enum must be a non-empty list")
+            raise SchemaError(f"{_at(path)}enum must be a non-empty list")
         types = schema.get("type")
         if types is not None:
             allowed = types if isinstance(types, list) else [types]
             values = [v for v in values if _json_type(v) in allowed or (_json_type(v) == "integer"
                                                                          and "number" in allowed)]
             if not values:
-                raise SchemaError(f"{_where(path)}: no value of enum has the type {types}")
+                raise SchemaError(f"{_at(path)}no value of enum has the type {types}")
         return self.rule(hint(path, "enum"), " | ".join(dict.fromkeys(literal(_compact(v)) for v in values)))
 
     def string(self, schema: dict, path: str) -> str:
@@ -392,7 +404,7 @@ class _Converter:
         lo = _count(schema, "minLength", 0, path)
         hi = _count(schema, "maxLength", None, path)
         if hi is not None and hi < lo:
-            raise SchemaError(f"{_where(path)}: maxLength {hi} is below minLength {lo}")
+            raise SchemaError(f"{_at(path)}maxLength {hi} is below minLength {lo}")
         if lo > MAX_REPEAT:
             self.note(f"minLength above {MAX_REPEAT}", path)
             lo = MAX_REPEAT
@@ -406,17 +418,17 @@ class _Converter:
     def array(self, schema: dict, path: str) -> str:
         prefix = schema.get("prefixItems") or []
         if not isinstance(prefix, list):
-            raise SchemaError(f"{_where(path)}: prefixItems must be a list of schemas")
+            raise SchemaError(f"{_at(path)}prefixItems must be a list of schemas")
         items = schema.get("items", True)
         if isinstance(items, list):      # draft 4-7 tuple form
             prefix, items = items, schema.get("additionalItems", True)
         lo = _count(schema, "minItems", 0, path)
         hi = _count(schema, "maxItems", None, path)
         if hi is not None and hi < lo:
-            raise SchemaError(f"{_where(path)}: maxItems {hi} is below minItems {lo}")
+            raise SchemaError(f"{_at(path)}maxItems {hi} is below minItems {lo}")
         if items is False:
             if lo > len(prefix):
-                raise SchemaError(f"{_where(path)}: minItems {lo} needs more items than the {len(prefix)} allowed")
+                raise SchemaError(f"{_at(path)}minItems {lo} needs more items than the {len(prefix)} allowed")
             hi = len(prefix) if hi is None else min(hi, len(prefix))
         if hi is not None and hi > MAX_REPEAT + len(prefix):
             self.note(f"maxItems above {MAX_REPEAT}", path)
@@ -449,10 +461,10 @@ class _Converter:
     def object(self, schema: dict, path: str) -> str:
         props = schema.get("properties") or {}
         if not isinstance(props, dict):
-            raise SchemaError(f"{_where(path)}: properties must be an object of schemas")
+            raise SchemaError(f"{_at(path)}properties must be an object of schemas")
         required = schema.get("required") or []
         if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-            raise SchemaError(f"{_where(path)}: required must be a list of property names")
+            raise SchemaError(f"{_at(path)}required must be a list of property names")
         addl = schema.get("additionalProperties")
         if addl is None:
             addl = not props               # declared properties: only those; none declared: any members
@@ -465,7 +477,7 @@ class _Converter:
             sub = props.get(name, True)
             if sub is False:
                 if name in required:
-                    raise SchemaError(f"{_where(path)}: property {name!r} is required but its schema is false")
+                    raise SchemaError(f"{_at(path)}property {name!r} is required but its schema is false")
                 continue
             value = self.visit(sub, f"{path}.properties.{name}" if path else f"properties.{name}")
             kvs.append((name, self.rule(hint(path, f"{name}-kv"),
@@ -532,7 +544,7 @@ def _count(schema: dict, key: str, default, path: str):
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SchemaError(f"{_where(path)}: {key} must be a whole number >= 0 (got {value!r})")
+        raise SchemaError(f"{_at(path)}{key} must be a whole number >= 0 (got {value!r})")
     return value
 
 
