@@ -136,8 +136,8 @@ class _Converter:
 
     # ---- rules ------------------------------------------------------------------------------------------------
 
-    def reserve(self, hint: str) -> str:
-        base = re.sub(r"[^A-Za-z0-9_-]+", "-", hint).strip("-") or "r"
+    def reserve(self, name_hint: str) -> str:
+        base = re.sub(r"[^A-Za-z0-9_-]+", "-", name_hint).strip("-") or "r"
         name, n = base, 2
         while name in self.rules or name in PRIMITIVES or name == "root":
             name, n = f"{base}-{n}", n + 1
@@ -149,13 +149,13 @@ class _Converter:
         self.by_body.setdefault(body, name)
         return name
 
-    def rule(self, hint: str, body: str) -> str:
+    def rule(self, name_hint: str, body: str) -> str:
         """A rule with this body (an existing one if some rule has it already)."""
         if body in self.by_body:
             return self.by_body[body]
         if re.fullmatch(r"[A-Za-z0-9_-]+", body):   # just a rule name: no new rule
             return body
-        return self.define(self.reserve(hint), body)
+        return self.define(self.reserve(name_hint), body)
 
     def prim(self, name: str) -> str:
         if name not in self.rules:

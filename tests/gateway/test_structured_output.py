@@ -6,6 +6,7 @@ engine that refuses a grammar gives a 500, not a hang."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
 import json
 import os
@@ -286,7 +287,6 @@ def test_gen_line_carries_the_grammar():
     grammar = 'root ::= "é" [a-z]{0,3}\n'
     line = format_gen(5, [1, 2], {"temperature": 0.5}, grammar=grammar, grammar_after=25)
     keys = dict(f.split("=", 1) for f in line.split()[2:-1])
-    import base64
     raw = keys["grammar"]
     assert "=" not in raw and "+" not in raw and "/" not in raw
     assert base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode() == grammar
