@@ -300,6 +300,9 @@ class ChatService:
                         if event.message.startswith("grammar"):
                             raise BadRequest(f"structured outputs are not available with this model: "
                                              f"{event.message}")
+                        if event.message.startswith("engine error: grammar:"):
+                            raise ApiError("the answer reached a point where no token of the model's vocabulary fits "
+                                           f"the response format's grammar: {event.message}")
                         if event.message.startswith("engine error"):
                             raise ApiError(f"the engine failed: {event.message}")
                         raise BadRequest(f"the engine refused the request: {event.message}")

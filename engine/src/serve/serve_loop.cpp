@@ -132,6 +132,7 @@ private:
             if (std::find(std::begin(announced), std::end(announced), key) == std::end(announced))
                 emit(serve::format_info(key, value));
         for (const auto& [key, value] : hooks_.info) emit(serve::format_info(key, value));
+        if (!hooks_.vocabulary.empty()) emit(serve::format_info("grammar", "1"));   // GEN's grammar= is served
         emit(serve::format_ready(limits_.context_length));
     }
 
