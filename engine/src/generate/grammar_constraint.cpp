@@ -38,4 +38,15 @@ void GrammarConstraint::accept(int32_t id) {
         fail("grammar: token ", id, " does not continue the text");
 }
 
+int32_t GrammarConstraint::choose(const float* logits, int n_vocab, std::span<const int32_t> after) const {
+    GrammarConstraint next = *this;
+    for (int32_t id : after) {
+        if (!next.allows(id)) return -1;
+        next.accept(id);
+    }
+    std::vector<Candidate> best, scratch;
+    top_allowed(logits, n_vocab, {}, 1, next, best, scratch);
+    return best.empty() ? -1 : best[0].id;
+}
+
 }  // namespace strata

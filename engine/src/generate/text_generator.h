@@ -77,6 +77,13 @@ public:
 
     // Greedy speculation: how many drafted tokens one pass may verify (0 = none).
     virtual int spec_depth() const { return 0; }
+    // A rule for greedy choices other than the plain argmax (a grammar: the best allowed token). choose(logits, after)
+    // is the token greedy decoding picks from a logits row once the tokens `after` follow the ones the rule has seen
+    // (−1: none); drafting and verification use it in place of argmax_first.
+    struct GreedyRule {
+        virtual ~GreedyRule() = default;
+        virtual int32_t choose(const float* logits, int n_vocab, std::span<const int32_t> after) const = 0;
+    };
     struct GreedyStep {
         std::vector<int32_t> fed;       // tokens fed, in order; fed[0] is `next`, the rest are accepted drafts
         const float* logits = nullptr;  // logits after the last fed token
@@ -86,7 +93,8 @@ public:
     // Feeds `next` (the caller's greedy choice) and up to max_extra further tokens that greedy decoding would
     // choose, drafted by the MTP head and verified in one pass; never a stop id. The result equals feeding the
     // same tokens one at a time (same state, same logits, bit for bit).
-    virtual GreedyStep append_greedy(int32_t next, int max_extra) {
+    // With a rule, "greedy" means its choices.
+    virtual GreedyStep append_greedy(int32_t next, int max_extra, const GreedyRule* rule = nullptr) {
         GreedyStep step;
         step.fed = {next};
         step.logits = append(std::span<const int32_t>(&next, 1), nullptr, nullptr);

@@ -357,7 +357,7 @@ void Qwen4ExpGenerator::restore_parked(size_t i) {
     parked_.push_back(std::move(p));   // it stays parked (most recently used) until this session is parked over it
 }
 
-TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max_extra) {
+TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max_extra, const GreedyRule* rule) {
     const Hparams& hp = model_.hparams();
     const int V = hp.n_vocab;
     GreedyStep step;
@@ -367,7 +367,7 @@ TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max
     std::vector<int32_t> window = {next};
     if (!mtp_ && want > 0) {
         lookup_drafts_into(window, want);
-        if (window.size() > 1) return verify_lookup(window);
+        if (window.size() > 1) return verify_lookup(window, rule);
     }
     if (!mtp_ || want <= 0) {
         step.fed = {next};
@@ -378,8 +378,8 @@ TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max
     const float* dl = run_mtp(&next);
     const std::vector<int32_t>& stops = hp.stop_ids;
     for (int j = 0; j < want; ++j) {
-        const int32_t d = argmax_first(dl, V);
-        if (std::find(stops.begin(), stops.end(), d) != stops.end()) break;   // a stop is never fed
+        const int32_t d = rule ? rule->choose(dl, V, std::span<const int32_t>(window).subspan(1)) : argmax_first(dl, V);
+        if (d < 0 || std::find(stops.begin(), stops.end(), d) != stops.end()) break;   // a stop is never fed
         // An unsure draft is likely rejected, and a rejection costs a rollback and another pass: stop there.
         if (!confident(dl, V, d, draft_min_p_)) break;
         window.push_back(d);
@@ -391,7 +391,7 @@ TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max
                       pos3.empty() ? nullptr : pos3.data());
         dl = draft_logits_.data();
     }
-    return verify_window(window);
+    return verify_window(window, rule);
 }
 
 void Qwen4ExpGenerator::lookup_drafts_into(std::vector<int32_t>& window, int want) {
@@ -407,8 +407,9 @@ void Qwen4ExpGenerator::lookup_drafts_into(std::vector<int32_t>& window, int wan
     window.insert(window.end(), d.begin(), d.end());
 }
 
-TextGenerator::GreedyStep Qwen4ExpGenerator::verify_lookup(const std::vector<int32_t>& window) {
-    GreedyStep step = verify_window(window);
+TextGenerator::GreedyStep Qwen4ExpGenerator::verify_lookup(const std::vector<int32_t>& window,
+                                                            const GreedyRule* rule) {
+    GreedyStep step = verify_window(window, rule);
     // A rejected draft costs a second pass: where the text stops repeating itself, pause drafting for a while.
     lookup_accept_ = 0.8f * lookup_accept_ + 0.2f * (float)step.accepted / (float)step.offered;
     if (lookup_accept_ < kLookupPauseBelow) {
@@ -418,7 +419,8 @@ TextGenerator::GreedyStep Qwen4ExpGenerator::verify_lookup(const std::vector<int
     return step;
 }
 
-TextGenerator::GreedyStep Qwen4ExpGenerator::verify_window(const std::vector<int32_t>& window) {
+TextGenerator::GreedyStep Qwen4ExpGenerator::verify_window(const std::vector<int32_t>& window,
+                                                            const GreedyRule* rule) {
     const int V = model_.hparams().n_vocab, nH = model_.hparams().hc_dim();
     GreedyStep step;
     const int m = (int)window.size() - 1;
@@ -431,7 +433,11 @@ TextGenerator::GreedyStep Qwen4ExpGenerator::verify_window(const std::vector<int
     const size_t rows_before = mtp_rows_.size();
     feed(window.data(), m + 1, verify_logits_.data(), true);
     int a = 0;
-    while (a < m && argmax_first(verify_logits_.data() + (size_t)a * V, V) == window[a + 1]) ++a;
+    const auto choice = [&](int i) {   // greedy's token after window[0 … i]
+        const float* row = verify_logits_.data() + (size_t)i * V;
+        return rule ? rule->choose(row, V, std::span<const int32_t>(window).subspan(1, i)) : argmax_first(row, V);
+    };
+    while (a < m && choice(a) == window[a + 1]) ++a;
     step.accepted = a;
     step.fed.assign(window.begin(), window.begin() + a + 1);
     if (a < m) {

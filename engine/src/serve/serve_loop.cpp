@@ -207,13 +207,15 @@ private:
         auto never = [] { return false; };
         auto quiet = [](int, int) {};
         // Drafts are verified against greedy choices only: sampling and penalties decode one token at a time, and so
-        // do requests for logprobs or with a grammar (each token's whole logits row is needed on the host).
+        // do requests for logprobs (each token's whole logits row is needed on the host).
         const bool want_logprobs = req.logprobs >= 0;
         std::unique_ptr<GrammarConstraint> grammar;
         if (req.grammar)
             grammar = std::make_unique<GrammarConstraint>(req.grammar, hooks_.vocabulary, stop_ids_, req.grammar_after);
-        const bool plain_greedy = req.sampling.greedy() && !req.sampling.has_penalties() && !want_logprobs && !grammar;
-        const bool speculate = gen_.spec_depth() > 0 && plain_greedy;
+        // Greedy under a grammar speculates too: drafts and their verification take the grammar's choices.
+        const bool greedy_only = req.sampling.greedy() && !req.sampling.has_penalties() && !want_logprobs;
+        const bool plain_greedy = greedy_only && !grammar;
+        const bool speculate = gen_.spec_depth() > 0 && greedy_only;
         int32_t chosen = -1;   // plain greedy without drafts: the next token, chosen by the generator (no logits)
         while (true) {
             if (cancel_requested()) { done.finish = serve::Finish::cancel; break; }
@@ -232,8 +234,9 @@ private:
             if (done.generated >= req.max_new) { done.finish = serve::Finish::length; break; }
             if (speculate) {
                 // Greedy: the MTP head drafts, one pass verifies; accepted drafts are what greedy would emit.
-                TextGenerator::GreedyStep step = gen_.append_greedy(token, req.max_new - done.generated);
+                TextGenerator::GreedyStep step = gen_.append_greedy(token, req.max_new - done.generated, grammar.get());
                 for (size_t i = 1; i < step.fed.size(); ++i) {
+                    if (grammar) grammar->accept(step.fed[i]);
                     emit(serve::format_token(step.fed[i]));
                     ++done.generated;
                 }
