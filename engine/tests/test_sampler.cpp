@@ -170,7 +170,46 @@ static void test_penalties() {
     CHECK(pen.size() == 1 && std::fabs(pen[0].logit + 2.0f) < 1e-6);
 }
 
+// Speculative sampling with one proposed token: accepting draft d with its probability and otherwise drawing without
+// d gives every token its probability (here with top-k, min-p, top-p and a temperature, and drafts good and bad).
+static void test_draft_acceptance_follows_the_distribution() {
+    std::vector<float> logits = {2.0f, 1.5f, 1.4f, 0.3f, -0.5f, -2.0f, 0.9f, 0.0f};
+    const int V = (int)logits.size();
+    SamplingParams p;
+    p.temperature = 0.8;
+    p.top_k = 6;
+    p.min_p = 0.02;
+    p.top_p = 0.97;
+    p.seed = 5;
+    Sampler ref(p);
+    const int n = 200000;
+    std::vector<double> want(V, 0.0);
+    for (int i = 0; i < n; ++i) want[ref.sample(logits.data(), V, {})] += 1.0 / n;
+    for (int32_t draft : {0, 2, 6, 5}) {   // the best, a middle one, a low one, one the limits drop
+        SamplingParams q = p;
+        q.seed = 11 + draft;
+        Sampler s(q);
+        std::vector<double> got(V, 0.0);
+        int accepted = 0;
+        for (int i = 0; i < n; ++i) {
+            const bool ok = s.accepts(logits.data(), V, {}, nullptr, draft);
+            accepted += ok;
+            got[ok ? draft : s.sample(logits.data(), V, {}, nullptr, draft)] += 1.0 / n;
+        }
+        CHECK_MSG(std::fabs(accepted / (double)n - want[draft]) < 0.006, "draft %d accepted %.4f, p %.4f", draft,
+                  accepted / (double)n, want[draft]);
+        for (int t = 0; t < V; ++t)
+            CHECK_MSG(std::fabs(got[t] - want[t]) < 0.006, "draft %d: token %d %.4f against %.4f", draft, t, got[t],
+                      want[t]);
+    }
+    CHECK(want[5] == 0.0);   // (top-k drops it: a draft of it is never accepted)
+    // Greedy: a draft stands exactly when it is the choice, with no draw.
+    Sampler g(SamplingParams{});
+    CHECK(g.accepts(logits.data(), V, {}, nullptr, 0) && !g.accepts(logits.data(), V, {}, nullptr, 1));
+}
+
 int main() {
+    test_draft_acceptance_follows_the_distribution();
     test_argmax_first();
     test_greedy();
     test_seeded_determinism();

@@ -38,14 +38,20 @@ void GrammarConstraint::accept(int32_t id) {
         fail("grammar: token ", id, " does not continue the text");
 }
 
-int32_t GrammarConstraint::choose(const float* logits, int n_vocab, std::span<const int32_t> after) const {
-    GrammarConstraint next = *this;
+bool GrammarConstraint::advanced(std::span<const int32_t> after, std::unique_ptr<GrammarConstraint>& out) const {
+    out = std::make_unique<GrammarConstraint>(*this);
     for (int32_t id : after) {
-        if (!next.allows(id)) return -1;
-        next.accept(id);
+        if (!out->allows(id)) return false;
+        out->accept(id);
     }
+    return true;
+}
+
+int32_t GrammarConstraint::choose(const float* logits, int n_vocab, std::span<const int32_t> after) const {
+    std::unique_ptr<GrammarConstraint> next;
+    if (!advanced(after, next)) return -1;
     std::vector<Candidate> best, scratch;
-    top_allowed(logits, n_vocab, {}, 1, next, best, scratch);
+    top_allowed(logits, n_vocab, {}, 1, *next, best, scratch);
     return best.empty() ? -1 : best[0].id;
 }
 

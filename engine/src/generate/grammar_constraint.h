@@ -4,16 +4,16 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "generate/grammar.h"
 #include "generate/sampler.h"
-#include "generate/text_generator.h"
 #include "generate/vocabulary.h"
 
 namespace strata {
 
-class GrammarConstraint : public TokenFilter, public TextGenerator::GreedyRule {
+class GrammarConstraint : public TokenFilter {
 public:
     GrammarConstraint(std::shared_ptr<const Grammar> grammar, const Vocabulary& vocab, std::vector<int32_t> stop_ids,
                       int32_t start_after = -1);
@@ -23,9 +23,10 @@ public:
     bool allows(int32_t id) const override;
     // The token was generated: the text moves on (a token the grammar does not allow is an error).
     void accept(int32_t id);
-    // Greedy's choice (the sampler's: the best allowed token) once `after` followed the tokens accepted so far; −1 when
-    // no token is allowed there. For drafting and verifying speculative windows.
-    int32_t choose(const float* logits, int n_vocab, std::span<const int32_t> after) const override;
+    // This constraint once the tokens `after` followed the ones accepted so far (false when one is not allowed).
+    bool advanced(std::span<const int32_t> after, std::unique_ptr<GrammarConstraint>& out) const;
+    // The best allowed token (greedy's choice) once `after` followed; −1 when none is allowed there.
+    int32_t choose(const float* logits, int n_vocab, std::span<const int32_t> after) const;
 
 private:
     bool is_stop(int32_t id) const;

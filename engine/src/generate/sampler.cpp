@@ -106,22 +106,21 @@ Sampler::Sampler(const SamplingParams& params)
                                                              std::random_device{}()),
       rng_(seed_) {}
 
-int32_t Sampler::sample(const float* logits, int n_vocab, std::span<const int32_t> history,
-                        const TokenFilter* filter) {
+void Sampler::prepare(const float* logits, int n_vocab, std::span<const int32_t> history, const TokenFilter* filter) {
     STRATA_CHECK(n_vocab > 0, "sampler: empty logits row");
     penalise_window(logits, n_vocab, history, params_, penalised_);
     const int k = params_.greedy() ? 1 : params_.top_k > 0 ? std::min(params_.top_k, kMaxTopK) : kMaxTopK;
+    keep_ = 1;
     if (filter) {
         top_allowed(logits, n_vocab, penalised_, k, *filter, top_, scan_);
         if (top_.empty()) fail("grammar: no token of the vocabulary can continue the text here");
-        if (params_.greedy()) return top_[0].id;
-    } else if (params_.greedy()) {
-        if (penalised_.empty()) return argmax_first(logits, n_vocab);
-        top_candidates(logits, n_vocab, penalised_, 1, top_);
-        return top_[0].id;
+    } else if (params_.greedy() && penalised_.empty()) {
+        const int32_t id = argmax_first(logits, n_vocab);
+        top_.assign(1, {id, logits[id]});
     } else {
         top_candidates(logits, n_vocab, penalised_, k, top_);
     }
+    if (params_.greedy()) return;
 
     // Softmax with temperature over the candidates (best first, so probs_ is descending).
     probs_.resize(top_.size());
@@ -145,15 +144,39 @@ int32_t Sampler::sample(const float* logits, int n_vocab, std::span<const int32_
             if (cum >= params_.top_p) { keep = i + 1; break; }
         }
     }
+    keep_ = keep;
+}
+
+int32_t Sampler::sample(const float* logits, int n_vocab, std::span<const int32_t> history, const TokenFilter* filter,
+                        int32_t exclude) {
+    prepare(logits, n_vocab, history, filter);
+    if (params_.greedy()) return top_[0].id;   // (a rejected greedy draft is never the greedy choice)
     double total = 0;
-    for (size_t i = 0; i < keep; ++i) total += probs_[i];
+    for (size_t i = 0; i < keep_; ++i)
+        if (top_[i].id != exclude) total += probs_[i];
+    if (!(total > 0)) return top_[0].id;        // only the excluded token had weight: it cannot have been rejected
     double u = uniform01(rng_) * total;
     double cum = 0;
-    for (size_t i = 0; i < keep; ++i) {
+    size_t last = 0;
+    for (size_t i = 0; i < keep_; ++i) {
+        if (top_[i].id == exclude) continue;
         cum += probs_[i];
+        last = i;
         if (u < cum) return top_[i].id;
     }
-    return top_[keep - 1].id;
+    return top_[last].id;
+}
+
+bool Sampler::accepts(const float* logits, int n_vocab, std::span<const int32_t> history, const TokenFilter* filter,
+                      int32_t draft) {
+    prepare(logits, n_vocab, history, filter);
+    if (params_.greedy()) return top_[0].id == draft;
+    double total = 0, p = 0;
+    for (size_t i = 0; i < keep_; ++i) {
+        total += probs_[i];
+        if (top_[i].id == draft) p = probs_[i];
+    }
+    return uniform01(rng_) * total < p;
 }
 
 }  // namespace strata

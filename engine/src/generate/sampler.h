@@ -51,14 +51,25 @@ public:
     // Picks the next token. history: every token before it (prompt + generated so far); only the last
     // penalty_window of them matter. With a filter, only tokens it allows are candidates (top_k of those); throws
     // strata::Error when it allows none.
+    // exclude: a token left out of the draw (a rejected speculative draft), −1 none.
     int32_t sample(const float* logits, int n_vocab, std::span<const int32_t> history,
-                   const TokenFilter* filter = nullptr);
+                   const TokenFilter* filter = nullptr, int32_t exclude = -1);
+    // Speculative sampling with a single proposed token: whether a draft stands, drawn with the probability sample()
+    // would give it (greedy: whether it is the greedy choice, no draw). A rejected draft is then excluded from the
+    // next sample() of the same row: accepted with p(d), else drawn from p without d, the token follows p exactly.
+    bool accepts(const float* logits, int n_vocab, std::span<const int32_t> history, const TokenFilter* filter,
+                 int32_t draft);
 
     const SamplingParams& params() const { return params_; }
     uint64_t seed() const { return seed_; }
 
 private:
+    // top_ (best first) for a row; when sampling also probs_ (softmax with temperature) and keep_, how many of them
+    // min-p and top-p leave.
+    void prepare(const float* logits, int n_vocab, std::span<const int32_t> history, const TokenFilter* filter);
+
     SamplingParams params_;
+    size_t keep_ = 1;
     uint64_t seed_;
     std::mt19937_64 rng_;  // fully specified by the standard, so draws are the same on every platform
     std::vector<Candidate> penalised_;  // scratch: tokens of the window with their penalised logits

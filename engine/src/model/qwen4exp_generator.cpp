@@ -357,7 +357,7 @@ void Qwen4ExpGenerator::restore_parked(size_t i) {
     parked_.push_back(std::move(p));   // it stays parked (most recently used) until this session is parked over it
 }
 
-TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max_extra, const GreedyRule* rule) {
+TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max_extra, DraftRule* rule) {
     const Hparams& hp = model_.hparams();
     const int V = hp.n_vocab;
     GreedyStep step;
@@ -378,7 +378,7 @@ TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max
     const float* dl = run_mtp(&next);
     const std::vector<int32_t>& stops = hp.stop_ids;
     for (int j = 0; j < want; ++j) {
-        const int32_t d = rule ? rule->choose(dl, V, std::span<const int32_t>(window).subspan(1)) : argmax_first(dl, V);
+        const int32_t d = rule ? rule->draft(dl, V, std::span<const int32_t>(window).subspan(1)) : argmax_first(dl, V);
         if (d < 0 || std::find(stops.begin(), stops.end(), d) != stops.end()) break;   // a stop is never fed
         // An unsure draft is likely rejected, and a rejection costs a rollback and another pass: stop there.
         if (!confident(dl, V, d, draft_min_p_)) break;
@@ -408,7 +408,7 @@ void Qwen4ExpGenerator::lookup_drafts_into(std::vector<int32_t>& window, int wan
 }
 
 TextGenerator::GreedyStep Qwen4ExpGenerator::verify_lookup(const std::vector<int32_t>& window,
-                                                            const GreedyRule* rule) {
+                                                            DraftRule* rule) {
     GreedyStep step = verify_window(window, rule);
     // A rejected draft costs a second pass: where the text stops repeating itself, pause drafting for a while.
     lookup_accept_ = 0.8f * lookup_accept_ + 0.2f * (float)step.accepted / (float)step.offered;
@@ -420,7 +420,7 @@ TextGenerator::GreedyStep Qwen4ExpGenerator::verify_lookup(const std::vector<int
 }
 
 TextGenerator::GreedyStep Qwen4ExpGenerator::verify_window(const std::vector<int32_t>& window,
-                                                            const GreedyRule* rule) {
+                                                            DraftRule* rule) {
     const int V = model_.hparams().n_vocab, nH = model_.hparams().hc_dim();
     GreedyStep step;
     const int m = (int)window.size() - 1;
@@ -433,12 +433,14 @@ TextGenerator::GreedyStep Qwen4ExpGenerator::verify_window(const std::vector<int
     const size_t rows_before = mtp_rows_.size();
     feed(window.data(), m + 1, verify_logits_.data(), true);
     int a = 0;
-    const auto choice = [&](int i) {   // greedy's token after window[0 … i]
+    const auto stands = [&](int i) {   // draft window[i + 1] at the row after window[0 … i]
         const float* row = verify_logits_.data() + (size_t)i * V;
-        return rule ? rule->choose(row, V, std::span<const int32_t>(window).subspan(1, i)) : argmax_first(row, V);
+        return rule ? rule->accepts(row, V, std::span<const int32_t>(window).subspan(1, i), window[i + 1])
+                    : argmax_first(row, V) == window[i + 1];
     };
-    while (a < m && choice(a) == window[a + 1]) ++a;
+    while (a < m && stands(a)) ++a;
     step.accepted = a;
+    if (a < m) step.rejected = window[a + 1];
     step.fed.assign(window.begin(), window.begin() + a + 1);
     if (a < m) {
         session_.restore(snap);

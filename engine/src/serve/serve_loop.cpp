@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "generate/draft_rule.h"
 #include "generate/grammar_constraint.h"
 #include "generate/sampler.h"
 #include "serve/image_embeddings.h"
@@ -206,22 +207,24 @@ private:
         const int n_vocab = gen_.vocab_size();
         auto never = [] { return false; };
         auto quiet = [](int, int) {};
-        // Drafts are verified against greedy choices only: sampling and penalties decode one token at a time, and so
-        // do requests for logprobs (each token's whole logits row is needed on the host).
+        // Requests for logprobs decode one token a pass (each token's whole logits row is needed on the host).
         const bool want_logprobs = req.logprobs >= 0;
         std::unique_ptr<GrammarConstraint> grammar;
         if (req.grammar)
             grammar = std::make_unique<GrammarConstraint>(req.grammar, hooks_.vocabulary, stop_ids_, req.grammar_after);
-        // Greedy under a grammar speculates too: drafts and their verification take the grammar's choices.
-        const bool greedy_only = req.sampling.greedy() && !req.sampling.has_penalties() && !want_logprobs;
-        const bool plain_greedy = greedy_only && !grammar;
-        const bool speculate = gen_.spec_depth() > 0 && greedy_only;
+        // Every request but one for logprobs speculates: its drafts stand where its own sampler (penalties, grammar,
+        // temperature) would pick them (generate/draft_rule.h), so the tokens follow the same distribution.
+        const bool plain_greedy = req.sampling.greedy() && !req.sampling.has_penalties() && !want_logprobs && !grammar;
+        const bool speculate = gen_.spec_depth() > 0 && !want_logprobs;
+        RequestDraftRule rule(sampler, grammar.get(), history);
+        int32_t rejected = -1;   // the draft the last pass rejected: the next draw leaves it out
         int32_t chosen = -1;   // plain greedy without drafts: the next token, chosen by the generator (no logits)
         while (true) {
             if (cancel_requested()) { done.finish = serve::Finish::cancel; break; }
             const int32_t token = chosen >= 0 ? chosen
                                   : sampler.sample(logits, n_vocab, history,
-                                                   grammar && grammar->active() ? grammar.get() : nullptr);
+                                                   grammar && grammar->active() ? grammar.get() : nullptr, rejected);
+            rejected = -1;
             if (grammar) grammar->accept(token);
             emit(want_logprobs ? serve::format_token(token, token_logprobs(logits, n_vocab, token, req.logprobs))
                                : serve::format_token(token));
@@ -233,13 +236,15 @@ private:
             }
             if (done.generated >= req.max_new) { done.finish = serve::Finish::length; break; }
             if (speculate) {
-                // Greedy: the MTP head drafts, one pass verifies; accepted drafts are what greedy would emit.
-                TextGenerator::GreedyStep step = gen_.append_greedy(token, req.max_new - done.generated, grammar.get());
+                // The MTP head drafts, one pass verifies; accepted drafts are what the sampler would emit.
+                TextGenerator::GreedyStep step = gen_.append_greedy(token, req.max_new - done.generated, &rule);
                 for (size_t i = 1; i < step.fed.size(); ++i) {
                     if (grammar) grammar->accept(step.fed[i]);
+                    if (req.sampling.has_penalties()) history.push_back(step.fed[i]);
                     emit(serve::format_token(step.fed[i]));
                     ++done.generated;
                 }
+                rejected = step.rejected;
                 done.drafts_offered += step.offered;
                 done.drafts_accepted += step.accepted;
                 logits = step.logits;
