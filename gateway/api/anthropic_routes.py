@@ -13,7 +13,7 @@ from gateway.api.anthropic_models import Block, CountTokensRequest, MessagesRequ
 from gateway.api.chat_job import ChatJob, ChatService, Final
 from gateway.api.openai_routes import collect_answer, json_answer
 from gateway.api.sampling import DEFAULT_FIELDS, gen_keys, with_defaults
-from gateway.api.structured_output import answer_grammar
+from gateway.api.structured_output import answer_grammar, tool_call_grammar
 from gateway.errors import ApiError, read_json
 from gateway.keys import MODEL_NAME, SERVICE, SETTINGS
 from gateway.sse import SSEWriter
@@ -122,6 +122,13 @@ def to_job(req: CountTokensRequest, sampling_defaults: dict | None = None) -> Ch
     fmt = req.output_config.format if req.output_config else None
     grammar = answer_grammar(fmt.type if fmt else None, fmt.schema_ if fmt else None, tools=bool(tools),
                              param="output_config.format.schema")
+    offered = [t["function"]["name"] for t in tools]
+    choice = (req.tool_choice or {}).get("type")
+    if choice == "any":
+        grammar = tool_call_grammar(offered, offered, "tool_choice")
+    elif choice == "tool":
+        name = req.tool_choice.get("name")
+        grammar = tool_call_grammar([name] if name else [], offered, "tool_choice.name")
     return ChatJob(messages, tools or None, _effort(req), {}, getattr(req, "max_tokens", None), sampling,
                    grammar=grammar)
 

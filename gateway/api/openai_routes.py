@@ -12,7 +12,7 @@ from aiohttp import web
 from gateway.api.chat_job import ChatJob, ChatService, Final, TokenLogprob
 from gateway.api.openai_models import ChatCompletionRequest
 from gateway.api.sampling import gen_keys, with_defaults
-from gateway.api.structured_output import answer_grammar
+from gateway.api.structured_output import answer_grammar, tool_call_grammar
 from gateway.errors import ApiError, BadRequest, read_json
 from gateway.keys import MODEL_NAME, SERVICE, SETTINGS
 from gateway.sse import SSEWriter
@@ -46,6 +46,12 @@ def to_job(req: ChatCompletionRequest, sampling_defaults: dict | None = None) ->
     fmt = req.response_format
     grammar = answer_grammar(fmt.type if fmt else None, fmt.json_schema.schema_ if fmt and fmt.json_schema else None,
                              tools=bool(tools), param="response_format.json_schema.schema")
+    offered = [t["function"]["name"] for t in tools if isinstance(t.get("function"), dict)]
+    if req.tool_choice == "required":
+        grammar = tool_call_grammar(offered, offered, "tool_choice")
+    elif isinstance(req.tool_choice, dict) and req.tool_choice.get("type") == "function":
+        name = (req.tool_choice.get("function") or {}).get("name")
+        grammar = tool_call_grammar([name] if name else [], offered, "tool_choice.function.name")
     return ChatJob(messages, tools or None, effort, kwargs, max_tokens, sampling,
                    logprobs=(req.top_logprobs or 0) if req.logprobs else None, grammar=grammar)
 

@@ -7,7 +7,7 @@ import logging
 from gateway.api.chat_job import ChatJob
 from gateway.api.responses_models import InputItem, ResponsesRequest
 from gateway.api.sampling import DEFAULT_FIELDS, gen_keys, with_defaults
-from gateway.api.structured_output import answer_grammar
+from gateway.api.structured_output import answer_grammar, tool_call_grammar
 from gateway.errors import BadRequest
 
 log = logging.getLogger("gateway.responses")
@@ -192,6 +192,12 @@ def to_job(req: ResponsesRequest, history: list[dict], sampling_defaults: dict |
     tools = chat_tools(req)
     grammar = answer_grammar(fmt.type if fmt else None, fmt.schema_ if fmt else None, tools=bool(tools),
                              param="text.format.schema")
+    offered = [t["function"]["name"] for t in tools]
+    if req.tool_choice == "required":
+        grammar = tool_call_grammar(offered, offered, "tool_choice")
+    elif isinstance(req.tool_choice, dict) and req.tool_choice.get("type") == "function":
+        name = req.tool_choice.get("name")
+        grammar = tool_call_grammar([name] if name else [], offered, "tool_choice.name")
     fields = dict.fromkeys(DEFAULT_FIELDS) | dict(temperature=req.temperature, top_p=req.top_p)
     sampling = gen_keys(**with_defaults(fields, sampling_defaults))
     effort = req.reasoning.effort if req.reasoning else None

@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 
 from gateway.errors import BadRequest
-from gateway.text.json_schema_grammar import SchemaError, convert, json_object
+from gateway.text.json_schema_grammar import SchemaError, convert, json_object, literal
+from gateway.text.output_parser import CALL_OPEN, FUNC_OPEN
 
 log = logging.getLogger("gateway.structured")
 MAX_GRAMMAR_BYTES = 1 << 20    # the engine's limit on a grammar's text (engine/src/serve/protocol.cpp)
@@ -31,3 +32,19 @@ def answer_grammar(kind: str | None, schema, *, tools: bool, param: str) -> str 
     if result.not_enforced:
         log.info("%s: not enforced (the value still has the right type): %s", param, "; ".join(result.not_enforced))
     return result.grammar
+
+
+def tool_call_grammar(choice_names: list[str], offered: list[str], param: str) -> str:
+    """The grammar of an answer that must call a tool (OpenAI tool_choice "required" or a named function, Anthropic
+    {"type": "any"} or {"type": "tool"}): after bounded whitespace, `<tool_call>` and `<function=NAME>` with NAME one
+    of choice_names, then the call's parameters and anything after it free (the output parser reads them; further
+    calls may follow). A named tool the request does not offer is a 400."""
+    for name in choice_names:
+        if name not in offered:
+            raise BadRequest(f"{param}: the tool {name!r} is not among the request's tools "
+                             f"({', '.join(offered) or 'none'})", param=param)
+    if not choice_names:
+        raise BadRequest(f"{param}: a tool call is required but the request offers no tools", param=param)
+    names = " | ".join(literal(n) for n in choice_names)
+    return (f"root ::= [ \\t\\n]{{0,20}} {literal(CALL_OPEN)} [ \\t\\n]{{0,4}} {literal(FUNC_OPEN)} ( {names} ) "
+            f'">" .*\n')

@@ -320,3 +320,87 @@ def test_engine_refusing_a_grammar_is_a_500(engine_bin, monkeypatch):
     assert "refused the grammar" in error["error"]["message"] and "bad grammar" in error["error"]["message"]
     assert stream_status == 200 and "refused the grammar" in streamed and streamed.rstrip().endswith("[DONE]")
     assert ok == 200
+
+
+# ---- forced tool calls (tool_choice) ------------------------------------------------------------------------------
+
+def tool_chat_case():
+    """A held-out case whose answer, with tools offered, is plain chat: the model calls no tool unless made to."""
+    case = next(c for c in data.held_out_cases(SEED, 32) if c.kind == "tool_chat" and c.effort == "none")
+    return [m for m in case.messages if m["role"] in ("system", "user")][:2], case.tools
+
+
+def test_chat_tool_choice_forces_a_call(oai):
+    messages, tools = tool_chat_case()
+    names = [t["function"]["name"] for t in tools]
+    free = oai.chat.completions.create(model="demo", messages=messages, tools=tools, max_tokens=120,
+                                       reasoning_effort="none")
+    assert free.choices[0].finish_reason == "stop" and not free.choices[0].message.tool_calls   # the model chats
+    r = oai.chat.completions.create(model="demo", messages=messages, tools=tools, tool_choice="required",
+                                    max_tokens=200, reasoning_effort="none")
+    assert r.choices[0].finish_reason == "tool_calls" and r.choices[0].message.tool_calls[0].function.name in names
+    for name in names[1:3]:   # a named function, streamed and not
+        choice = {"type": "function", "function": {"name": name}}
+        r = oai.chat.completions.create(model="demo", messages=messages, tools=tools, tool_choice=choice,
+                                        max_tokens=200, reasoning_effort="none")
+        assert [c.function.name for c in r.choices[0].message.tool_calls][0] == name
+        started = [c.choices[0].delta.tool_calls[0].function.name
+                   for c in oai.chat.completions.create(model="demo", messages=messages, tools=tools,
+                                                        tool_choice=choice, max_tokens=200, reasoning_effort="none",
+                                                        stream=True)
+                   if c.choices and c.choices[0].delta.tool_calls and c.choices[0].delta.tool_calls[0].function.name]
+        assert started[0] == name
+
+
+def test_tool_choice_with_thinking(oai):
+    messages, tools = tool_chat_case()
+    r = oai.chat.completions.create(model="demo", messages=messages, tools=tools, tool_choice="required",
+                                    max_tokens=400, reasoning_effort="low")
+    msg = r.choices[0].message
+    assert (msg.model_extra or {}).get("reasoning_content") and msg.tool_calls, msg
+
+
+def test_tool_choice_naming_an_unknown_tool_is_400(oai, claude):
+    import anthropic
+    import openai
+    messages, tools = tool_chat_case()
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.chat.completions.create(model="demo", messages=messages, tools=tools, max_tokens=20,
+                                    tool_choice={"type": "function", "function": {"name": "nope"}})
+    assert "'nope' is not among the request's tools" in str(e.value)
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.chat.completions.create(model="demo", messages=messages, max_tokens=20, tool_choice="required")
+    assert "offers no tools" in str(e.value)
+    with pytest.raises(anthropic.BadRequestError) as e:
+        claude.messages.create(model="demo", max_tokens=20, messages=[{"role": "user", "content": "hi"}],
+                               tools=[{"name": "a", "input_schema": {"type": "object"}}],
+                               tool_choice={"type": "tool", "name": "b"})
+    assert "'b' is not among" in str(e.value)
+
+
+def test_anthropic_tool_choice(claude):
+    messages, tools = tool_chat_case()
+    atools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+               "input_schema": t["function"]["parameters"]} for t in tools]
+    user_text = next(m["content"] for m in messages if m["role"] == "user")
+    r = claude.messages.create(model="demo", max_tokens=200, messages=[{"role": "user", "content": user_text}],
+                               tools=atools, tool_choice={"type": "any"}, thinking={"type": "disabled"})
+    assert r.stop_reason == "tool_use" and any(b.type == "tool_use" for b in r.content)
+    name = atools[2]["name"]
+    r = claude.messages.create(model="demo", max_tokens=200, messages=[{"role": "user", "content": user_text}],
+                               tools=atools, tool_choice={"type": "tool", "name": name}, thinking={"type": "disabled"})
+    assert [b.name for b in r.content if b.type == "tool_use"][0] == name
+
+
+def test_responses_tool_choice(oai):
+    messages, tools = tool_chat_case()
+    user_text = next(m["content"] for m in messages if m["role"] == "user")
+    rtools = [{"type": "function", "name": t["function"]["name"], "description": t["function"]["description"],
+               "parameters": t["function"]["parameters"]} for t in tools]
+    r = oai.responses.create(model="demo", input=user_text, tools=rtools, tool_choice="required",
+                             reasoning={"effort": "none"}, max_output_tokens=200)
+    assert any(item.type == "function_call" for item in r.output)
+    name = rtools[3]["name"]
+    r = oai.responses.create(model="demo", input=user_text, tools=rtools, reasoning={"effort": "none"},
+                             tool_choice={"type": "function", "name": name}, max_output_tokens=200)
+    assert [item.name for item in r.output if item.type == "function_call"][0] == name
