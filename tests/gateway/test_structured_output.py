@@ -66,22 +66,11 @@ class Reading(BaseModel):
 
 
 @pytest.fixture(scope="module")
-def demo(engine_bin):
+def gateway(engine_bin):
+    """The demo model behind the gateway; conftest's oai and claude fixtures (the official SDKs) talk to it."""
     gw = Gateway(DEMO, engine_bin, ctx=4096)
     yield gw
     gw.stop()
-
-
-@pytest.fixture(scope="module")
-def oai(demo):
-    import openai
-    return openai.OpenAI(base_url=demo.url + "/v1", api_key="none", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def claude(demo):
-    import anthropic
-    return anthropic.Anthropic(base_url=demo.url, api_key="none", max_retries=0, timeout=120)
 
 
 def json_schema(schema, name="answer"):
