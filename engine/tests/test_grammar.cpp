@@ -140,6 +140,7 @@ static Vocabulary small_vocab() {
     v.bytes = t;
     v.is_text.assign(t.size(), 1);
     v.is_text[0] = v.is_text[1] = v.is_text[2] = 0;
+    v.index();
     return v;
 }
 
@@ -234,7 +235,41 @@ static void test_slow_path() {
     CHECK(out[63].logit == all_logits[63]);
 }
 
+// The slow path over the grammar's candidate ids (tokens by first byte) picks what a scan of every id picks.
+struct WithoutCandidates : TokenFilter {
+    const GrammarConstraint& c;
+    explicit WithoutCandidates(const GrammarConstraint& g) : c(g) {}
+    bool may_allow(int32_t id) const override { return c.may_allow(id); }
+    bool allows(int32_t id) const override { return c.allows(id); }
+};
+
+static void test_candidate_ids() {
+    Vocabulary v;
+    const int n = 6000;
+    for (int i = 0; i < n; ++i) {
+        const char first = "abcz 0123456789"[i % 15];
+        v.bytes.push_back(std::string(1, first) + std::to_string(i % 97));
+        v.is_text.push_back(i >= 2);
+    }
+    v.index();
+    auto g = Grammar::parse("root ::= \"z\" [0-9]* | \"q\"\n");
+    GrammarConstraint c(g, v, {0, 1});
+    std::vector<int32_t> ids;
+    CHECK(c.candidate_ids(ids));
+    CHECK(!ids.empty() && std::all_of(ids.begin(), ids.end(), [&](int32_t id) { return v.bytes[id][0] == 'z'; }));
+    std::vector<float> logits(n);
+    for (int i = 0; i < n; ++i) logits[i] = v.bytes[i][0] == 'a' ? 5.0f + (i % 13) : (float)((i * 7919) % 1000) / 997.0f;
+    std::vector<Candidate> a, b, scratch;
+    top_allowed(logits.data(), n, {}, 20, c, a, scratch);
+    top_allowed(logits.data(), n, {}, 20, WithoutCandidates(c), b, scratch);
+    CHECK(a.size() == 20 && b.size() == 20);
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) CHECK(a[i].id == b[i].id && v.bytes[a[i].id][0] == 'z');
+    c.accept(a[0].id);   // "z<digits>": complete, so the stops are candidates too
+    CHECK(c.candidate_ids(ids) && std::count(ids.begin(), ids.end(), 0) == 1 && std::count(ids.begin(), ids.end(), 1) == 1);
+}
+
 int main() {
+    test_candidate_ids();
     test_errors();
     test_matching();
     test_base64url();

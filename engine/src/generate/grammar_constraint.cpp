@@ -19,13 +19,33 @@ bool GrammarConstraint::may_allow(int32_t id) const {
     if (!active_) return true;
     if (id < 0 || static_cast<size_t>(id) >= vocab_.size()) return false;
     if (is_stop(id)) return matcher_.complete();
-    return vocab_.is_text[id] && matcher_.first_bytes().has(static_cast<uint8_t>(vocab_.bytes[id][0]));
+    const int first = vocab_.first_byte[id];   // (a compact array: this runs over the whole vocabulary at times)
+    return first >= 0 && matcher_.first_bytes().has(static_cast<uint8_t>(first));
 }
 
 bool GrammarConstraint::allows(int32_t id) const {
     if (!may_allow(id)) return false;
     if (!active_ || is_stop(id)) return true;
     return matcher_.allows(vocab_.bytes[id]);
+}
+
+bool GrammarConstraint::candidate_ids(std::vector<int32_t>& ids) const {
+    // Worth it only where few first bytes may come (a JSON object's punctuation); else the caller scans every id.
+    constexpr int kMaxListedBytes = 32;
+    if (!active_) return false;
+    int n = 0;
+    for (int b = 0; b < 256; ++b) n += matcher_.first_bytes().has(static_cast<uint8_t>(b));
+    if (n > kMaxListedBytes) return false;
+    ids.clear();
+    for (int b = 0; b < 256; ++b)
+        if (matcher_.first_bytes().has(static_cast<uint8_t>(b)))
+            ids.insert(ids.end(), vocab_.by_first_byte[b].begin(), vocab_.by_first_byte[b].end());
+    if (matcher_.complete())
+        for (int32_t id : stop_ids_)
+            if (id >= 0 && (size_t)id < vocab_.size() &&   // (once: not already listed by its first byte)
+                (vocab_.first_byte[id] < 0 || !matcher_.first_bytes().has((uint8_t)vocab_.first_byte[id])))
+                ids.push_back(id);
+    return true;
 }
 
 void GrammarConstraint::accept(int32_t id) {

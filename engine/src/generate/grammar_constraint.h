@@ -21,6 +21,9 @@ public:
     bool active() const { return active_; }
     bool may_allow(int32_t id) const override;
     bool allows(int32_t id) const override;
+    // The text tokens whose first byte may come next (and the stop ids where the text is complete), when at most 32
+    // first bytes may.
+    bool candidate_ids(std::vector<int32_t>& ids) const override;
     // The token was generated: the text moves on (a token the grammar does not allow is an error).
     void accept(int32_t id);
     // This constraint once the tokens `after` followed the ones accepted so far (false when one is not allowed).

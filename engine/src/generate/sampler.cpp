@@ -83,18 +83,29 @@ void top_allowed(const float* logits, int n_vocab, std::span<const Candidate> pe
     // The slow path (a grammar that wants what the model does not): every token that may be allowed, best first.
     out.clear();
     scratch.clear();
-    size_t p = 0;
-    for (int id = 0; id < n_vocab; ++id) {
+    auto offer = [&](int id) {   // (penalised is sorted by id)
         float v = logits[id];
-        if (p < penalised.size() && penalised[p].id == id) v = penalised[p++].logit;
+        if (!penalised.empty()) {
+            auto it = std::lower_bound(penalised.begin(), penalised.end(), id,
+                                       [](const Candidate& c, int x) { return c.id < x; });
+            if (it != penalised.end() && it->id == id) v = it->logit;
+        }
         if (!std::isnan(v) && filter.may_allow(id)) scratch.push_back({id, v});
+    };
+    std::vector<int32_t> ids;
+    if (filter.candidate_ids(ids)) {
+        for (int32_t id : ids)
+            if (id >= 0 && id < n_vocab) offer(id);
+    } else {
+        for (int id = 0; id < n_vocab; ++id) offer(id);
     }
     // In windows of growing size, each put in order only when the one before did not give k (a whole-vocabulary sort
     // costs ~20 ms at 248K tokens; most searches end in the first window).
     size_t done = 0;
     for (size_t window = 256; done < scratch.size() && static_cast<int>(out.size()) < k; window *= 4) {
         const size_t end = std::min(scratch.size(), done + window);
-        std::partial_sort(scratch.begin() + done, scratch.begin() + end, scratch.end(), better);
+        if (end < scratch.size()) std::nth_element(scratch.begin() + done, scratch.begin() + end, scratch.end(), better);
+        std::sort(scratch.begin() + done, scratch.begin() + end, better);
         for (size_t i = done; i < end && static_cast<int>(out.size()) < k; ++i)
             if (filter.allows(scratch[i].id)) out.push_back(scratch[i]);
         done = end;

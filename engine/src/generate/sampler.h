@@ -42,6 +42,9 @@ public:
     virtual ~TokenFilter() = default;
     virtual bool may_allow(int32_t id) const = 0;
     virtual bool allows(int32_t id) const = 0;
+    // The ids it may allow (each once, in any order), when it can list them cheaply (into ids; true); false: any id
+    // may be.
+    virtual bool candidate_ids(std::vector<int32_t>& ids) const { return false; }
 };
 
 class Sampler {

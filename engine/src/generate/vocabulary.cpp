@@ -54,6 +54,16 @@ bool decode_byte_level(const std::string& token, std::string& out) {
     return true;
 }
 
+void Vocabulary::index() {
+    for (auto& ids : by_first_byte) ids.clear();
+    first_byte.assign(bytes.size(), -1);
+    for (size_t id = 0; id < bytes.size(); ++id)
+        if (is_text[id] && !bytes[id].empty()) {
+            first_byte[id] = static_cast<uint8_t>(bytes[id][0]);
+            by_first_byte[first_byte[id]].push_back((int32_t)id);
+        }
+}
+
 Vocabulary read_vocabulary(const GgufFile& file) {
     enum { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
     Vocabulary v;
@@ -75,6 +85,7 @@ Vocabulary read_vocabulary(const GgufFile& file) {
         v.is_text[id] = ok && !v.bytes[id].empty();
         if (!v.is_text[id]) v.bytes[id].clear();
     }
+    v.index();
     return v;
 }
 

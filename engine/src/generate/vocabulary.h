@@ -2,6 +2,7 @@
 // grammar constraint: byte-level BPE tokens are decoded through GPT-2's byte-to-character table, user-defined tokens
 // (<think>, <tool_call>, …) are their own text, control and unused tokens stand for no text.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,8 +15,13 @@ struct Vocabulary {
     std::vector<std::string> bytes;   // per token id
     std::vector<uint8_t> is_text;     // 1: the token stands for bytes[id]; 0: a control/unused token
 
+    std::vector<int16_t> first_byte;                      // per token id: its first byte, −1 for no text
+    std::array<std::vector<int32_t>, 256> by_first_byte;   // text tokens by their first byte, ids ascending
+
     size_t size() const { return bytes.size(); }
     bool empty() const { return bytes.empty(); }
+    // Fills first_byte and by_first_byte from bytes / is_text (read_vocabulary does it).
+    void index();
 };
 
 // Empty when the file has no tokenizer.ggml.tokens.
