@@ -36,7 +36,7 @@ public:
 private:
     cudaGraphExec_t exec_ = nullptr;
     cudaEvent_t done_ = nullptr;
-    DevicePool scratch_;
+    DevicePool scratch_{size_t(2) << 20};   // small segments: a pass's scratch is small
     std::vector<std::pair<void*, size_t>> blocks_;   // cudaHostAlloc'd (base, size)
     size_t block_used_ = 0;
     std::vector<std::pair<void*, size_t>> slots_;    // uploads in issue order

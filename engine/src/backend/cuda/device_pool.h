@@ -1,33 +1,29 @@
-// A caching pool of device memory for activations and scratch: released blocks are kept by size and handed out
-// again (all work runs on one stream, so stream order makes reuse safe). Only cudaMalloc, never managed memory.
+// A pool of device memory for activations and scratch: blocks carved out of cudaMalloc'd segments and merged back when
+// released (common/block_arena.h), reused in stream order (all work runs on one stream). Only cudaMalloc, never
+// managed memory.
 #pragma once
 #include <cstddef>
-#include <map>
-#include <unordered_map>
+
+#include "common/block_arena.h"
 
 namespace strata::cuda {
 
 class DevicePool {
 public:
-    DevicePool() = default;
-    ~DevicePool();
+    // min_segment: the smallest cudaMalloc (a captured graph's own scratch pool asks for small ones).
+    explicit DevicePool(size_t min_segment = size_t(32) << 20);
     DevicePool(const DevicePool&) = delete;
     DevicePool& operator=(const DevicePool&) = delete;
 
-    void* get(size_t bytes);       // at least `bytes`, 256-byte aligned; throws on out-of-memory
+    void* get(size_t bytes);       // at least `bytes`, 512-byte aligned; throws on out-of-memory
     void put(void* p);             // back to the pool; p must come from get()
-    size_t held_bytes() const { return held_; }
-    size_t live_bytes() const { return live_bytes_; }   // handed out and not yet put back
-    size_t peak_bytes() const { return peak_; }         // the most live since reset_peak()
-    void reset_peak() { peak_ = live_bytes_; }
+    size_t held_bytes() const { return arena_.held_bytes(); }
+    size_t live_bytes() const { return arena_.live_bytes(); }   // handed out and not yet put back
+    size_t peak_bytes() const { return arena_.peak_bytes(); }   // the most live since reset_peak()
+    void reset_peak() { arena_.reset_peak(); }
 
 private:
-    void drop_free();              // cudaFree every cached block (before retrying a failed cudaMalloc)
-    void note_live(size_t bytes);
-    std::multimap<size_t, void*> free_;         // size → block
-    std::unordered_map<void*, size_t> live_;    // block → size
-    size_t held_ = 0;
-    size_t live_bytes_ = 0, peak_ = 0;
+    BlockArena arena_;
 };
 
 }  // namespace strata::cuda
