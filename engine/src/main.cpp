@@ -21,6 +21,7 @@ static const char* kUsage =
     "  strata info FILE.gguf [--metadata] [--mtp MTP.gguf]   (also what --ctx and the MTP head take on the GPU)\n"
     "  strata --serve --model FILE [--backend cpu|cuda] [--threads N] [--ctx N] [--chunk N] [--mtp MTP.gguf [--spec N]]\n"
     "                 [--draft-min-p P]   (drafting stops below this head probability, default 0.5; 0 = full depth)\n"
+    "                 --chunk N: prompt tokens a chunk (default 256 on the CPU, 2048 with --backend cuda)\n"
     "                 [--checkpoint-every N]   (a conversation checkpoint every N positions, default 16384)\n"
     "                 [--park-mib N]   (RAM for conversations another one displaced, resumed without re-reading\n"
     "                 them; default 4096, 0 = off)\n"

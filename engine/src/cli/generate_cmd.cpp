@@ -46,6 +46,17 @@ static uint64_t context_device_bytes(const Options& o) {
     return bytes;
 }
 
+int prompt_chunk(const Options& o) {
+    return (int)o.integer("--chunk", o.str("--backend", "cpu") == "cuda" ? kCudaChunk : kCpuChunk, 1, 1 << 20);
+}
+
+// A prompt chunk's activations and op scratch on the GPU: measured 0.21-0.22 MiB a chunk token for the published shape
+// (n·H = 10,240; bench/results/2026-12-05-h100-chunks), i.e. ~5.4 rows of n·H floats; 6 rows keep a margin.
+static uint64_t chunk_device_bytes(const Options& o) {
+    const Hparams hp = Hparams::from_gguf(*GgufFile::open(o.required("--model")));
+    return (uint64_t)prompt_chunk(o) * 6 * hp.hc_dim() * sizeof(float);
+}
+
 static std::unique_ptr<Backend> with_kv_type(std::unique_ptr<Backend> be, const Options& o) {
     be->set_kv_f16(kv_f16_from(o));
     return be;
@@ -84,7 +95,7 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
         g.routing_profile_out = o.str("--routing-profile-out");
         g.adapt.every_passes = (int)o.integer("--expert-adapt", g.adapt.every_passes, 0, 1 << 20);
         if (o.str("--gpu-miss-share") != "auto") g.gpu_miss_share = o.real("--gpu-miss-share", g.gpu_miss_share, 0, 1);
-        if (!g.expert_cache.empty()) g.context_reserve_bytes = context_device_bytes(o);
+        if (!g.expert_cache.empty()) g.context_reserve_bytes = context_device_bytes(o) + chunk_device_bytes(o);
         if (g.expert_cache.empty())
             for (const char* f : {"--vram-reserve-mib", "--gpu-experts-max", "--cpu-workers", "--routing-profile",
                                   "--expert-adapt", "--gpu-miss-share"})
@@ -118,7 +129,7 @@ int generate_command(int argc, char** argv) {
 
     std::unique_ptr<Backend> be = make_backend(o);
     Qwen4Exp model(model_path, *be);
-    Qwen4ExpGenerator gen(model, (int)o.integer("--ctx", 0, 0, 1 << 24), (int)o.integer("--chunk", 256, 1, 1 << 20));
+    Qwen4ExpGenerator gen(model, (int)o.integer("--ctx", 0, 0, 1 << 24), prompt_chunk(o));
     if (o.has("--mtp")) gen.enable_speculation(o.str("--mtp"), (int)o.integer("--spec", 3, 1, 8));
     else if (o.has("--spec") || o.has("--mtp-logits-out") || o.has("--draft-min-p"))
         fail("--spec, --draft-min-p and --mtp-logits-out need --mtp MTP.gguf");

@@ -36,6 +36,11 @@ struct GpuOptions;
 extern std::unique_ptr<Backend> (*cuda_backend_factory)(const GpuOptions& opt);
 extern const std::vector<std::string> kGpuFlags;
 std::unique_ptr<Backend> make_backend(const Options& o);
+// Tokens a prompt chunk holds (--chunk): by default 256 on the CPU and 2,048 on the GPU, where every chunk reads each
+// expert it misses over PCIe once (a 4,096-token prompt on a 12 GB PC: 383 tok/s in chunks of 256, 1,171 in 2,048;
+// bench/results/2026-12-05-h100-chunks). With --expert-cache the chunk's activations are kept free beside the cache.
+constexpr int kCpuChunk = 256, kCudaChunk = 2048;
+int prompt_chunk(const Options& o);
 
 int generate_command(int argc, char** argv);
 int info_command(int argc, char** argv);

@@ -27,7 +27,7 @@ int serve_command(int argc, char** argv) {
         be = make_backend(o);
         model_ptr = std::make_unique<Qwen4Exp>(o.required("--model"), *be);
         gen_ptr = std::make_unique<Qwen4ExpGenerator>(*model_ptr, (int)o.integer("--ctx", 0, 0, 1 << 24),
-                                                      (int)o.integer("--chunk", 256, 1, 1 << 20));
+                                                      prompt_chunk(o));
         gen_ptr->set_checkpoint_every((int)o.integer("--checkpoint-every", 16384, 0, 1 << 24));
         gen_ptr->set_park_budget((size_t)o.integer("--park-mib", (int64_t)kDefaultParkMib, 0, 1 << 24) << 20);
         if (o.has("--mtp")) gen_ptr->enable_speculation(o.str("--mtp"), (int)o.integer("--spec", 3, 1, 8));

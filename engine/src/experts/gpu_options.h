@@ -13,7 +13,8 @@ struct GpuOptions {
     std::string expert_cache;          // --expert-cache auto|N-slots|N-GiB; empty = every expert uploaded, no cache
     int64_t vram_reserve_mib = 1536;   // --vram-reserve-mib: kept free for activations and the desktop
     // Kept free besides it: what the engine allocates after the cache is sized at model load, i.e. the session's
-    // state for the context (KV caches, indexer keys) and the MTP head's weights and KV (the CLI computes it).
+    // state for the context (KV caches, indexer keys), the MTP head's weights and KV, and a prompt chunk's activations
+    // (the CLI computes it).
     uint64_t context_reserve_bytes = 0;
     int64_t gpu_experts_max = -1;      // --gpu-experts-max: cap on the slots (−1 = none)
     int cpu_workers = 0;               // --cpu-workers: threads computing misses (0 = physical cores − 1)
