@@ -108,8 +108,19 @@ def test_serve_speculation_same_tokens_and_draft_counts(engine_bin):
                            text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         outs.append(r.stdout.splitlines())
-    tokens = [[l for l in out if l.startswith("T ")] for out in outs]
-    assert tokens[0] == tokens[1]
+    def requests(out):   # the T lines of each request
+        reqs, cur = [], []
+        for line in out:
+            if line.startswith("T "):
+                cur.append(line)
+            elif line.startswith("DONE"):
+                reqs.append(cur)
+                cur = []
+        return reqs
+    greedy = [requests(out)[0] for out in outs]
+    assert greedy[0] == greedy[1]                                        # greedy text: the same with drafts
     done = [l.split() for l in outs[1] if l.startswith("DONE")]
     assert int(done[0][6]) > 0 and int(done[0][7]) >= int(done[0][6])    # greedy request: drafts accepted/offered
-    assert done[1][6:8] == ["0", "0"]                                    # a sampled request does not speculate
+    # A sampled request speculates too (its tokens follow the sampler's distribution: tests/engine/
+    # test_speculative_sampling.py); the random numbers are used differently with drafts, so no token equality here.
+    assert int(done[1][6]) > 0 and int(done[1][7]) >= int(done[1][6])
