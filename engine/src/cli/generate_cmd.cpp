@@ -186,7 +186,7 @@ int generate_command(int argc, char** argv) {
         out.push_back(best);
         if (!ignore_eos && std::find(stops.begin(), stops.end(), best) != stops.end()) break;
         if ((int)out.size() == n_new) break;
-        TextGenerator::GreedyStep step = gen.append_greedy(best, n_new - (int)out.size());
+        TextGenerator::DraftedStep step = gen.append_drafted(best, n_new - (int)out.size());
         out.insert(out.end(), step.fed.begin() + 1, step.fed.end());
         offered += step.offered;
         accepted += step.accepted;

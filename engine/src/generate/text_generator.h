@@ -75,30 +75,29 @@ public:
         return argmax_first(logits, vocab_size());
     }
 
-    // Greedy speculation: how many drafted tokens one pass may verify (0 = none).
+    // Speculation: how many drafted tokens one pass may verify (0 = none).
     virtual int spec_depth() const { return 0; }
     // How a request's drafts are made and checked, when not by the plain argmax: draft(logits, after) is the draft
     // the head's logits give once the window's tokens `after` follow (−1: none; a grammar's best allowed token);
     // accepts(logits, after, d) whether draft d stands at a verified row (greedy: d is the choice; sampling: drawn
-    // with the sampler's probability of d, so the caller's next draw must exclude a rejected one, GreedyStep::rejected).
+    // with the sampler's probability of d, so the caller's next draw must exclude a rejected one, DraftedStep::rejected).
     struct DraftRule {
         virtual ~DraftRule() = default;
         virtual int32_t draft(const float* logits, int n_vocab, std::span<const int32_t> after) const = 0;
         virtual bool accepts(const float* logits, int n_vocab, std::span<const int32_t> after, int32_t draft) = 0;
     };
-    struct GreedyStep {
+    struct DraftedStep {
         std::vector<int32_t> fed;       // tokens fed, in order; fed[0] is `next`, the rest are accepted drafts
         const float* logits = nullptr;  // logits after the last fed token
         int offered = 0;                // drafts verified in this pass
         int accepted = 0;               // drafts accepted (fed.size() − 1)
         int32_t rejected = -1;          // the draft that did not stand (the next token must not be drawn as it)
     };
-    // Feeds `next` (the caller's greedy choice) and up to max_extra further tokens that greedy decoding would
-    // choose, drafted by the MTP head and verified in one pass; never a stop id. The result equals feeding the
-    // same tokens one at a time (same state, same logits, bit for bit).
-    // With a rule, its drafts and its verdicts (a grammar's choices, or sampling's).
-    virtual GreedyStep append_greedy(int32_t next, int max_extra, DraftRule* rule = nullptr) {
-        GreedyStep step;
+    // Feeds `next` (the caller's choice) and up to max_extra further tokens drafted (the MTP head, or prompt lookup)
+    // and verified in one pass; never a stop id. A draft stands where the rule accepts it (no rule: where it is the
+    // argmax). The result equals feeding the same tokens one at a time (same state, same logits, bit for bit).
+    virtual DraftedStep append_drafted(int32_t next, int max_extra, DraftRule* rule = nullptr) {
+        DraftedStep step;
         step.fed = {next};
         step.logits = append(std::span<const int32_t>(&next, 1), nullptr, nullptr);
         return step;

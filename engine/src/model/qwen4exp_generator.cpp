@@ -357,10 +357,10 @@ void Qwen4ExpGenerator::restore_parked(size_t i) {
     parked_.push_back(std::move(p));   // it stays parked (most recently used) until this session is parked over it
 }
 
-TextGenerator::GreedyStep Qwen4ExpGenerator::append_greedy(int32_t next, int max_extra, DraftRule* rule) {
+TextGenerator::DraftedStep Qwen4ExpGenerator::append_drafted(int32_t next, int max_extra, DraftRule* rule) {
     const Hparams& hp = model_.hparams();
     const int V = hp.n_vocab;
-    GreedyStep step;
+    DraftedStep step;
     const int P = session_.n_past();
     const int room = session_.n_ctx() - P - 1;
     const int want = std::min({mtp_ ? depth_ : lookup_depth_, max_extra, room});
@@ -407,9 +407,9 @@ void Qwen4ExpGenerator::lookup_drafts_into(std::vector<int32_t>& window, int wan
     window.insert(window.end(), d.begin(), d.end());
 }
 
-TextGenerator::GreedyStep Qwen4ExpGenerator::verify_lookup(const std::vector<int32_t>& window,
+TextGenerator::DraftedStep Qwen4ExpGenerator::verify_lookup(const std::vector<int32_t>& window,
                                                             DraftRule* rule) {
-    GreedyStep step = verify_window(window, rule);
+    DraftedStep step = verify_window(window, rule);
     // A rejected draft costs a second pass: where the text stops repeating itself, pause drafting for a while.
     lookup_accept_ = 0.8f * lookup_accept_ + 0.2f * (float)step.accepted / (float)step.offered;
     if (lookup_accept_ < kLookupPauseBelow) {
@@ -419,10 +419,10 @@ TextGenerator::GreedyStep Qwen4ExpGenerator::verify_lookup(const std::vector<int
     return step;
 }
 
-TextGenerator::GreedyStep Qwen4ExpGenerator::verify_window(const std::vector<int32_t>& window,
+TextGenerator::DraftedStep Qwen4ExpGenerator::verify_window(const std::vector<int32_t>& window,
                                                             DraftRule* rule) {
     const int V = model_.hparams().n_vocab, nH = model_.hparams().hc_dim();
-    GreedyStep step;
+    DraftedStep step;
     const int m = (int)window.size() - 1;
     step.offered = m;
 

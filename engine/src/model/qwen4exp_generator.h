@@ -50,7 +50,7 @@ public:
     // --draft-min-p). The text is greedy's either way; fewer rejected drafts save rollbacks.
     void set_draft_min_p(float p) { draft_min_p_ = p; }
     int spec_depth() const override { return mtp_ ? depth_ : lookup_depth_; }
-    GreedyStep append_greedy(int32_t next, int max_extra, DraftRule* rule = nullptr) override;
+    DraftedStep append_drafted(int32_t next, int max_extra, DraftRule* rule = nullptr) override;
     // Draft logits of the MTP head for every prompt pair (X_s, token s+1) the session holds, s = 0 … n_past−2,
     // processed from the start of the session (tests compare them with the PyTorch head).
     std::vector<float> mtp_logits_of_session();
@@ -114,11 +114,11 @@ private:
     const float* run_mtp(const int32_t* next);
     // Feeds window (`next` and its drafts) in one pass and keeps what greedy decoding would have fed: the accepted
     // drafts; on a rejection the state is rolled back and the accepted tokens fed again.
-    GreedyStep verify_window(const std::vector<int32_t>& window, DraftRule* rule);
+    DraftedStep verify_window(const std::vector<int32_t>& window, DraftRule* rule);
     // Prompt lookup (no MTP head): appends up to `want` drafts for window[0] unless drafting pauses; verify_lookup
     // verifies them and keeps the running share of accepted drafts that decides the pauses.
     void lookup_drafts_into(std::vector<int32_t>& window, int want);
-    GreedyStep verify_lookup(const std::vector<int32_t>& window, DraftRule* rule);
+    DraftedStep verify_lookup(const std::vector<int32_t>& window, DraftRule* rule);
 
     Qwen4Exp& model_;
     Session session_;

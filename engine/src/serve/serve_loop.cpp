@@ -237,7 +237,7 @@ private:
             if (done.generated >= req.max_new) { done.finish = serve::Finish::length; break; }
             if (speculate) {
                 // The MTP head drafts, one pass verifies; accepted drafts are what the sampler would emit.
-                TextGenerator::GreedyStep step = gen_.append_greedy(token, req.max_new - done.generated, &rule);
+                TextGenerator::DraftedStep step = gen_.append_drafted(token, req.max_new - done.generated, &rule);
                 for (size_t i = 1; i < step.fed.size(); ++i) {
                     if (grammar) grammar->accept(step.fed[i]);
                     if (req.sampling.has_penalties()) history.push_back(step.fed[i]);
