@@ -6,7 +6,7 @@ import subprocess
 
 from test_checkpoints import DEMO, DEMO_MTP, tokens
 
-SYSTEM_A = "<|im_start|>system\n" + " ".join(f"Rule {i}: answer briefly and count carefully." for i in range(150)) \
+SYSTEM_A = "<|im_start|>system\n" + " ".join(f"Rule {i}: answer briefly and count carefully." for i in range(45)) \
     + "<|im_end|>\n"
 SYSTEM_B = "<|im_start|>system\nYou write short titles.<|im_end|>\n"
 
@@ -61,7 +61,7 @@ def continue_a(results):
 
 
 def test_a_displaced_conversation_resumes_where_it_was(engine_bin):
-    assert len(A) > 1100 and len(B) < 100
+    assert len(A) > 560 and len(B) < 100
     (a, b, a2), err = serve(engine_bin, [A, B, continue_a])
     assert b["resume"] < 10                            # B shares next to nothing with A
     assert a2["resume"] == len(session_after(a))       # A continues without re-reading

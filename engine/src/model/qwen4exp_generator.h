@@ -79,7 +79,7 @@ private:
         std::vector<uint64_t> keys;   // kv_keys_ of those rows
         size_t bytes = 0;
     };
-    static constexpr int kParkMin = 1024;
+    static constexpr int kParkMin = 512;   // below, a re-read is cheaper than it is worth
     // Parks the session (all its n tokens) unless it is too short, too big for the budget or already parked.
     void park_session();
     void restore_parked(size_t i);
