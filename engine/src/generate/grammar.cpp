@@ -620,26 +620,27 @@ bool GrammarMatcher::step(const Stacks& from, uint8_t byte, Stacks& to) const {
     return !to.empty();
 }
 
-bool GrammarMatcher::allows(std::string_view bytes) const {
-    if (bytes.empty()) return true;
+bool GrammarMatcher::feed(std::string_view bytes, Stacks& out) const {
     if (!first_.has(static_cast<uint8_t>(bytes[0]))) return false;
-    Stacks a, b;
-    if (!step(stacks_, static_cast<uint8_t>(bytes[0]), a)) return false;
+    Stacks next;
+    if (!step(stacks_, static_cast<uint8_t>(bytes[0]), out)) return false;
     for (size_t i = 1; i < bytes.size(); ++i) {
-        if (!step(a, static_cast<uint8_t>(bytes[i]), b)) return false;
-        std::swap(a, b);
+        if (!step(out, static_cast<uint8_t>(bytes[i]), next)) return false;
+        std::swap(out, next);
     }
     return true;
 }
 
+bool GrammarMatcher::allows(std::string_view bytes) const {
+    Stacks out;
+    return bytes.empty() || feed(bytes, out);
+}
+
 bool GrammarMatcher::accept(std::string_view bytes) {
     if (bytes.empty()) return true;
-    Stacks a = stacks_, b;
-    for (char c : bytes) {
-        if (!step(a, static_cast<uint8_t>(c), b)) return false;
-        std::swap(a, b);
-    }
-    set_stacks(std::move(a));
+    Stacks out;
+    if (!feed(bytes, out)) return false;
+    set_stacks(std::move(out));
     return true;
 }
 

@@ -75,6 +75,8 @@ private:
     // Expands `stack` until its top is a bytes element (or it is empty), adding the results to `out`.
     void expand(Stack& stack, Stacks& out, int depth) const;
     bool step(const Stacks& from, uint8_t byte, Stacks& to) const;
+    // The stacks after the (non-empty) bytes, into out; false as soon as a byte cannot come.
+    bool feed(std::string_view bytes, Stacks& out) const;
     void set_stacks(Stacks stacks);
 
     std::shared_ptr<const Grammar> g_;
