@@ -194,6 +194,13 @@ void HybridMoe::prepare() {
 
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    // STRATA_CUDA_VRAM_MIB: size the cache as on a card of that many MiB (a consumer card's stand-in on a bigger
+    // GPU): what is in use now (the CUDA context, the dense weights) counts against it as it would there.
+    if (const char* v = std::getenv("STRATA_CUDA_VRAM_MIB"); v && std::atoll(v) > 0) {
+        const int64_t card_mib = std::atoll(v);
+        const size_t card = (size_t)card_mib << 20, used = total_b - free_b;
+        free_b = card > used ? std::min(free_b, card - used) : 0;
+    }
     const size_t reserve = ((size_t)opt_.vram_reserve_mib << 20) + (size_t)opt_.context_reserve_bytes;
     const int64_t slots = resolve_cache_slots(parse_cache_size(opt_.expert_cache), expert_bytes_, free_b, reserve,
                                               (int64_t)L_n * n_experts_, opt_.gpu_experts_max);
