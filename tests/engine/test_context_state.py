@@ -21,8 +21,11 @@ def test_info_prints_the_context_state_growing_by_the_kv_bytes_of_a_token(engine
         return list(map(float, m.groups()))
     v4, v32, v128, v256 = sizes("f32")
     h4, h32, h128, h256 = sizes("f16")
+    q4, q32, q128, q256 = sizes("q8")
     # --kv f16: K and V in half the bytes (3 layers x 2 x 64 fp16 values a token less), the indexer keys unchanged
     assert abs((v256 - h256) - 256 * 1024 * 3 * 2 * 64 * 2 / 2 ** 20) < 0.15, (v256, h256)
+    # --kv q8: a row of 64 int8 values and one fp16 scale, 66 bytes padded to 68, instead of 256
+    assert abs((v256 - q256) - 256 * 1024 * 3 * 2 * (256 - 68) / 2 ** 20) < 0.15, (v256, q256)
     assert re.search(r"layers\s+8 \(5 Gated DeltaNet, 3 QSA attention\)", r.stdout)
     assert re.search(r"attention\s+4 heads, 1 KV heads, head dim 64", r.stdout)
     assert re.search(r"QSA indexer\s+2 heads x 32", r.stdout)
@@ -55,7 +58,8 @@ def test_info_prints_the_mtp_heads_device_bytes(engine_bin, tiny_models):
 def test_cpu_backend_refuses_a_context_larger_than_the_ram(engine_bin):
     # The CPU backend's context lives in RAM; Linux would grant a too-large one and the OOM killer would end the engine
     # when it is touched (seen with --ctx 16000000 on the demo model). STRATA_MEM_AVAILABLE_MIB stands in for a PC
-    # with 100 MiB free: the demo's 64K context takes ~127 MiB in f32 (refused, naming --kv f16) and ~79 in f16 (runs).
+    # with 100 MiB free: the demo's 64K context takes ~127 MiB in f32 (refused, naming --kv q8), ~79 in f16 and ~55 in
+    # q8 (both run).
     def run(*extra):
         return subprocess.run([engine_bin, "generate", "--model", DEMO, "--prompt-ids", "1,2", "-n", "1", "--ctx",
                                "65536", *extra], capture_output=True, text=True, timeout=120,
@@ -63,5 +67,6 @@ def test_cpu_backend_refuses_a_context_larger_than_the_ram(engine_bin):
     refused = run()
     assert refused.returncode != 0
     assert "the context of --ctx 65536 tokens needs 126 MiB of RAM, but 100 MiB are available" in refused.stderr
-    assert "--kv f16" in refused.stderr
+    assert "--kv q8" in refused.stderr
     assert run("--kv", "f16").returncode == 0
+    assert run("--kv", "q8").returncode == 0

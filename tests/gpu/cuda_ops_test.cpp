@@ -6,6 +6,7 @@
 // routing) in cuda_ops_moe.h.
 // usage: cuda_ops_test [results.json] [--only GROUP]   (GROUP: part of a test group's name, e.g. gdn_block)
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -624,33 +625,38 @@ void test_attention_cells() {
     }
 }
 
-// --kv f16 (Backend::set_kv_f16): keys and values written by write_kv into fp16 caches (the cache bits must equal the
-// CPU's: both round to nearest even), then attention_cells over them, CUDA against CPU, dense and sparse, T = 1 and 8.
-void test_kv_f16() {
-    const int nh = 16, nkv = 2, hd = 256, kvw = nkv * hd;
-    cpu->set_kv_f16(true);
-    gpu->set_kv_f16(true);
-    for (int T : {1, 8})
-        for (int keys : {33, 2048}) {
-            const int n0 = keys - T;   // query t sees n0 + t + 1 keys: the pass writes the last T
-            std::vector<int32_t> pos(keys), flat(T + 1, 0);
-            for (int i = 0; i < keys; ++i) pos[i] = i;
-            for (int t = 0; t < T; ++t) flat[t + 1] = flat[t] + n0 + t + 1;
-            const std::string name = "kv_f16 T=" + std::to_string(T) + " keys=" + std::to_string(keys);
-            // p: q, K rows, V rows, K cache, V cache (fp16: half as many floats), positions, offsets, output
-            const std::vector<std::vector<float>> in = {
-                randn((size_t)T * nh * hd), randn((size_t)keys * kvw), randn((size_t)keys * kvw),
-                std::vector<float>((size_t)keys * kvw / 2), std::vector<float>((size_t)keys * kvw / 2),
-                int_bits(pos), int_bits(flat), std::vector<float>((size_t)T * nh * hd)};
-            auto op = [&](Backend& b, std::vector<float*>& p) {
-                b.write_kv(p[3], p[1], keys, kvw, as_ints(p[5]));
-                b.write_kv(p[4], p[2], keys, kvw, as_ints(p[5]));
-                b.attention_cells(p[0], p[3], p[4], T, nh, nkv, hd, as_ints(p[6]), nullptr, -1, p[7]);
-            };
-            compare(name, in, {7}, op, 1e-5, {3, 4});   // the fp16 K and V caches bit for bit too
-        }
-    cpu->set_kv_f16(false);
-    gpu->set_kv_f16(false);
+// --kv f16 and q8 (Backend::set_kv_type): keys and values written by write_kv into fp16 or q8 caches (the cache bytes
+// must equal the CPU's: both round to nearest even, q8 with IEEE divisions), then attention_cells over them, CUDA
+// against CPU, T = 1 and 8. hd 256 with 2 kv heads (q8: 8 scale groups a row), and hd 48 with 3 (a row of 144
+// values: a short last group).
+void test_kv_formats(KvType kv) {
+    cpu->set_kv_type(kv);
+    gpu->set_kv_type(kv);
+    for (auto [nh, nkv, hd] : {std::array<int, 3>{16, 2, 256}, std::array<int, 3>{6, 3, 48}})
+        for (int T : {1, 8})
+            for (int keys : {33, 2048}) {
+                const int kvw = nkv * hd;
+                const size_t cache = (size_t)keys * kv_row_floats(kv, kvw);
+                const int n0 = keys - T;   // query t sees n0 + t + 1 keys: the pass writes the last T
+                std::vector<int32_t> pos(keys), flat(T + 1, 0);
+                for (int i = 0; i < keys; ++i) pos[i] = i;
+                for (int t = 0; t < T; ++t) flat[t + 1] = flat[t] + n0 + t + 1;
+                const std::string name = std::string("kv_") + kv_type_name(kv) + " hd=" + std::to_string(hd) +
+                                         " T=" + std::to_string(T) + " keys=" + std::to_string(keys);
+                // p: q, K rows, V rows, K cache, V cache, positions, offsets, output
+                const std::vector<std::vector<float>> in = {
+                    randn((size_t)T * nh * hd), randn((size_t)keys * kvw), randn((size_t)keys * kvw),
+                    std::vector<float>(cache), std::vector<float>(cache), int_bits(pos), int_bits(flat),
+                    std::vector<float>((size_t)T * nh * hd)};
+                auto op = [&](Backend& b, std::vector<float*>& p) {
+                    b.write_kv(p[3], p[1], keys, kvw, as_ints(p[5]));
+                    b.write_kv(p[4], p[2], keys, kvw, as_ints(p[5]));
+                    b.attention_cells(p[0], p[3], p[4], T, nh, nkv, hd, as_ints(p[6]), nullptr, -1, p[7]);
+                };
+                compare(name, in, {7}, op, 1e-5, {3, 4});   // the K and V caches bit for bit too
+            }
+    cpu->set_kv_type(KvType::f32);
+    gpu->set_kv_type(KvType::f32);
 }
 
 }  // namespace
@@ -708,7 +714,8 @@ int main(int argc, char** argv) {
         group("select_cells", test_select_cells);
         group("kv_write", test_kv_write);
         group("attention_cells", test_attention_cells);
-        group("kv_f16", test_kv_f16);
+        group("kv_f16", [] { test_kv_formats(KvType::f16); });
+        group("kv_q8", [] { test_kv_formats(KvType::q8); });
         unfused_gpu.reset();
         weights.clear();
     } catch (const std::exception& e) {

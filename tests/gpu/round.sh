@@ -20,7 +20,8 @@
 #   prompt     cuda_matmul_speed --prompt (prompt-chunk matmuls, f32 tiled and tensor-core kernels) and dot_host_test
 #   card       tests/gpu/card_memory.sh: --expert-cache auto sized as on a 12 GB card (STRATA_CUDA_VRAM_MIB), an 8K
 #              prompt and decode at 16K / 32K context, f32 and f16 KV: nvidia-smi's peak must stay under the card
-#   kvf16      cuda_ops_test --only kv_f16 and tiny-model parity with STRATA_KV=f16 (both backends' KV in fp16)
+#   kv         cuda_ops_test --only kv_f16 / kv_q8, tiny-model parity with STRATA_KV=f16 and q8 (both backends' KV
+#              in that format), expert-cache parity with q8
 #   chunks     tests/gpu/prefill_chunks.sh: prompt tok/s and peak GPU memory at chunk sizes 256 … 4,096 (gpu, pc12)
 #   prefill    tests/gpu/prefill_profile.sh: a 2,048-token prompt with STRATA_CUDA_PROFILE=1 (gpu and pc12): the prompt
 #              chunks' GPU time by op
@@ -81,7 +82,7 @@ for spec in "$@"; do
     prefill) cmd=(env OUT=$dir bash tests/gpu/prefill_profile.sh build-gpu "$MODEL") ;;
     chunks)  cmd=(env OUT=$dir bash tests/gpu/prefill_chunks.sh build-gpu "$MODEL") ;;
     card)    cmd=(env OUT=$dir bash tests/gpu/card_memory.sh build-gpu "$MODEL") ;;
-    kvf16)   cmd=(bash -c "build-gpu/engine/cuda_ops_test --only kv_f16 | grep -E 'FAIL|checks'; STRATA_KV=f16 python3 tests/gpu/parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/parity_kvf16.json | tail -3") ;;
+    kv)      cmd=(bash -c "for g in kv_f16 kv_q8; do build-gpu/engine/cuda_ops_test $dir/ops_\$g.json --only \$g | grep -E 'FAIL|checks'; done; for kv in f16 q8; do STRATA_KV=\$kv python3 tests/gpu/parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/parity_kv\$kv.json | tail -1; done; STRATA_KV=q8 python3 tests/gpu/cache_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/cache_parity_kvq8.json | tail -1") ;;
     prompt)  cmd=(bash -c "build-gpu/engine/dot_host_test | tail -1; build-gpu/engine/cuda_matmul_speed $dir/prompt_speed.json --prompt") ;;
     graphs)  cmd=(env OUT=$dir SKIP_OPS=1 bash tests/gpu/graphs_check.sh build-gpu) ;;
     devjoin) cmd=(bash -c "build-gpu/engine/moe_decode_test | grep -E 'tables|FAIL|failed'; python3 tests/gpu/device_join_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/device_join.json") ;;

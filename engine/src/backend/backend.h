@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "backend/kv_format.h"
+
 #include "model/weights.h"
 
 namespace strata {
@@ -36,11 +38,11 @@ public:
     // (key, value) lines for the serve protocol's INFO describing the backend's memory tiers (may be empty).
     virtual std::vector<std::pair<std::string, std::string>> info() const { return {}; }
 
-    // The element type of the QSA key and value caches (Session's k_cache / v_cache): f32, or fp16 with kv_f16 (half
-    // the device memory a context takes: --kv f16). The caches are written by write_kv and read by attention_cells
-    // in that type; everything else stays f32. Set before any Session exists.
-    virtual void set_kv_f16(bool on) { kv_f16_ = on; }
-    bool kv_f16() const { return kv_f16_; }
+    // The element format of the QSA key and value caches (Session's k_cache / v_cache; backend/kv_format.h, --kv):
+    // written by write_kv and read by attention_cells in that format; everything else stays f32. Set before any
+    // Session exists.
+    virtual void set_kv_type(KvType t) { kv_type_ = t; }
+    KvType kv_type() const { return kv_type_; }
 
     // A backend may record the ops issued between begin_graph() and end_graph() and run them as one graph (a GPU
     // backend's decode step: backend/graph_backend.h); begin_graph returns whether it records. The caller must not
@@ -151,8 +153,8 @@ public:
     // dst[pos[t]·width …] = src[t·width …] for t < T: rows written at positions held in the backend's memory (the
     // KV cache append of a pass whose position is not baked into its graph). src [T, width].
     virtual void scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) = 0;
-    // scatter_rows into a key or value cache, in the caches' element type (kv_f16: fp16 values rounded to nearest
-    // even, width per row; the cache holds 16-bit elements from its start).
+    // scatter_rows into a key or value cache, in the caches' format (kv_type(): rows of kv_row_floats(kv_type(),
+    // width) floats, backend/kv_format.h).
     virtual void write_kv(float* cache, const float* src, int T, int width, const int32_t* pos) = 0;
     // QSA block keys for every token t that completes a block ((pos[t] + 1) % cr == 0, b = (pos[t] + 1) / cr − 1):
     // kblock[b] = RoPE_{b·cr}(RMSNorm_norm(mean of kraw rows b·cr … b·cr + cr − 1)); kraw [·, di], kblock [·, di],
@@ -171,7 +173,7 @@ public:
     // pass's graph repeats from token to token.
     virtual void select_cells(const float* scores, int stride, int T, const int32_t* pos, int cr, int kb,
                               const int32_t* off, int32_t* cells) = 0;
-    // attention over device cell lists (K and V: caches in the kv_f16() type, written by write_kv): query t sees
+    // attention over device cell lists (K and V: caches in the kv_type() format, written by write_kv): query t sees
     // cells[off[t] … off[t + 1]) (ascending key positions), or, with
     // cells null, the key positions 0 … off[t + 1] − off[t] − 1. max_cells: no query sees more cells (−1: unknown);
     // a backend may size its work by it, so callers round it up to keep it the same over many passes.
@@ -201,7 +203,7 @@ public:
                                          const float* weights, float* y);
 
 private:
-    bool kv_f16_ = false;
+    KvType kv_type_ = KvType::f32;
 };
 
 }  // namespace strata

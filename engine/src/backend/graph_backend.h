@@ -95,9 +95,9 @@ public:
                     int sec_w) override;
     void scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) override;
     void write_kv(float* cache, const float* src, int T, int width, const int32_t* pos) override;
-    void set_kv_f16(bool on) override {
-        Backend::set_kv_f16(on);
-        inner_->set_kv_f16(on);
+    void set_kv_type(KvType t) override {
+        Backend::set_kv_type(t);
+        inner_->set_kv_type(t);
     }
     void pool_key_blocks(const float* kraw, float* kblock, const int32_t* pos, int T, int cr, int di,
                          const Weight& norm, float eps, int n_rot, float theta) override;

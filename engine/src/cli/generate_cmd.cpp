@@ -25,24 +25,32 @@ const std::vector<std::string> kGpuFlags = {"--expert-cache", "--vram-reserve-mi
                                             "--routing-profile", "--routing-profile-out", "--expert-adapt",
                                             "--gpu-miss-share"};
 
-// --kv f32 (the default) or f16: the element type of the QSA key and value caches (Backend::set_kv_f16).
-// STRATA_KV sets the default (an A/B in bench/decode.py's settings: pc12+STRATA_KV=f16).
-static bool kv_f16_from(const Options& o) {
+// --kv f32 | f16 | q8 | auto: the format of the QSA key and value caches (backend/kv_format.h). auto: on the CUDA
+// backend fp16 up to a 4K context and q8 beyond (PRODUCT.md §4), f32 on the CPU backend (the reference). The default
+// is f32; STRATA_KV sets it (an A/B in bench/decode.py's settings: pc12+STRATA_KV=f16).
+constexpr int kKvAutoF16Ctx = 4096;
+static KvType kv_type_from(const Options& o) {
     const char* env = std::getenv("STRATA_KV");
     const std::string kv = o.str("--kv", env && *env ? env : "f32");
-    if (kv != "f32" && kv != "f16") fail("--kv must be f32 or f16, got '", kv, "'");
-    return kv == "f16";
+    KvType t = KvType::f32;
+    if (kv == "auto") {
+        if (o.str("--backend", "cpu") != "cuda") return KvType::f32;
+        const Hparams hp = Hparams::from_gguf(*GgufFile::open(o.required("--model")));
+        return pick_context(hp, (int)o.integer("--ctx", 0, 0, 1 << 24)) <= kKvAutoF16Ctx ? KvType::f16 : KvType::q8;
+    }
+    if (!parse_kv_type(kv, t)) fail("--kv must be f32, f16, q8 or auto, got '", kv, "'");
+    return t;
 }
 
 // What the engine allocates on the device after the expert cache is sized at model load: the session's state for the
 // context (KV caches and indexer keys of the attention layers: 55.5 KiB a token for the published shape, so 1.7 GiB
-// at 32K; with --kv f16 the K and V caches take half) and, with --mtp, the MTP head's weights (its 512 experts too) and KV. The cache leaves it free besides
+// at 32K; with --kv f16 the K and V caches take half, with q8 about a quarter) and, with --mtp, the MTP head's weights (its 512 experts too) and KV. The cache leaves it free besides
 // --vram-reserve-mib; before 2026-12-05 it came out of that reserve, which a 12 GB card at 32K overran.
 static uint64_t context_device_bytes(const Options& o) {
     const Hparams hp = Hparams::from_gguf(*GgufFile::open(o.required("--model")));
     const int n_ctx = pick_context(hp, (int)o.integer("--ctx", 0, 0, 1 << 24));
-    uint64_t bytes = Session::device_floats(hp, n_ctx, kv_f16_from(o)) * sizeof(float);
-    if (o.has("--mtp")) bytes += MtpHead::device_bytes(o.str("--mtp"), n_ctx, kv_f16_from(o));
+    uint64_t bytes = Session::device_floats(hp, n_ctx, kv_type_from(o)) * sizeof(float);
+    if (o.has("--mtp")) bytes += MtpHead::device_bytes(o.str("--mtp"), n_ctx, kv_type_from(o));
     return bytes;
 }
 
@@ -58,7 +66,7 @@ static uint64_t chunk_device_bytes(const Options& o) {
 }
 
 static std::unique_ptr<Backend> with_kv_type(std::unique_ptr<Backend> be, const Options& o) {
-    be->set_kv_f16(kv_f16_from(o));
+    be->set_kv_type(kv_type_from(o));
     return be;
 }
 
@@ -76,7 +84,7 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
             fail("the context of --ctx ", pick_context(Hparams::from_gguf(*GgufFile::open(o.required("--model"))),
                                                         (int)o.integer("--ctx", 0, 0, 1 << 24)),
                  " tokens needs ", context >> 20, " MiB of RAM, but ", avail >> 20,
-                 " MiB are available: use a smaller --ctx", kv_f16_from(o) ? "" : " or --kv f16");
+                 " MiB are available: use a smaller --ctx", kv_type_from(o) == KvType::q8 ? "" : " or --kv q8");
         auto cpu = std::make_unique<CpuBackend>((int)o.integer("--threads", 0, 0, 1024), !o.has("--no-pin"),
                                                 o.has("--f32-activations"));
         if (o.has("--routing-profile-out")) cpu->record_routing(o.str("--routing-profile-out"));

@@ -25,19 +25,18 @@ int info_command(int argc, char** argv) {
     Hparams hp = Hparams::from_gguf(*f);
     if (const GgufTensor* e = f->find_tensor("token_embd.weight")) hp.n_vocab = (int)e->ne[1];
     std::printf("%s", hp.describe().c_str());
-    // What --ctx costs on the device (the GPU backend keeps it free beside the expert cache)
     // What --ctx (and --mtp) cost on the device besides the weights: the GPU backend keeps it free beside the expert
     // cache (the same functions as the CLI's reserve)
-    for (bool f16 : {false, true}) {
-        std::printf("context state     (KV caches, indexer keys, recurrent state; --kv %s):", f16 ? "f16" : "f32");
+    for (KvType kv : {KvType::f32, KvType::f16, KvType::q8}) {
+        std::printf("context state     (KV caches, indexer keys, recurrent state; --kv %s):", kv_type_name(kv));
         for (int n : {4096, 32768, 131072, 262144})
-            std::printf(" %dK %.1f MiB;", n / 1024, Session::device_floats(hp, n, f16) * sizeof(float) / 1048576.0);
+            std::printf(" %dK %.1f MiB;", n / 1024, Session::device_floats(hp, n, kv) * sizeof(float) / 1048576.0);
         std::printf("\n");
     }
     if (o.has("--mtp")) {
         std::printf("MTP head          (%s: block weights + KV; --kv f32):", o.str("--mtp").c_str());
         for (int n : {4096, 32768, 131072, 262144})
-            std::printf(" %dK %.1f MiB;", n / 1024, MtpHead::device_bytes(o.str("--mtp"), n, false) / 1048576.0);
+            std::printf(" %dK %.1f MiB;", n / 1024, MtpHead::device_bytes(o.str("--mtp"), n, KvType::f32) / 1048576.0);
         std::printf("\n");
     }
 

@@ -18,11 +18,11 @@ Hparams kv_hparams(const Hparams& hp) {
 }
 }  // namespace
 
-size_t MtpHead::device_bytes(const std::string& path, int n_ctx, bool kv_f16) {
+size_t MtpHead::device_bytes(const std::string& path, int n_ctx, KvType kv) {
     std::unique_ptr<GgufFile> f = GgufFile::open(path);
     const Hparams hp = Hparams::from_gguf(*f);
     const std::string block = "blk." + std::to_string(hp.n_layer) + ".";
-    size_t bytes = Session::device_floats(kv_hparams(hp), n_ctx, kv_f16) * sizeof(float);
+    size_t bytes = Session::device_floats(kv_hparams(hp), n_ctx, kv) * sizeof(float);
     for (const GgufTensor& t : f->tensors())
         if (t.name.compare(0, block.size(), block) == 0) bytes += t.n_bytes;
     return bytes;

@@ -27,7 +27,7 @@ public:
     Session& kv_session() { return *kv_; }
     // The device memory the head takes beside the trunk, in bytes: its block's and nextn weights (blk.L.*, uploaded
     // whole: its 512 experts too) and its one-layer KV state of n_ctx positions.
-    static size_t device_bytes(const std::string& path, int n_ctx, bool kv_f16);
+    static size_t device_bytes(const std::string& path, int n_ctx, KvType kv);
 
 private:
     Qwen4Exp& trunk_;

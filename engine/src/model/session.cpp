@@ -7,12 +7,12 @@
 namespace strata {
 
 template <class Take>
-void Session::for_each_buffer(const Hparams& hp, int n_ctx, bool kv_f16, int il, LayerState& s, Take&& take) {
+void Session::for_each_buffer(const Hparams& hp, int n_ctx, KvType kv, int il, LayerState& s, Take&& take) {
     if (hp.is_recurrent[il]) {
         take(s.conv_hist, (size_t)(hp.ssm_conv_kernel - 1) * hp.conv_dim(), true);
         take(s.ssm, (size_t)hp.ssm_n_value_head * hp.ssm_head_dim * hp.ssm_head_dim, true);
     } else {
-        const size_t kv = (size_t)n_ctx * hp.n_head_kv * hp.head_dim, kv_floats = kv_f16 ? (kv + 1) / 2 : kv;
+        const size_t kv_floats = (size_t)n_ctx * kv_row_floats(kv, (size_t)hp.n_head_kv * hp.head_dim);
         take(s.k_cache, kv_floats, false);
         take(s.v_cache, kv_floats, false);
         const int cr = hp.compress_ratios[il];
@@ -29,23 +29,24 @@ Session::Session(Backend& be, const Hparams& hp, int n_ctx) : be_(be), hp_(hp), 
     layers.resize(hp.n_layer);
     try {
         for (int il = 0; il < hp.n_layer; ++il)
-            for_each_buffer(hp, n_ctx, be.kv_f16(), il, layers[il],
+            for_each_buffer(hp, n_ctx, be.kv_type(), il, layers[il],
                             [&](float*& field, size_t n, bool recurrent) { field = take(n, recurrent); });
     } catch (const std::exception& e) {   // out of device memory, most likely: say what the context asked for
         for (auto& b : buffers_) be_.release(b.first);
         buffers_.clear();
         recurrent_.clear();
-        const auto mib = [&](bool f16) { return device_floats(hp, n_ctx, f16) * sizeof(float) >> 20; };
-        const std::string f16 = be.kv_f16() ? "" : "; --kv f16 " + std::to_string(mib(true)) + " MiB";
-        fail("the context of ", n_ctx, " tokens needs ", mib(be.kv_f16()), " MiB on the ", be.name(),
-             " backend (a smaller --ctx takes less", f16, "): ", e.what());
+        const auto mib = [&](KvType t) { return device_floats(hp, n_ctx, t) * sizeof(float) >> 20; };
+        const std::string q8 = be.kv_type() == KvType::q8 ? "" : "; --kv q8 " + std::to_string(mib(KvType::q8)) + " MiB";
+        fail("the context of ", n_ctx, " tokens needs ", mib(be.kv_type()), " MiB on the ", be.name(),
+             " backend (a smaller --ctx takes less", q8, "): ", e.what());
     }
     for (int il = 0; il < hp.n_layer; ++il) {
         if (hp.is_recurrent[il]) continue;
         const LayerState& l = layers[il];
-        const size_t kv_row = (size_t)hp.n_head_kv * hp.head_dim, kv_floats = (size_t)n_ctx * kv_row;
-        STRATA_CHECK(!be.kv_f16() || kv_row % 2 == 0, "session: fp16 KV rows of an odd width ", kv_row);
-        const size_t row = be.kv_f16() ? kv_row / 2 : kv_row, total = be.kv_f16() ? (kv_floats + 1) / 2 : kv_floats;
+        const size_t kv_width = (size_t)hp.n_head_kv * hp.head_dim;
+        STRATA_CHECK(be.kv_type() == KvType::f32 || kv_width % 2 == 0, "session: ", kv_type_name(be.kv_type()),
+                     " KV rows of an odd width ", kv_width);
+        const size_t row = kv_row_floats(be.kv_type(), kv_width), total = (size_t)n_ctx * row;
         positional_.push_back({l.k_cache, total, row, 1});
         positional_.push_back({l.v_cache, total, row, 1});
         const int cr = hp.compress_ratios[il];
@@ -56,16 +57,16 @@ Session::Session(Backend& be, const Hparams& hp, int n_ctx) : be_(be), hp_(hp), 
         }
     }
     // the GPU backend sizes its expert cache by device_floats before this runs
-    STRATA_CHECK(allocated_floats() == device_floats(hp, n_ctx, be.kv_f16()), "session: ", allocated_floats(),
-                 " floats allocated, device_floats says ", device_floats(hp, n_ctx, be.kv_f16()));
+    STRATA_CHECK(allocated_floats() == device_floats(hp, n_ctx, be.kv_type()), "session: ", allocated_floats(),
+                 " floats allocated, device_floats says ", device_floats(hp, n_ctx, be.kv_type()));
     reset();
 }
 
-size_t Session::device_floats(const Hparams& hp, int n_ctx, bool kv_f16) {
+size_t Session::device_floats(const Hparams& hp, int n_ctx, KvType kv) {
     size_t total = 0;
     LayerState unused;
     for (int il = 0; il < hp.n_layer; ++il)
-        for_each_buffer(hp, n_ctx, kv_f16, il, unused,
+        for_each_buffer(hp, n_ctx, kv, il, unused,
                         [&](float*&, size_t n, bool) { total += std::max<size_t>(n, 1); });
     return total;
 }

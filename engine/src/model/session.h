@@ -13,7 +13,7 @@ namespace strata {
 struct LayerState {
     float* conv_hist = nullptr;   // GDN: [(Kc-1), conv_dim] previous raw qkv rows, oldest first
     float* ssm = nullptr;         // GDN: [nv, dk, dv] fp32 recurrent state
-    float* k_cache = nullptr;     // QSA: [n_ctx, nkv·hd] keys after norm and RoPE (f32, or fp16: Backend::kv_f16)
+    float* k_cache = nullptr;     // QSA: [n_ctx, nkv·hd] keys after norm and RoPE (Backend::kv_type's format)
     float* v_cache = nullptr;     // QSA: [n_ctx, nkv·hd] (as k_cache)
     float* idx_kraw = nullptr;    // QSA: [n_ctx, di] raw indexer keys (no norm, no RoPE)
     float* idx_kblock = nullptr;  // QSA: [n_ctx / cr, di] pooled, normed, RoPE'd block keys of complete blocks
@@ -29,9 +29,9 @@ public:
 
     void reset();                 // back to the empty state
     // The floats a Session of this shape takes on its backend's device (the KV caches and indexer keys grow with
-    // n_ctx; kv_f16: the K and V caches in fp16, half as many): what the GPU backend keeps free beside its expert
+    // n_ctx; kv: the K and V caches' format, backend/kv_format.h): what the GPU backend keeps free beside its expert
     // cache (GpuOptions::context_reserve_bytes).
-    static size_t device_floats(const Hparams& hp, int n_ctx, bool kv_f16 = false);
+    static size_t device_floats(const Hparams& hp, int n_ctx, KvType kv = KvType::f32);
     size_t allocated_floats() const;
 
     // The recurrent part of the state (GDN conv + ssm, PLE history, the token list), copied to the host. KV caches,
@@ -78,7 +78,7 @@ private:
     // Calls take(field, floats, recurrent) for every buffer of layer il, in allocation order (the constructor and
     // device_floats share it, so the two cannot disagree).
     template <class Take>
-    static void for_each_buffer(const Hparams& hp, int n_ctx, bool kv_f16, int il, LayerState& s, Take&& take);
+    static void for_each_buffer(const Hparams& hp, int n_ctx, KvType kv, int il, LayerState& s, Take&& take);
     float* take(size_t n, bool recurrent);
     Backend& be_;
     const Hparams& hp_;

@@ -380,27 +380,45 @@ void CpuBackend::pool_key_blocks(const float* kraw, float* kblock, const int32_t
 }
 
 namespace {
-inline float kv_value(const float* row, int j) { return row[j]; }
-inline float kv_value(const uint16_t* row, int j) { return fp16_to_f32(row[j]); }
+// A KV cache (backend/kv_format.h) read as f32: at(cell, col) is element col of position cell's row.
+struct KvRowsF32 {
+    const float* p;
+    size_t row;   // floats a row
+    float at(size_t cell, int col) const { return p[cell * row + col]; }
+};
+struct KvRowsF16 {
+    const uint16_t* p;
+    size_t row;   // fp16 values a row
+    float at(size_t cell, int col) const { return fp16_to_f32(p[cell * row + col]); }
+};
+struct KvRowsQ8 {
+    const uint8_t* p;
+    size_t row_bytes;   // bytes a row (padded to 4)
+    size_t width;       // values a row: the scales follow them
+    float at(size_t cell, int col) const {
+        const uint8_t* r = p + cell * row_bytes;
+        uint16_t d;
+        std::memcpy(&d, r + width + 2 * (size_t)(col / kKvQ8Group), 2);
+        return (float)(int8_t)r[col] * fp16_to_f32(d);
+    }
+};
 
-// Softmax attention of query-head pairs [i0, i1) over the cells of keep; KV rows of nkv·hd elements of type E (f32, or
-// fp16 as write_kv stores them with kv_f16).
-template <class E>
-void attention_pairs(const float* q, const E* K, const E* V, int nh, int nkv, int hd,
+// Softmax attention of query-head pairs [i0, i1) over the cells of keep; K and V as KvRows* views.
+template <class Rows>
+void attention_pairs(const float* q, const Rows& K, const Rows& V, int nh, int nkv, int hd,
                      const std::vector<std::vector<int32_t>>& keep, float* o, int64_t i0, int64_t i1) {
     const int group = nh / nkv;
     const float scale = 1.0f / std::sqrt((float)hd);
     std::vector<float> p;
     for (int64_t i = i0; i < i1; ++i) {
-        const int t = (int)(i / nh), h = (int)(i % nh), kvh = h / group;
+        const int t = (int)(i / nh), h = (int)(i % nh), c0 = (h / group) * hd;
         const float* qh = q + (size_t)t * nh * hd + (size_t)h * hd;
         const std::vector<int32_t>& cells = keep[t];
         p.resize(cells.size());
         float mx = -INFINITY;
         for (size_t c = 0; c < cells.size(); ++c) {
-            const E* kc = K + (size_t)cells[c] * nkv * hd + (size_t)kvh * hd;
             float d = 0;
-            for (int j = 0; j < hd; ++j) d += qh[j] * kv_value(kc, j);
+            for (int j = 0; j < hd; ++j) d += qh[j] * K.at(cells[c], c0 + j);
             p[c] = d * scale;
             mx = std::max(mx, p[c]);
         }
@@ -409,10 +427,25 @@ void attention_pairs(const float* q, const E* K, const E* V, int nh, int nkv, in
         float* oh = o + (size_t)t * nh * hd + (size_t)h * hd;
         std::fill(oh, oh + hd, 0.0f);
         for (size_t c = 0; c < cells.size(); ++c) {
-            const E* vc = V + (size_t)cells[c] * nkv * hd + (size_t)kvh * hd;
             const float w = p[c] / sum;
-            for (int j = 0; j < hd; ++j) oh[j] += w * kv_value(vc, j);
+            for (int j = 0; j < hd; ++j) oh[j] += w * V.at(cells[c], c0 + j);
         }
+    }
+}
+
+// One row of `width` values in the q8 format of backend/kv_format.h.
+void quantize_kv_q8_row(const float* x, size_t width, uint8_t* out) {
+    for (size_t g = 0; g < kv_q8_groups(width); ++g) {
+        const size_t j0 = g * kKvQ8Group, j1 = std::min(width, j0 + kKvQ8Group);
+        float amax = 0;
+        for (size_t j = j0; j < j1; ++j) amax = std::max(amax, std::fabs(x[j]));
+        const uint16_t dh = f32_to_fp16(amax / 127.0f);
+        const float d = fp16_to_f32(dh);
+        for (size_t j = j0; j < j1; ++j) {
+            const float v = d > 0 ? std::nearbyint(x[j] / d) : 0.0f;
+            out[j] = (uint8_t)(int8_t)std::max(-127.0f, std::min(127.0f, v));
+        }
+        std::memcpy(out + width + 2 * g, &dh, 2);
     }
 }
 }  // namespace
@@ -420,16 +453,28 @@ void attention_pairs(const float* q, const E* K, const E* V, int nh, int nkv, in
 void CpuBackend::attention(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                            const std::vector<std::vector<int32_t>>& keep, float* o) {
     OpProfile::Scope prof(profile_, "attention");
+    const KvRowsF32 k{K, (size_t)nkv * hd}, v{V, (size_t)nkv * hd};
     pool_.parallel_for((int64_t)T * nh, [&](int64_t i0, int64_t i1) {
-        attention_pairs(q, K, V, nh, nkv, hd, keep, o, i0, i1);
+        attention_pairs(q, k, v, nh, nkv, hd, keep, o, i0, i1);
     });
 }
 
 void CpuBackend::write_kv(float* cache, const float* src, int T, int width, const int32_t* pos) {
-    if (!kv_f16()) return scatter_rows(cache, src, T, width, pos);
-    uint16_t* c = reinterpret_cast<uint16_t*>(cache);
-    for (int t = 0; t < T; ++t)
-        for (int j = 0; j < width; ++j) c[(size_t)pos[t] * width + j] = f32_to_fp16(src[(size_t)t * width + j]);
+    switch (kv_type()) {
+    case KvType::f32: return scatter_rows(cache, src, T, width, pos);
+    case KvType::f16: {
+        uint16_t* c = reinterpret_cast<uint16_t*>(cache);
+        for (int t = 0; t < T; ++t)
+            for (int j = 0; j < width; ++j) c[(size_t)pos[t] * width + j] = f32_to_fp16(src[(size_t)t * width + j]);
+        return;
+    }
+    case KvType::q8: {
+        const size_t row = kv_row_floats(KvType::q8, width);
+        for (int t = 0; t < T; ++t)
+            quantize_kv_q8_row(src + (size_t)t * width, width, reinterpret_cast<uint8_t*>(cache + (size_t)pos[t] * row));
+        return;
+    }
+    }
 }
 
 void CpuBackend::indexer_scores(const float* q, const float* kb, int T, const int32_t* pos, int cr, int ni, int di,
@@ -480,11 +525,21 @@ void CpuBackend::attention_cells(const float* q, const float* K, const float* V,
             std::iota(keep[t].begin(), keep[t].end(), 0);
         }
     }
-    if (!kv_f16()) return attention(q, K, V, T, nh, nkv, hd, keep, o);
+    if (kv_type() == KvType::f32) return attention(q, K, V, T, nh, nkv, hd, keep, o);
     OpProfile::Scope prof(profile_, "attention");
-    const uint16_t *Kh = reinterpret_cast<const uint16_t*>(K), *Vh = reinterpret_cast<const uint16_t*>(V);
+    const size_t width = (size_t)nkv * hd;
+    if (kv_type() == KvType::f16) {
+        const KvRowsF16 k{reinterpret_cast<const uint16_t*>(K), width}, v{reinterpret_cast<const uint16_t*>(V), width};
+        pool_.parallel_for((int64_t)T * nh, [&](int64_t i0, int64_t i1) {
+            attention_pairs(q, k, v, nh, nkv, hd, keep, o, i0, i1);
+        });
+        return;
+    }
+    const size_t row_bytes = 4 * kv_row_floats(KvType::q8, width);
+    const KvRowsQ8 k{reinterpret_cast<const uint8_t*>(K), row_bytes, width},
+        v{reinterpret_cast<const uint8_t*>(V), row_bytes, width};
     pool_.parallel_for((int64_t)T * nh, [&](int64_t i0, int64_t i1) {
-        attention_pairs(q, Kh, Vh, nh, nkv, hd, keep, o, i0, i1);
+        attention_pairs(q, k, v, nh, nkv, hd, keep, o, i0, i1);
     });
 }
 

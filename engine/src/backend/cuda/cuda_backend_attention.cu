@@ -5,9 +5,12 @@
 namespace strata {
 
 void CudaBackend::write_kv(float* cache, const float* src, int T, int width, const int32_t* pos) {
-    if (!kv_f16()) return scatter_rows(cache, src, T, width, pos);
+    if (kv_type() == KvType::f32) return scatter_rows(cache, src, T, width, pos);
     Impl::OpScope prof_op(*impl_, "write_kv");
-    cuda::scatter_rows_f16(impl_->stream, reinterpret_cast<uint16_t*>(cache), src, T, width, pos);
+    if (kv_type() == KvType::f16)
+        cuda::scatter_rows_f16(impl_->stream, reinterpret_cast<uint16_t*>(cache), src, T, width, pos);
+    else
+        cuda::scatter_rows_q8(impl_->stream, reinterpret_cast<uint8_t*>(cache), src, T, width, pos);
     impl_->done("write_kv");
 }
 
@@ -69,7 +72,7 @@ void CudaBackend::select_cells(const float* scores, int stride, int T, const int
 void CudaBackend::attention_cells(const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                                   const int32_t* off, const int32_t* cells, int max_cells, float* o) {
     Impl::OpScope prof_op(*impl_, "attention_cells");
-    cuda::attention(impl_->stream, q, K, V, T, nh, nkv, hd, off, cells, 0, o, -1, -1, max_cells, kv_f16());
+    cuda::attention(impl_->stream, q, K, V, T, nh, nkv, hd, off, cells, 0, o, -1, -1, max_cells, kv_type());
     impl_->done("attention_cells");
 }
 

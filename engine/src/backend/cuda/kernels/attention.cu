@@ -36,14 +36,32 @@ struct Partials {
     float2* ml = nullptr;    // [kMaxPartials] (m, l)
 };
 
-// A cached key or value element as f32 (KT: float, or __half with --kv f16).
-__device__ __forceinline__ float kv_load(const float* p) { return *p; }
-__device__ __forceinline__ float kv_load(const __half* p) { return __half2float(*p); }
+// A key or value cache in one of the formats of backend/kv_format.h, read as f32: at(cell, col) is element col of
+// position cell's row (--kv f32, f16, q8).
+struct KvF32 {
+    const float* p;
+    size_t row;   // floats a row
+    __device__ __forceinline__ float at(size_t cell, int col) const { return p[cell * row + col]; }
+};
+struct KvF16 {
+    const __half* p;
+    size_t row;   // fp16 values a row
+    __device__ __forceinline__ float at(size_t cell, int col) const { return __half2float(p[cell * row + col]); }
+};
+struct KvQ8 {
+    const uint8_t* p;
+    size_t row_bytes;   // the row stride (padded to 4 bytes)
+    int width;          // values a row: its fp16 scales follow them
+    __device__ __forceinline__ float at(size_t cell, int col) const {
+        const uint8_t* r = p + cell * row_bytes;
+        return (float)(int8_t)r[col] * __half2float(reinterpret_cast<const __half*>(r + width)[col / kKvQ8Group]);
+    }
+};
 
 // Online softmax of one warp over cells c0, c0 + step, … < c1 (positions cl[c], or c when cl is null), with
-// kCellsPerStep of them loaded before reducing so their loads overlap. K, V: the kv head's first row.
-template <int E, class KT>
-__device__ __forceinline__ void softmax_cells(const float (&qv)[E], const KT* K, const KT* V, size_t kv_row,
+// kCellsPerStep of them loaded before reducing so their loads overlap. col0: the kv head's first column in a row.
+template <int E, class KV>
+__device__ __forceinline__ void softmax_cells(const float (&qv)[E], const KV& K, const KV& V, int col0,
                                               int hd, const int32_t* cl, int c0, int c1, int step, float scale,
                                               float& m, float& l, float (&acc)[E]) {
     const int lane = threadIdx.x & 31;
@@ -55,13 +73,11 @@ __device__ __forceinline__ void softmax_cells(const float (&qv)[E], const KT* K,
             const int cu = c + u * step;
             valid[u] = cu < c1;
             const size_t p = !valid[u] ? 0 : cl ? (size_t)cl[cu] : (size_t)cu;
-            const KT* kc = K + p * kv_row;
-            const KT* vc = V + p * kv_row;
 #pragma unroll
             for (int e = 0; e < E; ++e) {
                 const int j = lane + 32 * e;
-                kx[u][e] = valid[u] && j < hd ? kv_load(kc + j) : 0.0f;
-                vx[u][e] = valid[u] && j < hd ? kv_load(vc + j) : 0.0f;
+                kx[u][e] = valid[u] && j < hd ? K.at(p, col0 + j) : 0.0f;
+                vx[u][e] = valid[u] && j < hd ? V.at(p, col0 + j) : 0.0f;
             }
         }
         float d[kCellsPerStep], m_new = m;
@@ -90,15 +106,14 @@ __device__ __forceinline__ void softmax_cells(const float (&qv)[E], const KT* K,
 
 // Template E: values per lane (hd <= 32·E). Split: write this block's partial result for chunk blockIdx.x of
 // `chunks`; otherwise the block covers every cell and writes the normalized output.
-template <int E, bool Split, class KT>
+template <int E, bool Split, class KV>
 __global__ void __launch_bounds__(kWarps * 32)
-attention_kernel(const float* q, const KT* K, const KT* V, int nh, int nkv, int hd, const int32_t* off,
+attention_kernel(const float* q, const KV K, const KV V, int nh, int nkv, int hd, const int32_t* off,
                  const int32_t* cells, int n0, int chunks, float* o, Partials part) {
     __shared__ float s_m[kWarps], s_l[kWarps], s_acc[kWarps][kMaxHd];
     const int th = Split ? blockIdx.y : blockIdx.x, t = th / nh, h = th % nh, kvh = h / (nh / nkv);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float scale = 1.0f / sqrtf((float)hd);
-    const size_t kv_row = (size_t)nkv * hd;
 
     const int n_cells = off ? off[t + 1] - off[t] : n0 + t;
     const int32_t* cl = cells ? cells + off[t] : nullptr;
@@ -121,8 +136,7 @@ attention_kernel(const float* q, const KT* K, const KT* V, int nh, int nkv, int 
         acc[e] = 0.0f;
     }
     float m = -FLT_MAX, l = 0.0f;
-    softmax_cells<E, KT>(qv, K + (size_t)kvh * hd, V + (size_t)kvh * hd, kv_row, hd, cl, c0 + warp, c1, kWarps, scale,
-                         m, l, acc);
+    softmax_cells<E, KV>(qv, K, V, kvh * hd, hd, cl, c0 + warp, c1, kWarps, scale, m, l, acc);
     if (lane == 0) {
         s_m[warp] = m;
         s_l[warp] = l;
@@ -153,9 +167,9 @@ attention_kernel(const float* q, const KT* K, const KT* V, int nh, int nkv, int 
 // GQA-grouped, split over chunks or not: a block of G = nh / nkv warps per (query, kv head, chunk), warp w for query
 // head kvh·G + w over every cell of the chunk, so the G warps read each key and value row together (one L2 read,
 // the rest L1 hits). Writes the same partial results as attention_kernel<E, true>, or with one chunk the output o.
-template <int E, class KT>
+template <int E, class KV>
 __global__ void __launch_bounds__(kMaxGroup * 32)
-attention_grouped_kernel(const float* q, const KT* K, const KT* V, int nh, int nkv, int hd, const int32_t* off,
+attention_grouped_kernel(const float* q, const KV K, const KV V, int nh, int nkv, int hd, const int32_t* off,
                          const int32_t* cells, int n0, int chunks, Partials part, float* o) {
     const int tk = blockIdx.y, t = tk / nkv, kvh = tk % nkv, group = nh / nkv;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, th = t * nh + kvh * group + warp;
@@ -175,9 +189,8 @@ attention_grouped_kernel(const float* q, const KT* K, const KT* V, int nh, int n
         acc[e] = 0.0f;
     }
     float m = -FLT_MAX, l = 0.0f;
-    const size_t kv_row = (size_t)nkv * hd;
-    softmax_cells<E, KT>(qv, K + (size_t)kvh * hd, V + (size_t)kvh * hd, kv_row, hd, cells ? cells + off[t] : nullptr,
-                         c0, c1, 1, 1.0f / sqrtf((float)hd), m, l, acc);
+    softmax_cells<E, KV>(qv, K, V, kvh * hd, hd, cells ? cells + off[t] : nullptr, c0, c1, 1,
+                         1.0f / sqrtf((float)hd), m, l, acc);
     if (chunks == 1) {
 #pragma unroll
         for (int e = 0; e < E; ++e) {
@@ -257,27 +270,27 @@ int sm_count() {
     return count[dev];
 }
 
-template <int E, class KT>
-void launch(cudaStream_t s, const float* q, const KT* K, const KT* V, int T, int nh, int nkv, int hd,
+template <int E, class KV>
+void launch(cudaStream_t s, const float* q, const KV& K, const KV& V, int T, int nh, int nkv, int hd,
             const int32_t* off, const int32_t* cells, int n0, int chunks, bool grouped, float* o) {
     const int pairs = T * nh;
     if (chunks <= 1 && grouped) {
-        attention_grouped_kernel<E, KT><<<dim3(1, T * nkv), nh / nkv * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0,
+        attention_grouped_kernel<E, KV><<<dim3(1, T * nkv), nh / nkv * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0,
                                                                                  1, {}, o);
         CUDA_CHECK_LAUNCH();
         return;
     }
     if (chunks <= 1) {
-        attention_kernel<E, false, KT><<<pairs, kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0, 1, o, {});
+        attention_kernel<E, false, KV><<<pairs, kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells, n0, 1, o, {});
         CUDA_CHECK_LAUNCH();
         return;
     }
     const Partials part = partials_for(s);
     if (grouped)
-        attention_grouped_kernel<E, KT><<<dim3(chunks, T * nkv), nh / nkv * 32, 0, s>>>(q, K, V, nh, nkv, hd, off,
+        attention_grouped_kernel<E, KV><<<dim3(chunks, T * nkv), nh / nkv * 32, 0, s>>>(q, K, V, nh, nkv, hd, off,
                                                                                       cells, n0, chunks, part, o);
     else
-        attention_kernel<E, true, KT><<<dim3(chunks, pairs), kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells,
+        attention_kernel<E, true, KV><<<dim3(chunks, pairs), kWarps * 32, 0, s>>>(q, K, V, nh, nkv, hd, off, cells,
                                                                                   n0, chunks, o, part);
     CUDA_CHECK_LAUNCH();
     attention_merge_kernel<<<pairs, hd <= 128 ? 128 : 256, 0, s>>>(hd, chunks, part, o);
@@ -311,7 +324,7 @@ int attention_chunks(int T, int nh, int max_cells, bool grouped) {
 
 void attention(cudaStream_t s, const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                const int32_t* off, const int32_t* cells, int n0, float* o, int chunks, int grouped, int max_cells,
-               bool kv_f16) {
+               KvType kv) {
     STRATA_CHECK(hd >= 1 && hd <= kMaxHd, "cuda attention: head dim ", hd, " is out of range 1..", kMaxHd);
     STRATA_CHECK(nkv > 0 && nh % nkv == 0, "cuda attention: ", nh, " heads do not group over ", nkv, " kv heads");
     if (!T || !nh) return;
@@ -334,14 +347,22 @@ void attention(cudaStream_t s, const float* q, const float* K, const float* V, i
     STRATA_CHECK(chunks <= 1 || (chunks <= kMaxChunks && (size_t)T * nh * chunks <= (size_t)kMaxPartials),
                  "cuda attention: ", chunks, " chunks for ", T * nh, " (query, head) pairs exceed the partial buffer");
     const bool g = grouped != 0;
-    auto run = [&](const auto* k, const auto* v) {
+    auto run = [&](const auto& k, const auto& v) {
         if (hd <= 32) launch<1>(s, q, k, v, T, nh, nkv, hd, off, cells, n0, chunks, g, o);
         else if (hd <= 64) launch<2>(s, q, k, v, T, nh, nkv, hd, off, cells, n0, chunks, g, o);
         else if (hd <= 128) launch<4>(s, q, k, v, T, nh, nkv, hd, off, cells, n0, chunks, g, o);
         else launch<8>(s, q, k, v, T, nh, nkv, hd, off, cells, n0, chunks, g, o);
     };
-    if (kv_f16) run(reinterpret_cast<const __half*>(K), reinterpret_cast<const __half*>(V));
-    else run(K, V);
+    const size_t width = (size_t)nkv * hd;
+    if (kv == KvType::f16) {
+        run(KvF16{reinterpret_cast<const __half*>(K), width}, KvF16{reinterpret_cast<const __half*>(V), width});
+    } else if (kv == KvType::q8) {
+        const size_t row_bytes = 4 * kv_row_floats(KvType::q8, width);
+        run(KvQ8{reinterpret_cast<const uint8_t*>(K), row_bytes, (int)width},
+            KvQ8{reinterpret_cast<const uint8_t*>(V), row_bytes, (int)width});
+    } else {
+        run(KvF32{K, width}, KvF32{V, width});
+    }
 }
 
 }  // namespace strata::cuda

@@ -189,11 +189,11 @@ void rope_multi(cudaStream_t s, float* x, int T, int n_heads, int hd, int n_rot,
 // it only sizes the split, so callers that replay one graph pass the same (rounded-up) bound every time.
 // grouped: one block per (query, kv head, chunk) with a warp per query head of the group (1), a block of 4 warps per
 // (query, head, chunk) (0), or −1: not grouped (grouped when nh / nkv is 2 … 16, the split is used and
-// STRATA_CUDA_GROUPED_ATTN=1). STRATA_CUDA_SPLIT_ATTN=0: no split (A/B runs). kv_f16: K and V hold fp16 elements
-// (as scatter_rows_f16 writes them; --kv f16).
+// STRATA_CUDA_GROUPED_ATTN=1). STRATA_CUDA_SPLIT_ATTN=0: no split (A/B runs). kv: the format K and V
+// are held in (backend/kv_format.h, as scatter_rows / scatter_rows_f16 / scatter_rows_q8 write them; --kv).
 void attention(cudaStream_t s, const float* q, const float* K, const float* V, int T, int nh, int nkv, int hd,
                const int32_t* off, const int32_t* cells, int n0, float* o, int chunks = -1, int grouped = -1,
-               int max_cells = -1, bool kv_f16 = false);
+               int max_cells = -1, KvType kv = KvType::f32);
 int attention_chunks(int T, int nh, int max_cells, bool grouped);
 
 // ---- kv_write.cu ---- cache writes at positions on the device (pos [T] int32), one graph for every position.
@@ -201,6 +201,8 @@ int attention_chunks(int T, int nh, int max_cells, bool grouped);
 void scatter_rows(cudaStream_t s, float* dst, const float* src, int T, int width, const int32_t* pos);
 // scatter_rows into an fp16 cache: dst[pos[t]·width + j] = fp16(src[t·width + j]), rounded to nearest even.
 void scatter_rows_f16(cudaStream_t s, uint16_t* dst, const float* src, int T, int width, const int32_t* pos);
+// Rows in the q8 format of backend/kv_format.h (row stride kv_row_floats(q8, width) floats; --kv q8).
+void scatter_rows_q8(cudaStream_t s, uint8_t* dst, const float* src, int T, int width, const int32_t* pos);
 // Backend::pool_key_blocks: for each t with (pos[t] + 1) % cr == 0, b = (pos[t] + 1) / cr − 1, kblock row b = RoPE at
 // position b·cr (rope's arithmetic, first n_rot dims) of the offset-folded RMSNorm (rms_norm's arithmetic for one
 // group of di, weight norm[j % norm_len], norm null: none) of the mean of kraw rows b·cr … b·cr + cr − 1 (mean_rows'

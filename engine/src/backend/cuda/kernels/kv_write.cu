@@ -36,6 +36,33 @@ __global__ void scatter_rows_f16_kernel(uint16_t* dst, const float* src, int T, 
     dst[(size_t)pos[t] * width + j] = __half_as_ushort(__float2half_rn(src[(size_t)t * width + j]));
 }
 
+// One warp per group of kKvQ8Group values of a row (groups = ⌈width / 64⌉ a row): dst row pos[t] = the q8 format of
+// backend/kv_format.h, the same arithmetic as the CPU backend's quantize_kv_q8_row (IEEE divisions, round to even),
+// so both write the same bytes. row_bytes: the cache's row stride in bytes.
+__global__ void scatter_rows_q8_kernel(uint8_t* dst, const float* src, int T, int width, size_t row_bytes,
+                                       const int32_t* pos) {
+    const int groups = (width + kKvQ8Group - 1) / kKvQ8Group;
+    const size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (w >= (size_t)T * groups) return;
+    const int lane = threadIdx.x & 31, t = (int)(w / groups), g = (int)(w % groups);
+    const int j0 = g * kKvQ8Group + 2 * lane;
+    const float* x = src + (size_t)t * width;
+    const float x0 = j0 < width ? x[j0] : 0.0f, x1 = j0 + 1 < width ? x[j0 + 1] : 0.0f;
+    float amax = fmaxf(fabsf(x0), fabsf(x1));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const __half dh = __float2half_rn(__fdiv_rn(amax, 127.0f));
+    const float d = __half2float(dh);
+    auto q = [&](float v) {
+        const int i = d > 0.0f ? __float2int_rn(__fdiv_rn(v, d)) : 0;
+        return (uint8_t)(int8_t)max(-127, min(127, i));
+    };
+    uint8_t* row = dst + (size_t)pos[t] * row_bytes;
+    if (j0 < width) row[j0] = q(x0);
+    if (j0 + 1 < width) row[j0 + 1] = q(x1);
+    if (lane == 0) reinterpret_cast<__half*>(row + width)[g] = dh;
+}
+
 // The rotation of rope.cu's rope_kernel for dim k of a row y of di at position p (same inv_freq, angle, cosf/sinf
 // and products): NeoX halves on the first n_rot dims, the rest unchanged.
 __device__ __forceinline__ float rope_dim(const float* y, int k, int n_rot, float theta, int p) {
@@ -129,6 +156,15 @@ void scatter_rows_f16(cudaStream_t s, uint16_t* dst, const float* src, int T, in
     if (T <= 0 || width <= 0) return;
     const size_t n = (size_t)T * width;
     scatter_rows_f16_kernel<<<grid_for(n, kScatterThreads), kScatterThreads, 0, s>>>(dst, src, T, width, pos);
+    CUDA_CHECK_LAUNCH();
+}
+
+void scatter_rows_q8(cudaStream_t s, uint8_t* dst, const float* src, int T, int width, const int32_t* pos) {
+    if (T <= 0 || width <= 0) return;
+    STRATA_CHECK(width % 2 == 0, "cuda scatter_rows_q8: rows of an odd width ", width);
+    const size_t warps = (size_t)T * kv_q8_groups((size_t)width);
+    scatter_rows_q8_kernel<<<grid_for(warps * 32, kScatterThreads), kScatterThreads, 0, s>>>(
+        dst, src, T, width, 4 * kv_row_floats(KvType::q8, (size_t)width), pos);
     CUDA_CHECK_LAUNCH();
 }
 
