@@ -21,7 +21,7 @@ python3 -c "v = int('${VOCAB:-512}') * 15 // 16; print(','.join(str((1000003 * i
 : > "$OUT/summary.txt"
 fail=0
 for ctx in $CTXS; do
-  for kv in f32 f16; do
+  for kv in f32 q8; do
     log=$OUT/ctx${ctx}_$kv.log
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 50 > "$OUT/mem_${ctx}_$kv.txt" 2>/dev/null &
     SMI=$!
