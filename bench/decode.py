@@ -107,7 +107,8 @@ class Engine:
             elif w == "DONE":
                 f = rest.split()
                 r.update(generated=int(f[0]), prompt=int(f[1]), prompt_ms=float(f[2]), decode_ms=float(f[3]),
-                         finish=f[4], reused=int(f[7]), cache_hits=int(f[8]), cache_lookups=int(f[9]))
+                         finish=f[4], drafts_accepted=int(f[5]), drafts_offered=int(f[6]), reused=int(f[7]),
+                         cache_hits=int(f[8]), cache_lookups=int(f[9]))
                 for kv in f[10:]:
                     k, _, v = kv.partition("=")
                     r[k] = float(v)
@@ -184,7 +185,7 @@ def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, dead
     cmd = [exe, "--serve", "--backend", a.backend, "--model", a.model, "--ctx", str(ctx_max), "--chunk",
            str(a.chunk)] + flags
     out = {"command": " ".join(cmd), "env": env or {}, "contexts": {}}
-    kind = setting.partition("#")[0].partition("+")[0].partition(":")[0]   # gpu, pc12, ... without suffixes
+    kind = setting.partition("#")[0].partition("/")[0].partition("+")[0].partition(":")[0]   # gpu, pc12, ...: no suffixes
     log_name = "".join(c if c.isalnum() or c in "._-" else "_" for c in setting)
     eng = Engine(cmd, os.path.join(a.out, f"{log_name}.log"), env)
     try:
@@ -221,10 +222,24 @@ def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, dead
             if n < 2:
                 row["error"] = f"the decode request ended after {n} token ({d['finish']})"
                 continue
-            passes = n   # one prompt token pass plus n − 1 decode passes
+            # One prompt-token pass, then one pass a decode step: a token, or with speculation a verify window of
+            # the token and its drafts (after the MTP head's draft passes), which yields 1 + its accepted drafts.
+            passes = n - d["drafts_accepted"]
             pass_ms = (d["prompt_ms"] + d["decode_ms"]) / passes
             row.update(context=len(session) - n, decode_tokens=n,
                        decode_tok_s=round((n - 1) / max(d["decode_ms"], 1e-3) * 1e3, 2), pass_ms=round(pass_ms, 3))
+            if d["drafts_offered"]:
+                # A random MTP head's drafts are almost never accepted: what a window costs, not what it gains.
+                # tok/s at A tokens a window = A / the window's time (drafts + verify), for acceptances measured
+                # elsewhere: the demo model's 2.29 (bench/results/2026-12-05-vm-speculative-sampling) and the
+                # reference system's 2.4-3.2 (PRODUCT.md §4). Projections, not measurements.
+                steps = n - 1 - d["drafts_accepted"]
+                step_ms = d["decode_ms"] / max(steps, 1)
+                row["speculation"] = {
+                    "drafts_offered": d["drafts_offered"], "drafts_accepted": d["drafts_accepted"],
+                    "window_ms": round(step_ms, 3), "drafts_per_window": round(d["drafts_offered"] / max(steps, 1), 2),
+                    "projected_tok_s_at_tokens_per_window": {str(A): round(A / step_ms * 1e3, 1)
+                                                             for A in (2.29, 2.4, 3.2)}}
             if "ple_wait_ms" in d:   # the PLE table's rows: waited for at the PLE layer, or found in the row cache
                 asked = d["ple_rows_read"] + d["ple_rows_cached"]
                 row["ple"] = {"wait_ms_per_pass": round(d["ple_wait_ms"] / passes, 3),
@@ -305,6 +320,8 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=170, help="wall time for all settings together")
     ap.add_argument("--backend", default="cuda", help="cpu: a smoke test of this script (gpu setting, no profile)")
     ap.add_argument("--pc12-extra", default="", help="more engine flags for pc12, space-separated")
+    ap.add_argument("--mtp", default="", help="an MTP head (make_synthetic.py --mtp-out): settings NAME/mtp run NAME "
+                    "with it, drafting 3 tokens a window whatever their probability (--spec 3 --draft-min-p 0)")
     ap.add_argument("--miss-share", default="0.75", help="STRATA_GPU_MISS_SHARE of the pc12pcie setting "
                     "(pc12pcie:SHARE in --settings names its own)")
     a = ap.parse_args()
@@ -321,16 +338,20 @@ def main() -> int:
     for i, s in enumerate(settings):
         left = a.budget_s - (time.time() - t0)
         spec, _, rep = s.partition("#")       # gpu#2: a repeat of the gpu setting
+        spec, slash, mtp = spec.partition("/")   # gpu/mtp: the gpu setting with the MTP head drafting
+        if slash and (mtp != "mtp" or not a.mtp):
+            ap.error(f"{s!r}: NAME/mtp needs --mtp PATH")
         name, *assignments = spec.split("+")  # gpu+STRATA_CUDA_PDL=0: the gpu setting with that variable
+        spec_flags = ["--mtp", a.mtp, "--spec", "3", "--draft-min-p", "0"] if slash else []
         extra_env = dict(x.split("=", 1) for x in assignments)
         base, _, share = name.partition(":")  # pc12pcie:0.9 = pc12pcie with that miss share
-        weight = lambda x: BUDGET_WEIGHT.get(x.partition("#")[0].partition("+")[0].partition(":")[0], 1)
+        weight = lambda x: BUDGET_WEIGHT.get(x.partition("#")[0].partition("/")[0].partition("+")[0].partition(":")[0], 1)
         deadline = time.time() + left * weight(s) / sum(weight(x) for x in settings[i:])
         if name == "gpu":
-            flags = ["--routing-profile-out", profile] if a.backend == "cuda" and not extra_env and not rep else []
-            res["settings"][s] = measure_setting(a, s, flags, 11, mb, deadline,
-                                                 [min(a.contexts)] if extra_env or rep else a.contexts,
-                                                 extra_env or None)
+            plain = not extra_env and not rep and not slash
+            flags = ["--routing-profile-out", profile] if a.backend == "cuda" and plain else []
+            res["settings"][s] = measure_setting(a, s, flags + spec_flags, 11, mb, deadline,
+                                                 a.contexts if plain else [min(a.contexts)], extra_env or None)
         elif base in ("pc12", "pc12host", "pc12hostjoin", "pc12pcie", "pc12dev", "pc12nostage"):
             flags = PC12_FLAGS + (["--routing-profile", profile] if os.path.exists(profile) else [])
             host = {"STRATA_HYBRID_DEVICE": "0"}
@@ -339,7 +360,7 @@ def main() -> int:
                    "pc12nostage": {"STRATA_HYBRID_STAGE": "0"},
                    "pc12pcie": {**host, "STRATA_GPU_MISS_SHARE": share or a.miss_share}}[base]
             env = {"STRATA_SHARE_LOG": "1", **(env or {}), **extra_env}   # the auto share's path, in the log
-            res["settings"][s] = measure_setting(a, s, flags + a.pc12_extra.split(), 23, mb, deadline,
+            res["settings"][s] = measure_setting(a, s, flags + a.pc12_extra.split() + spec_flags, 23, mb, deadline,
                                                  a.contexts if s == "pc12" else [min(a.contexts)], env)
         else:
             ap.error(f"unknown setting {s!r} (gpu, pc12, pc12hostjoin, pc12host, pc12pcie, pc12dev, pc12nostage)")

@@ -8,6 +8,8 @@ random_block_bytes): engine/tools/routing_check.py measures that with the engine
 with the real bytes per token.
 
     python engine/tools/make_synthetic.py OUT.gguf [--experts iq2_xs|q2_0] [--layers 48] [--workers N] [--seed 0]
+        [--mtp-out MTP.gguf [--mtp-outtype q8_0|q2_0|iq2_xs]]   (a random MTP head: its drafts are rarely accepted,
+        so with it a decode measures what drafting and verifying windows cost, not what they gain)
 
 The header is written with gguf-py; tensor data is then filled in place by worker processes (36 GB in minutes)."""
 from __future__ import annotations
@@ -99,12 +101,16 @@ def synthetic_config(layers: int) -> dict:
     return cfg
 
 
-def tensor_plan(outtype: str, layers: int):
+def tensor_plan(outtype: str, layers: int, mtp: bool = False):
+    """(hp, [(name, ne, ggml type, bytes)]) of the main file, or with mtp of the MTP file (blk.L + blk.L.nextn.*, as
+    mtp_extract.py writes it: token_embd and output come from the main file)."""
     cfg = synthetic_config(layers)
     hp = gguf_layout.hparams_from_config(cfg, cfg)
-    chooser = gguf_quant.TypeChooser(outtype, hp.n_layer)
+    chooser = gguf_quant.TypeChooser(outtype, hp.n_layer + (1 if mtp else 0))
+    specs = ([s for s in gguf_layout.mtp_tensor_specs(hp) if s[0].startswith(f"blk.{hp.n_layer}.")] if mtp
+             else gguf_layout.main_tensor_specs(hp))
     plan = []
-    for name, ne in gguf_layout.main_tensor_specs(hp):
+    for name, ne in specs:
         t = chooser.choose(name, ne)
         if t == "BF16" and len(ne) == 1:
             t = "F32"
@@ -194,10 +200,13 @@ def fill_one(args) -> int:
     return nbytes
 
 
-def write(out: str, outtype: str, layers: int, workers: int, seed: int) -> None:
+def write(out: str, outtype: str, layers: int, workers: int, seed: int, mtp: bool = False) -> None:
+    """The main file, or with mtp the MTP file (seeded apart from the main file's tensors)."""
     t0 = time.time()
-    hp, plan = tensor_plan(outtype, layers)
-    kv = model_metadata(hp, ple_constants(hp), outtype, f"strata-synthetic-{outtype}-{layers}L", False, "/nonexistent")
+    hp, plan = tensor_plan(outtype, layers, mtp)
+    name = f"strata-synthetic-{outtype}-{layers}L" + (" MTP" if mtp else "")
+    kv = model_metadata(hp, ple_constants(hp), outtype, name, mtp, "/nonexistent")
+    seed = seed + (7919 if mtp else 0)
     kv.append(("tokenizer.ggml.eos_token_id", 248046, gguf.GGUFValueType.UINT32, None))
     w = gguf.GGUFWriter(out, arch=None)
     for key, val, vt, sub in kv:
@@ -232,6 +241,9 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=48)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--mtp-out", help="also write a synthetic MTP head (blk.L + nextn, as mtp_extract.py) here")
+    ap.add_argument("--mtp-outtype", choices=["q8_0", "q2_0", "iq2_xs"], default="q8_0",
+                    help="the MTP head's types (q8_0: as the installer's mtp_extract.py writes it)")
     ap.add_argument("--check-router", action="store_true",
                     help="print the routing curve the fitted router scales give on Gaussian activations, write nothing")
     a = ap.parse_args(argv)
@@ -248,6 +260,8 @@ def main(argv=None) -> int:
     if a.layers < 4 or a.layers % 4:
         ap.error("--layers must be a positive multiple of 4 (every 4th layer is attention)")
     write(a.out, a.experts, a.layers, a.workers, a.seed)
+    if a.mtp_out:
+        write(a.mtp_out, a.mtp_outtype, a.layers, a.workers, a.seed, mtp=True)
     return 0
 
 

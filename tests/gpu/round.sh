@@ -27,7 +27,9 @@
 #              chunks' GPU time by op
 #   head       the output head and greedy choice: cuda_ops_test's Q6_K-rows, argmax and fused-quantization groups,
 #              cuda_matmul_speed --head with and without the Q6_K head kernel, serve greedy GPU = CPU (tiny models)
-# SYN_EXPERTS=iq2_xs: the synthetic model with IQ2_XS experts (/tmp/syn-iq2_xs.gguf) instead of Q2_0.
+# SYN_EXPERTS=iq2_xs: the synthetic model with IQ2_XS experts (/tmp/syn-iq2_xs.gguf) instead of Q2_0. A random MTP
+# head is written beside it (/tmp/syn-q2_0-mtp.gguf): DECODE_ARGS="--mtp /tmp/syn-q2_0-mtp.gguf --settings gpu,gpu/mtp"
+# measures what a draft-and-verify window costs.
 # usage: [TARGETS="strata cuda_ops_test ..."] tests/gpu/round.sh NAME STEP[:SECONDS] ...   (TARGETS: build only those)
 #        PREBUILT=build-cuda/carry: no build; the executables of $PREBUILT/engine (packed here by
 #        tests/gpu/pack_prebuilt.sh for sm_90 and carried
@@ -48,7 +50,8 @@ export PYTHONPATH=${PYTHONPATH:-}
 START=$(date +%s)
 ( git log -1 --format='%H %s' 2>/dev/null; cat .snap/commit.txt 2>/dev/null; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
   lscpu | grep -E "Model name|^CPU\(s\)" ) > "$ROOT/machine.txt"
-[ -f "$MODEL" ] || ( time timeout 200 python3 engine/tools/make_synthetic.py "$MODEL" --experts "$SYN_EXPERTS" --workers 8 ) \
+[ -f "$MODEL" ] || ( time timeout 200 python3 engine/tools/make_synthetic.py "$MODEL" --experts "$SYN_EXPERTS" --workers 8 \
+                         --mtp-out "${MODEL%.gguf}-mtp.gguf" ) \
     > "$ROOT/make_synthetic.log" 2>&1 &
 SYN_PID=$!
 if [ -n "${PREBUILT:-}" ]; then
