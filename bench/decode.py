@@ -226,6 +226,7 @@ def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, dead
             # the token and its drafts (after the MTP head's draft passes), which yields 1 + its accepted drafts.
             passes = n - d["drafts_accepted"]
             pass_ms = (d["prompt_ms"] + d["decode_ms"]) / passes
+            row["tokens"] = d["tokens"]   # NAME/mtp against NAME: speculation must give the same greedy tokens
             row.update(context=len(session) - n, decode_tokens=n,
                        decode_tok_s=round((n - 1) / max(d["decode_ms"], 1e-3) * 1e3, 2), pass_ms=round(pass_ms, 3))
             if d["drafts_offered"]:
@@ -367,6 +368,15 @@ def main() -> int:
         if s != "gpu":
             res["settings"][s]["cache_fill"] = "routing profile of the gpu setting" if os.path.exists(profile) \
                 else "by expert id (no profile)"
+    # The same prompts with and without the MTP head drafting: the verify windows' tokens must be plain greedy's.
+    for s, v in res["settings"].items():
+        base = res["settings"].get(s.replace("/mtp", "")) if "/mtp" in s else None
+        for c, row in v.get("contexts", {}).items():
+            plain = (base or {}).get("contexts", {}).get(c, {}).get("tokens")
+            if plain and row.get("tokens"):
+                n = min(len(plain), len(row["tokens"]))
+                diff = next((i for i in range(n) if plain[i] != row["tokens"][i]), None)
+                row["equals_plain_greedy"] = {"tokens_compared": n, "first_difference": diff}
     res["routing_curve"] = routing_curve(profile)
     derive_missing(res)
     res["wall_s"] = round(time.time() - t0, 1)
