@@ -44,13 +44,16 @@ static KvType kv_type_from(const Options& o) {
 
 // What the engine allocates on the device after the expert cache is sized at model load: the session's state for the
 // context (KV caches and indexer keys of the attention layers: 55.5 KiB a token for the published shape, so 1.7 GiB
-// at 32K; with --kv f16 the K and V caches take half, with q8 about a quarter) and, with --mtp, the MTP head's weights (its 512 experts too) and KV. The cache leaves it free besides
+// at 32K; with --kv f16 the K and V caches take half, with q8 about a quarter) and, with --mtp, the MTP head's weights (its 512 experts too) and KV,
+// and with speculation the rollback copy of the recurrent state. The cache leaves it free besides
 // --vram-reserve-mib; before 2026-12-05 it came out of that reserve, which a 12 GB card at 32K overran.
 static uint64_t context_device_bytes(const Options& o) {
     const Hparams hp = Hparams::from_gguf(*GgufFile::open(o.required("--model")));
     const int n_ctx = pick_context(hp, (int)o.integer("--ctx", 0, 0, 1 << 24));
     uint64_t bytes = Session::device_floats(hp, n_ctx, kv_type_from(o)) * sizeof(float);
     if (o.has("--mtp")) bytes += MtpHead::device_bytes(o.str("--mtp"), n_ctx, kv_type_from(o));
+    // Speculation's rollback point: a device copy of the recurrent state (Session::mark; ~115 MB published)
+    if (o.has("--mtp") || o.integer("--spec-lookup", 0, 0, 8) > 0) bytes += Session::recurrent_floats(hp) * sizeof(float);
     return bytes;
 }
 

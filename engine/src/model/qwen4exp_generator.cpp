@@ -427,8 +427,7 @@ TextGenerator::DraftedStep Qwen4ExpGenerator::verify_window(const std::vector<in
     step.offered = m;
 
     // Verify all drafts in one pass; roll back the recurrent state if some are rejected.
-    Session::Snapshot snap;
-    if (m > 0) snap = session_.snapshot();
+    if (m > 0) session_.mark();
     verify_logits_.resize((size_t)(m + 1) * V);
     const size_t rows_before = mtp_rows_.size();
     feed(window.data(), m + 1, verify_logits_.data(), true);
@@ -443,7 +442,7 @@ TextGenerator::DraftedStep Qwen4ExpGenerator::verify_window(const std::vector<in
     if (a < m) step.rejected = window[a + 1];
     step.fed.assign(window.begin(), window.begin() + a + 1);
     if (a < m) {
-        session_.restore(snap);
+        session_.rollback();
         if (mtp_) mtp_rows_.resize(rows_before + (size_t)(a + 1) * nH);   // the accepted positions' rows stay valid
         model_.forward(session_, window.data(), a + 1, Qwen4Exp::Outputs{nullptr, false, nullptr});
     }

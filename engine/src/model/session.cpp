@@ -79,6 +79,33 @@ size_t Session::allocated_floats() const {
 
 Session::~Session() {
     for (auto& b : buffers_) be_.release(b.first);
+    for (float* p : marked_) be_.release(p);
+}
+
+size_t Session::recurrent_floats(const Hparams& hp) {
+    size_t total = 0;
+    LayerState unused;
+    for (int il = 0; il < hp.n_layer; ++il)
+        for_each_buffer(hp, 1, KvType::f32, il, unused, [&](float*&, size_t n, bool recurrent) {
+            if (recurrent) total += std::max<size_t>(n, 1);
+        });
+    return total;
+}
+
+void Session::mark() {
+    if (marked_.empty())
+        for (const auto& r : recurrent_) marked_.push_back(be_.alloc(r.second));
+    for (size_t k = 0; k < recurrent_.size(); ++k) be_.copy(marked_[k], recurrent_[k].first, recurrent_[k].second);
+    marked_host_ = {tokens.size(), rope_pos, embd_key, rope_next};
+}
+
+void Session::rollback() {
+    STRATA_ASSERT(marked_.size() == recurrent_.size() && marked_host_.n_tokens <= tokens.size());
+    for (size_t k = 0; k < recurrent_.size(); ++k) be_.copy(recurrent_[k].first, marked_[k], recurrent_[k].second);
+    tokens.resize(marked_host_.n_tokens);
+    rope_pos = marked_host_.rope_pos;
+    embd_key = marked_host_.embd_key;
+    rope_next = marked_host_.rope_next;
 }
 
 float* Session::take(size_t n, bool recurrent) {
