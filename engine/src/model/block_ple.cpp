@@ -59,7 +59,7 @@ void ple_begin_reads(const Hparams& hp, PleReader& reader, const std::vector<int
 }
 
 void ple_block(Backend& be, const Hparams& hp, const PleWeights& w, PleReader& reader, LayerState& st, int T,
-               float* X) {
+               float* X, float* conv_in) {
     const int n = hp.hc_count, H = hp.n_embd, nH = n * H, G = hp.ple_n_heads(), dh = hp.ple_row_width, Dp = G * dh;
     // The G rows of every token (begun by ple_begin_reads), dequantized on the host.
     const GgufTensor& table = *w.table;
@@ -84,9 +84,17 @@ void ple_block(Backend& be, const Hparams& hp, const PleWeights& w, PleReader& r
     be.rms_norm(gv, &w.norm_conv, T, nH, H, hp.rms_eps, gvn);
     be.add(X, gv, (size_t)T * nH);
     float* c = gv;
+    if (conv_in) be.copy(conv_in, gvn, (size_t)T * nH);
     be.causal_conv(gvn, T, nH, w.conv1d, hp.ple_conv_kernel, hp.ple_ngram, st.ple_hist, c);
     be.unary(Unary::silu, c, (size_t)T * nH, 1.0f, c);
     be.add(X, c, (size_t)T * nH);
+}
+
+void ple_advance_history(Backend& be, const Hparams& hp, const PleWeights& w, LayerState& st, int T,
+                         const float* conv_in) {
+    const size_t nH = (size_t)hp.hc_dim();
+    Scratch c(be, (size_t)T * nH);   // the conv's output, not needed
+    be.causal_conv(conv_in, T, (int)nH, w.conv1d, hp.ple_conv_kernel, hp.ple_ngram, st.ple_hist, c);
 }
 
 }  // namespace strata

@@ -100,7 +100,11 @@ std::vector<int32_t> ple_context(const Hparams& hp, const std::vector<int32_t>& 
 void ple_begin_reads(const Hparams& hp, PleReader& reader, const std::vector<int32_t>& context, const int32_t* ids,
                      int T);
 void ple_block(Backend& be, const Hparams& hp, const PleWeights& w, PleReader& reader, LayerState& st, int T,
-               float* X);
+               float* X, float* conv_in = nullptr);
+// The PLE layer's carried conv history after T more rows of conv input ([T, n·H], as ple_block's conv_in records
+// them): what ple_block leaves in st.ple_hist, without reading the table (Qwen4Exp::replay).
+void ple_advance_history(Backend& be, const Hparams& hp, const PleWeights& w, LayerState& st, int T,
+                         const float* conv_in);
 
 // Table rows of each PLE head for token t of `tokens` (MODEL.md §6.2-6.3), given the tokens before it.
 void ple_rows(const Hparams& hp, const std::vector<int32_t>& tokens, size_t t, uint64_t* rows);

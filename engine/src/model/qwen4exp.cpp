@@ -35,6 +35,12 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
         STRATA_CHECK(ids[t] >= 0 && ids[t] < hp_.n_vocab, "token id ", ids[t], " is outside the vocabulary of ", hp_.n_vocab);
 
     const int logit_rows = out.logits || out.argmax ? (out.all_logits ? T : 1) : 0;
+    if (out.replay) {
+        STRATA_CHECK(T <= out.replay->max_tokens_, "replay: a pass of ", T, " tokens, recorded for ", out.replay->max_tokens_);
+        STRATA_CHECK(!media, "replay: a pass with media is not recorded");
+        out.replay->tokens_ = T;
+        out.replay->rope_next_ = s.multimodal() ? s.rope_next : -1;
+    }
     std::vector<int32_t> pos(T);
     for (int t = 0; t < T; ++t) pos[t] = P + t;
 
@@ -107,7 +113,7 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
             if (pending) be_.hyper_inject(X, inj, y, T, n, H);
             pending = false;
             be_.flush_recorded();   // the layers so far start on the device while the host waits for the rows
-            ple_block(be_, hp_, L.ple, *ple_, st, T, X);
+            ple_block(be_, hp_, L.ple, *ple_, st, T, X, out.replay ? out.replay->ple_in_ : nullptr);
             if (!next_ids.empty()) {   // the next forward's rows, read while this one goes on
                 ahead_context_ = ple_context(hp_, s.tokens, ids, T);
                 ahead_ids_ = next_ids;
@@ -117,6 +123,7 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
 
         if (pending) hyper_inject_read(be_, hp_, L.hc_attn, X, inj, y, T, u, inj);
         else hyper_read(be_, hp_, L.hc_attn, X, T, u, inj);
+        if (L.recurrent && out.replay) be_.copy(out.replay->u_[il], u, (size_t)T * H);
         if (L.recurrent) gdn_block(be_, hp_, L.gdn, st, u, T, y);
         else qsa_block(be_, hp_, L.qsa, st, hp_.compress_ratios[il], u, T, P, pos_dev, y, mm ? &mrope : nullptr);
 
@@ -145,6 +152,46 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
     if (out.wide) be_.to_host(out.wide, X, (size_t)T * nH);
     if (out.logits) be_.to_host(out.logits, logits, (size_t)logit_rows * hp_.n_vocab);
     if (out.argmax) be_.to_host(reinterpret_cast<float*>(out.argmax), choice, (size_t)logit_rows);
+}
+
+Qwen4Exp::Replay::Replay(Backend& be, const Hparams& hp, int max_tokens) : be_(be), max_tokens_(max_tokens) {
+    STRATA_CHECK(max_tokens > 0, "replay: ", max_tokens, " tokens");
+    u_.assign(hp.n_layer, nullptr);
+    for (int il = 0; il < hp.n_layer; ++il)
+        if (hp.is_recurrent[il]) u_[il] = be.alloc((size_t)max_tokens * hp.n_embd);
+    if (hp.ple_layer >= 0) ple_in_ = be.alloc((size_t)max_tokens * hp.hc_dim());
+}
+
+Qwen4Exp::Replay::~Replay() {
+    for (float* p : u_)
+        if (p) be_.release(p);
+    if (ple_in_) be_.release(ple_in_);
+}
+
+void Qwen4Exp::replay(Session& s, const int32_t* ids, int n, Replay& r) {
+    STRATA_CHECK(n > 0 && n <= r.tokens_, "replay: ", n, " of a recorded pass of ", r.tokens_, " tokens");
+    const int H = hp_.n_embd;
+    {
+        GraphScope graph(be_, n <= kGraphMaxTokens);
+        Scratch y(be_, (size_t)n * H);   // the GDN layers' outputs, not needed
+        for (int il = 0; il < hp_.n_layer; ++il) {
+            const LayerWeights& L = w_.layers[il];
+            LayerState& st = s.layers[il];
+            if (L.has_ple) ple_advance_history(be_, hp_, L.ple, st, n, r.ple_in_);
+            if (L.recurrent) gdn_block(be_, hp_, L.gdn, st, r.u_[il], n, y);
+        }
+        graph.end();
+    }
+    s.tokens.insert(s.tokens.end(), ids, ids + n);
+    if (r.rope_next_ >= 0) {   // text after media: positions continue the session's (as forward without media)
+        for (int t = 0; t < n; ++t) {
+            const int32_t p = r.rope_next_ + t;
+            s.rope_pos.push_back({p, p, p});
+            s.embd_key.push_back(0);
+        }
+        s.rope_next = r.rope_next_ + n;
+    }
+    r.tokens_ = 0;
 }
 
 }  // namespace strata

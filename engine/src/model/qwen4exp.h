@@ -28,13 +28,39 @@ public:
     int64_t ple_reads_ahead() const { return ple_ahead_used_; }  // forwards whose rows were begun by the one before
 
     // What a forward pass hands back to the host (each pointer may be null).
+    class Replay;
     struct Outputs {
         float* logits = nullptr;       // [n_vocab] of the last token, or [T, n_vocab] with all_logits
         bool all_logits = false;
         float* wide = nullptr;         // [T, n·H]: the final wide residual of every token (input of the MTP head)
         int32_t* argmax = nullptr;     // the greedy choice of the same rows (common/argmax.h), computed by the
                                        // backend: with logits null only an id a row reaches the host
+        Replay* replay = nullptr;      // records what replay() needs (a verify pass whose drafts may be rejected)
     };
+    // What a verify pass records so that a rejection needs no second pass: the input rows of every GDN layer and the
+    // PLE layer's conv input, on the backend's device (~0.4 MB a token of the published shape).
+    class Replay {
+    public:
+        Replay(Backend& be, const Hparams& hp, int max_tokens);
+        ~Replay();
+        Replay(const Replay&) = delete;
+        Replay& operator=(const Replay&) = delete;
+        int max_tokens() const { return max_tokens_; }
+
+    private:
+        friend class Qwen4Exp;
+        Backend& be_;
+        int max_tokens_;
+        std::vector<float*> u_;        // per layer: [max_tokens, H] inputs of a GDN layer (null for others)
+        float* ple_in_ = nullptr;      // [max_tokens, n·H] the PLE layer's conv input
+        int tokens_ = 0;               // tokens of the recorded pass
+        int32_t rope_next_ = -1;       // the session's rope_next before the pass when it was multimodal
+    };
+    // After Session::rollback to the state before a recorded pass: the state forward(ids[0 … n)) would have left,
+    // n ≤ the pass's tokens. Only what carries over is recomputed (the GDN layers' conv histories and recurrent
+    // states, the PLE conv history; the attention layers' KV rows of those positions are the pass's own), with the
+    // same ops a pass of n tokens runs, and the tokens (and their text positions) go onto the session.
+    void replay(Session& s, const int32_t* ids, int n, Replay& r);
     // Multimodal input of a pass (GENI prompts, MODEL.md §16); every array has T entries.
     struct Media {
         const std::array<int32_t, 3>* pos = nullptr;   // (t, h, w) rope positions; null: text after the session's

@@ -43,6 +43,7 @@ void Qwen4ExpGenerator::enable_speculation(const std::string& mtp_path, int dept
     STRATA_CHECK(depth >= 1 && depth <= 8, "speculation depth must be 1..8, got ", depth);
     mtp_ = std::make_unique<MtpHead>(mtp_path, model_, session_.n_ctx());
     depth_ = depth;
+    replay_ = std::make_unique<Qwen4Exp::Replay>(model_.backend(), model_.hparams(), depth + 1);
     reset_session();
 }
 
@@ -50,6 +51,7 @@ void Qwen4ExpGenerator::enable_lookup(int depth) {
     STRATA_CHECK(depth >= 0 && depth <= 8, "lookup speculation depth must be 0..8, got ", depth);
     STRATA_CHECK(!mtp_ || depth == 0, "lookup drafts are for a model without an MTP head");
     lookup_depth_ = depth;
+    if (depth > 0) replay_ = std::make_unique<Qwen4Exp::Replay>(model_.backend(), model_.hparams(), depth + 1);
 }
 
 void Qwen4ExpGenerator::reset_session() {
@@ -114,7 +116,8 @@ std::vector<std::array<int32_t, 3>> Qwen4ExpGenerator::session_positions(int i0,
     return out;
 }
 
-void Qwen4ExpGenerator::feed(const int32_t* ids, int T, float* logits, bool all_logits, int32_t* choice) {
+void Qwen4ExpGenerator::feed(const int32_t* ids, int T, float* logits, bool all_logits, int32_t* choice,
+                             Qwen4Exp::Replay* replay) {
     const size_t nH = (size_t)model_.hparams().hc_dim();
     const size_t P = session_.tokens.size();
     // The prompt's plan covers its tokens; tokens after the prompt are text.
@@ -126,12 +129,12 @@ void Qwen4ExpGenerator::feed(const int32_t* ids, int T, float* logits, bool all_
         kv_keys_[P + t] = planned && plan_.keys[P + t] ? plan_.keys[P + t] : (uint64_t)(uint32_t)ids[t];
     const Qwen4Exp::Media* m = planned ? &media : nullptr;
     if (!mtp_) {
-        model_.forward(session_, ids, T, Qwen4Exp::Outputs{logits, all_logits, nullptr, choice}, m);
+        model_.forward(session_, ids, T, Qwen4Exp::Outputs{logits, all_logits, nullptr, choice, replay}, m);
         return;
     }
     const size_t old = mtp_rows_.size();
     mtp_rows_.resize(old + (size_t)T * nH);
-    model_.forward(session_, ids, T, Qwen4Exp::Outputs{logits, all_logits, mtp_rows_.data() + old, choice}, m);
+    model_.forward(session_, ids, T, Qwen4Exp::Outputs{logits, all_logits, mtp_rows_.data() + old, choice, replay}, m);
 }
 
 const float* Qwen4ExpGenerator::run_mtp(const int32_t* next) {
@@ -430,7 +433,7 @@ TextGenerator::DraftedStep Qwen4ExpGenerator::verify_window(const std::vector<in
     if (m > 0) session_.mark();
     verify_logits_.resize((size_t)(m + 1) * V);
     const size_t rows_before = mtp_rows_.size();
-    feed(window.data(), m + 1, verify_logits_.data(), true);
+    feed(window.data(), m + 1, verify_logits_.data(), true, nullptr, m > 0 ? replay_.get() : nullptr);
     int a = 0;
     const auto stands = [&](int i) {   // draft window[i + 1] at the row after window[0 … i]
         const float* row = verify_logits_.data() + (size_t)i * V;
@@ -444,7 +447,7 @@ TextGenerator::DraftedStep Qwen4ExpGenerator::verify_window(const std::vector<in
     if (a < m) {
         session_.rollback();
         if (mtp_) mtp_rows_.resize(rows_before + (size_t)(a + 1) * nH);   // the accepted positions' rows stay valid
-        model_.forward(session_, window.data(), a + 1, Qwen4Exp::Outputs{nullptr, false, nullptr});
+        model_.replay(session_, window.data(), a + 1, *replay_);
     }
     std::copy(verify_logits_.begin() + (size_t)a * V, verify_logits_.begin() + (size_t)(a + 1) * V, logits_.begin());
     step.logits = logits_.data();

@@ -105,7 +105,8 @@ private:
     std::vector<int> checkpoint_points(std::span<const int32_t> tokens) const;
     // Runs the trunk over tokens and queues their wide residuals for the MTP head.
     // choice (optional): the greedy choice after the last token, computed by the backend.
-    void feed(const int32_t* ids, int T, float* logits, bool all_logits, int32_t* choice = nullptr);
+    void feed(const int32_t* ids, int T, float* logits, bool all_logits, int32_t* choice = nullptr,
+              Qwen4Exp::Replay* replay = nullptr);
     // append's body: the last chunk's logits into logits_, or (choice set) only its greedy choice.
     void append_tokens(std::span<const int32_t> tokens, const ProgressFn& progress, const CancelFn& cancel,
                        int32_t* choice);
@@ -128,6 +129,7 @@ private:
     std::vector<float> logits_;
 
     std::unique_ptr<MtpHead> mtp_;
+    std::unique_ptr<Qwen4Exp::Replay> replay_;   // a verify window's record, so a rejection needs no second pass
     int depth_ = 0;
     int lookup_depth_ = 0;
     // Prompt lookup: drafts need a match of at least kLookupMinNgram tokens; when the running share of accepted
