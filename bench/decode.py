@@ -194,6 +194,7 @@ def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, dead
         V = int(eng.info.get("vocab", 248320))
         # Kernels, first-touch allocations; with --warm N also the cache's adaptation and the auto share's tuning.
         warm = eng.gen(a.warm, prompt_ids(64, seed + 1, V), 120)
+        out["warm_tokens"] = warm["tokens"]
         session = prompt_ids(64, seed + 1, V) + warm["tokens"]
         pp_speed = None
         for ctx in sorted(contexts):
@@ -371,6 +372,11 @@ def main() -> int:
     # The same prompts with and without the MTP head drafting: the verify windows' tokens must be plain greedy's.
     for s, v in res["settings"].items():
         base = res["settings"].get(s.replace("/mtp", "")) if "/mtp" in s else None
+        if base and base.get("warm_tokens") and v.get("warm_tokens"):   # the warm-up's tokens come first
+            w0, w1 = base["warm_tokens"], v["warm_tokens"]
+            v["warm_equals_plain_greedy"] = {
+                "tokens_compared": min(len(w0), len(w1)),
+                "first_difference": next((i for i, (x, y) in enumerate(zip(w0, w1)) if x != y), None)}
         for c, row in v.get("contexts", {}).items():
             plain = (base or {}).get("contexts", {}).get(c, {}).get("tokens")
             if plain and row.get("tokens"):
