@@ -240,6 +240,8 @@ def measure_setting(a, setting: str, flags: list[str], seed: int, mb: dict, dead
                 row["speculation"] = {
                     "drafts_offered": d["drafts_offered"], "drafts_accepted": d["drafts_accepted"],
                     "window_ms": round(step_ms, 3), "drafts_per_window": round(d["drafts_offered"] / max(steps, 1), 2),
+                    "split_ms_per_window": {k: round(d[k + "_ms"] / max(steps, 1), 3)
+                                            for k in ("draft", "verify", "rollback") if k + "_ms" in d},
                     "projected_tok_s_at_tokens_per_window": {str(A): round(A / step_ms * 1e3, 1)
                                                              for A in (2.29, 2.4, 3.2)}}
             if "ple_wait_ms" in d:   # the PLE table's rows: waited for at the PLE layer, or found in the row cache

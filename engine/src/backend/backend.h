@@ -52,6 +52,9 @@ public:
     // Inside a recorded pass: issue the ops recorded so far now (the host is about to wait for something else, e.g.
     // the PLE rows). Backends that issue every op at once do nothing.
     virtual void flush_recorded() {}
+    // Waits until every op issued so far has finished (outside recorded passes). Backends that finish each op before
+    // returning do nothing.
+    virtual void synchronize() {}
     // What GraphBackend needs to capture this backend's ops into replayable graphs; null when it cannot.
     virtual GraphCapture* graph_capture() { return nullptr; }
 

@@ -50,6 +50,7 @@ public:
     bool begin_graph() override;
     void end_graph() override;
     void flush_recorded() override;   // the run so far goes out as a piece of its own
+    void synchronize() override { inner_->synchronize(); }
 
     // Memory taken while recording comes from an arena of its own, handed out in order from the start at every
     // begin_graph (so passes of one shape see the same addresses and their signatures repeat) and never released

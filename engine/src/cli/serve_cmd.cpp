@@ -59,12 +59,13 @@ int serve_command(int argc, char** argv) {
         return std::make_pair(c.hits, c.lookups);
     };
     // With an expert cache, DONE also carries the hybrid path's time split; with a PLE table, the table's rows read,
-    // found in the row cache and waited for (protocol.md §4).
+    // found in the row cache and waited for; with speculation, the time its parts took (protocol.md §4).
     bool expert_cache = false;
     for (const auto& [key, value] : hooks.info) expert_cache = expert_cache || key == "expert_cache_slots";
     const PleReader* ple = model.ple_reader();
-    if (expert_cache || ple)
-        hooks.done_counters = [backend, expert_cache, ple] {
+    const Qwen4ExpGenerator* spec = gen.speculates() ? &gen : nullptr;
+    if (expert_cache || ple || spec)
+        hooks.done_counters = [backend, expert_cache, ple, spec] {
             std::vector<std::pair<std::string, double>> v;
             if (expert_cache) {
                 const Backend::ExpertCacheCounts c = backend->expert_cache_counts();
@@ -75,6 +76,11 @@ int serve_command(int argc, char** argv) {
                 const PleReader::Stats st = ple->stats();
                 v.insert(v.end(), {{"ple_rows_read", (double)st.reads}, {"ple_rows_cached", (double)st.cached},
                                    {"ple_wait_ms", st.wait_s * 1e3}});
+            }
+            if (spec) {
+                const Qwen4ExpGenerator::SpecTimes t = spec->spec_times();
+                v.insert(v.end(), {{"draft_ms", t.draft_s * 1e3}, {"verify_ms", t.verify_s * 1e3},
+                                   {"rollback_ms", t.rollback_s * 1e3}});
             }
             return v;
         };

@@ -1,5 +1,7 @@
 #include "model/qwen4exp_generator.h"
 
+#include <chrono>
+
 #include <algorithm>
 #include <cmath>
 
@@ -378,6 +380,7 @@ TextGenerator::DraftedStep Qwen4ExpGenerator::append_drafted(int32_t next, int m
         return step;
     }
     // Draft: the head pairs X_{P−1} with `next`, then chains its own wide output with each draft.
+    const auto draft_start = std::chrono::steady_clock::now();
     const float* dl = run_mtp(&next);
     const std::vector<int32_t>& stops = hp.stop_ids;
     for (int j = 0; j < want; ++j) {
@@ -394,6 +397,7 @@ TextGenerator::DraftedStep Qwen4ExpGenerator::append_drafted(int32_t next, int m
                       pos3.empty() ? nullptr : pos3.data());
         dl = draft_logits_.data();
     }
+    spec_times_.draft_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - draft_start).count();
     return verify_window(window, rule);
 }
 
@@ -430,6 +434,7 @@ TextGenerator::DraftedStep Qwen4ExpGenerator::verify_window(const std::vector<in
     step.offered = m;
 
     // Verify all drafts in one pass; roll back the recurrent state if some are rejected.
+    const auto verify_start = std::chrono::steady_clock::now();
     if (m > 0) session_.mark();
     verify_logits_.resize((size_t)(m + 1) * V);
     const size_t rows_before = mtp_rows_.size();
@@ -440,6 +445,8 @@ TextGenerator::DraftedStep Qwen4ExpGenerator::verify_window(const std::vector<in
         return rule ? rule->accepts(row, V, std::span<const int32_t>(window).subspan(1, i), window[i + 1])
                     : argmax_first(row, V) == window[i + 1];
     };
+    const auto verified = std::chrono::steady_clock::now();
+    spec_times_.verify_s += std::chrono::duration<double>(verified - verify_start).count();
     while (a < m && stands(a)) ++a;
     step.accepted = a;
     if (a < m) step.rejected = window[a + 1];
@@ -448,6 +455,8 @@ TextGenerator::DraftedStep Qwen4ExpGenerator::verify_window(const std::vector<in
         session_.rollback();
         if (mtp_) mtp_rows_.resize(rows_before + (size_t)(a + 1) * nH);   // the accepted positions' rows stay valid
         model_.replay(session_, window.data(), a + 1, *replay_);
+        model_.backend().synchronize();
+        spec_times_.rollback_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - verified).count();
     }
     std::copy(verify_logits_.begin() + (size_t)a * V, verify_logits_.begin() + (size_t)(a + 1) * V, logits_.begin());
     step.logits = logits_.data();

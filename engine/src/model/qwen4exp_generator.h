@@ -130,6 +130,18 @@ private:
 
     std::unique_ptr<MtpHead> mtp_;
     std::unique_ptr<Qwen4Exp::Replay> replay_;   // a verify window's record, so a rejection needs no second pass
+public:
+    // Wall time of speculation's parts since the start (seconds; the backend's work included, as each part ends
+    // with results on the host or a copy on its stream): drafting (the MTP head's passes and the host's choice of
+    // each draft), verify passes, and going back after a rejection (the rollback copy and the replay).
+    struct SpecTimes {
+        double draft_s = 0, verify_s = 0, rollback_s = 0;
+    };
+    SpecTimes spec_times() const { return spec_times_; }
+    bool speculates() const { return replay_ != nullptr; }
+
+private:
+    SpecTimes spec_times_;
     int depth_ = 0;
     int lookup_depth_ = 0;
     // Prompt lookup: drafts need a match of at least kLookupMinNgram tokens; when the running share of accepted

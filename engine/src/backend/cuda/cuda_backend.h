@@ -38,7 +38,7 @@ public:
     void upload_together(std::initializer_list<const Weight*> ws);
     size_t weight_bytes() const;        // device bytes held by uploaded weights
     std::string device_name() const;
-    void synchronize();                 // waits for all queued work (for timing)
+    void synchronize() override;        // waits for all queued work (for timing)
     bool begin_graph() override;        // starts the profile's pass; the graphs themselves come through GraphBackend
     // GraphCapture (null with STRATA_CUDA_PROFILE=1, STRATA_CUDA_SYNC=1 or STRATA_CUDA_GRAPHS=0).
     GraphCapture* graph_capture() override;
