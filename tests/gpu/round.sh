@@ -18,6 +18,7 @@
 #   t1         bench/cuda_kernels/t1_ops.sh   t1dec    tests/gpu/t1_ops_decode.sh
 #   matmul     tests/gpu/matmul_t1.sh         pool     tests/gpu/cpu_pool.sh (the pool + one hybrid decode)
 #   prompt     cuda_matmul_speed --prompt (prompt-chunk matmuls, f32 tiled and tensor-core kernels) and dot_host_test
+#   specprof   tests/gpu/spec_profile.sh: GPU time per op of a plain decode and of drafted windows (synthetic model)
 #   spec       tests/gpu/spec_parity.py: MTP and prompt-lookup speculation give plain greedy's tokens (tiny models, demo)
 #   card       tests/gpu/card_memory.sh: --expert-cache auto sized as on a 12 GB card (STRATA_CUDA_VRAM_MIB), an 8K
 #              prompt and decode at 16K / 32K context, f32 and f16 KV: nvidia-smi's peak must stay under the card
@@ -85,6 +86,7 @@ for spec in "$@"; do
     pool)    cmd=(env OUT=$dir bash tests/gpu/cpu_pool.sh build-gpu "$MODEL") ;;
     prefill) cmd=(env OUT=$dir bash tests/gpu/prefill_profile.sh build-gpu "$MODEL") ;;
     chunks)  cmd=(env OUT=$dir bash tests/gpu/prefill_chunks.sh build-gpu "$MODEL") ;;
+    specprof) cmd=(env OUT=$dir bash tests/gpu/spec_profile.sh build-gpu "$MODEL") ;;
     spec)    cmd=(python3 tests/gpu/spec_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/spec_parity.json) ;;
     card)    cmd=(env OUT=$dir bash tests/gpu/card_memory.sh build-gpu "$MODEL") ;;
     kv)      cmd=(bash -c "for g in kv_f16 kv_q8; do build-gpu/engine/cuda_ops_test $dir/ops_\$g.json --only \$g | grep -E 'FAIL|checks'; done; for kv in f16 q8; do STRATA_KV=\$kv python3 tests/gpu/parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/parity_kv\$kv.json | tail -1; done; STRATA_KV=q8 python3 tests/gpu/cache_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/cache_parity_kvq8.json | tail -1") ;;
