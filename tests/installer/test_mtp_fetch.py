@@ -1,6 +1,7 @@
 # The MTP head from the original checkpoint: the tiny model's HF checkpoint re-sharded and served by the Hub-like
 # server; only the mtp.* byte ranges are fetched (merged, resumable after kill -9, refused without Range support),
-# the GGUF it makes drafts exactly like make_tiny's MTP GGUF, and the installer adds --mtp to the run config.
+# the GGUF it makes drafts exactly like make_tiny's MTP GGUF, and the installer adds --mtp to the run config when
+# asked to speculate (--speculate).
 import functools
 import http.server
 import json
@@ -288,9 +289,9 @@ def installer_catalog(tmp_path: Path, checkpoint_repo: str | None) -> Path:
     return catalog
 
 
-def run_setup(hub, home: Path, catalog: Path) -> tuple[str, dict]:
+def run_setup(hub, home: Path, catalog: Path, *extra: str) -> tuple[str, dict]:
     command = [sys.executable, "-m", "installer", "--setup", "--yes", "--model", "Q2_0", "--vision", "no",
-               "--no-start", "--engine", engine_path(), "--dir", str(home), "--catalog", str(catalog)]
+               "--no-start", "--engine", engine_path(), "--dir", str(home), "--catalog", str(catalog), *extra]
     result = subprocess.run(command, cwd=PROJECT_DIR, env=installer_env(hub), capture_output=True, text=True,
                             timeout=300, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -300,7 +301,7 @@ def run_setup(hub, home: Path, catalog: Path) -> tuple[str, dict]:
 def test_installer_converts_the_head_once_and_runs_the_engine_with_it(hub, ckpt, model, tmp_path):
     (hub.repo_dir / "tiny-Q2_0-00001-of-00001.gguf").write_bytes(Path(model["gguf"]["f32"]).read_bytes())
     home = tmp_path / "home"
-    out, config = run_setup(hub, home, installer_catalog(tmp_path, CKPT_REPO))
+    out, config = run_setup(hub, home, installer_catalog(tmp_path, CKPT_REPO), "--speculate")
     head = home / "models" / "Tiny-GGUF" / "original-MTP-Q8_0.gguf"
     assert config["engine_args"][-2:] == ["--mtp", str(head)], out
     assert f"MTP head ready: {head}" in out
@@ -310,7 +311,8 @@ def test_installer_converts_the_head_once_and_runs_the_engine_with_it(hub, ckpt,
     gets = len(shard_gets(hub))
     out, config = run_setup(hub, home, installer_catalog(tmp_path, CKPT_REPO))
     assert "converted earlier" in out and len(shard_gets(hub)) == gets
-    assert config["engine_args"][-2:] == ["--mtp", str(head)]
+    # Without --speculate the head is kept but not used (a drafted window still costs more than it saves)
+    assert "--mtp" not in config["engine_args"] and "--speculate turns it on" in out
 
     out, config = run_setup(hub, home, installer_catalog(tmp_path, None))
     assert "names no original checkpoint for 'original'" in out and "--mtp" not in config["engine_args"]
