@@ -15,9 +15,7 @@ PROMPT=${PROMPT:-8192}
 CTXS=${CTXS:-16384 32768}
 mkdir -p "$OUT"
 [ -x "$BUILD/engine/strata" ] && [ -f "$MODEL" ] || { echo "card_memory: no $BUILD/engine/strata or $MODEL"; exit 2; }
-VOCAB=$("$BUILD/engine/strata" info "$MODEL" 2>/dev/null | awk '$1 == "vocabulary" {print $2}')
-python3 -c "v = int('${VOCAB:-512}') * 15 // 16; print(','.join(str((1000003 * i + 17) % (v - 10) + 10) for i in range($PROMPT)))" \
-    > "$OUT/prompt.ids"
+bash tests/gpu/prompt_ids.sh "$BUILD" "$MODEL" "$PROMPT" "$OUT/prompt.ids"
 : > "$OUT/summary.txt"
 fail=0
 for ctx in $CTXS; do
