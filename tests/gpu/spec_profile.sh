@@ -2,7 +2,7 @@
 # Where a drafted window's time goes on the GPU: `strata generate` on the synthetic model with STRATA_CUDA_PROFILE=1
 # (GPU time per op, tables at exit), plain and with the synthetic MTP head drafting 3 tokens a window whatever their
 # probability (its drafts are almost never accepted, so every window is a verify pass of 4 tokens, a rollback and a
-# replay of one token; mtp1: windows of 2), every expert on the GPU. Writes $OUT/specprof/{plain,mtp,mtp1}.log.
+# replay of one token; mtp1: windows of 2), every expert on the GPU. Writes $OUT/specprof/{plain,mtp,mtp1}.log and diff.txt (tests/gpu/profile_diff.py: GPU ms a step, op by op).
 # usage: bash tests/gpu/spec_profile.sh BUILD_DIR [SYN_MODEL]
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
@@ -20,3 +20,4 @@ for run in plain mtp mtp1; do
       -n 48 --ignore-eos --ctx 1024 "${extra[@]}" > /dev/null 2> "$OUT/$run.log"
   echo "$run: rc $? $(grep -E '^decode|decode:' "$OUT/$run.log" | head -1)"
 done
+python3 tests/gpu/profile_diff.py "$OUT/plain.log" "$OUT/mtp.log" 48 | tee "$OUT/diff.txt"
