@@ -1,8 +1,7 @@
 #include "model/qwen4exp_generator.h"
 
-#include <chrono>
-
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "common/argmax.h"
