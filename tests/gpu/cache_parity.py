@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from parity import PROMPT, compare, manifest_of, model_args  # noqa: E402
+from parity import KV, PROMPT, compare, manifest_of, model_args  # noqa: E402
 
 SUMMARY = re.compile(r"expert cache: (\d+) slots of (\d+) experts; hits (\d+) of (\d+) look-ups \([\d.]+%\); moves (\d+) "
                      r"done, (\d+) in flight; CPU (\d+) expert pairs in (\d+) ms on (\d+) workers")
@@ -30,7 +30,7 @@ SHARES = {"0%": 0.0, "30%": 0.3, "100%": 1.0}
 
 def run(strata: str, model: str, backend: str, n: int, logits: str, extra: list[str]) -> dict:
     cmd = [strata, "generate", "--model", model, "--backend", backend, "--prompt-ids", ",".join(map(str, PROMPT)),
-           "-n", str(n), "--ignore-eos", "--logits-out", logits, "--f32-activations"] + extra
+           "-n", str(n), "--ignore-eos", "--logits-out", logits, "--f32-activations", "--kv", KV] + extra
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     out = {"ok": p.returncode == 0, "wall_s": round(time.time() - t0, 2), "args": extra}

@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+# Both backends' KV format: f32, or STRATA_KV's (the round step `kv`), whatever the engine's default is.
+KV = os.environ.get("STRATA_KV") or "f32"
 PROMPT = [(i * 37 + 11) % 470 + 1 for i in range(40)]   # ids valid in the small and the real vocabulary
 
 
@@ -31,7 +33,7 @@ MODES = {"f32act": ["--f32-activations"], "q8act": []}
 
 def run_generate(strata: str, model: str, backend: str, mode: str, n: int, logits_path: str) -> dict:
     cmd = [strata, "generate", "--model", model, "--backend", backend, "--prompt-ids", ",".join(map(str, PROMPT)),
-           "-n", str(n), "--ignore-eos", "--logits-out", logits_path] + MODES[mode]
+           "-n", str(n), "--ignore-eos", "--logits-out", logits_path, "--kv", KV] + MODES[mode]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     wall = time.time() - t0

@@ -9,12 +9,14 @@ import os
 import subprocess
 import sys
 
+# Both backends' KV format: f32, or STRATA_KV's, whatever the engine's default is.
+KV = os.environ.get("STRATA_KV") or "f32"
 PROMPT = [12 + 37 * i % 480 for i in range(40)]
 
 
 def serve_tokens(strata, model, backend, n_new=48):
     p = subprocess.Popen([strata, "--serve", "--backend", backend, "--model", model, "--ctx", "256",
-                          "--f32-activations"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          "--f32-activations", "--kv", KV], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True)
     tokens, done = [], None
     for line in p.stdout:
