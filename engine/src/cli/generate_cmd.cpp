@@ -25,13 +25,14 @@ const std::vector<std::string> kGpuFlags = {"--expert-cache", "--vram-reserve-mi
                                             "--routing-profile", "--routing-profile-out", "--expert-adapt",
                                             "--gpu-miss-share"};
 
-// --kv f32 | f16 | q8 | auto: the format of the QSA key and value caches (backend/kv_format.h). auto: on the CUDA
-// backend fp16 up to a 4K context and q8 beyond (PRODUCT.md §4), f32 on the CPU backend (the reference). The default
-// is f32; STRATA_KV sets it (an A/B in bench/decode.py's settings: pc12+STRATA_KV=f16).
+// --kv f32 | f16 | q8 | auto: the format of the QSA key and value caches (backend/kv_format.h). auto (the default):
+// on the CUDA backend fp16 up to a 4K context and q8 beyond (PRODUCT.md §4; both checked against the CPU on an H100,
+// bench/results/2026-12-05-h100-spec), f32 on the CPU backend (the reference). STRATA_KV sets the default (an A/B in
+// bench/decode.py's settings: pc12+STRATA_KV=f32).
 constexpr int kKvAutoF16Ctx = 4096;
 static KvType kv_type_from(const Options& o) {
     const char* env = std::getenv("STRATA_KV");
-    const std::string kv = o.str("--kv", env && *env ? env : "f32");
+    const std::string kv = o.str("--kv", env && *env ? env : "auto");
     KvType t = KvType::f32;
     if (kv == "auto") {
         if (o.str("--backend", "cpu") != "cuda") return KvType::f32;
