@@ -30,17 +30,21 @@ const std::vector<std::string> kGpuFlags = {"--expert-cache", "--vram-reserve-mi
 // bench/results/2026-12-05-h100-spec), f32 on the CPU backend (the reference). STRATA_KV sets the default (an A/B in
 // bench/decode.py's settings: pc12+STRATA_KV=f32).
 constexpr int kKvAutoF16Ctx = 4096;
-static KvType kv_type_from(const Options& o) {
+static KvType kv_type_from(const Options& o, int n_ctx) {
     const char* env = std::getenv("STRATA_KV");
     const std::string kv = o.str("--kv", env && *env ? env : "auto");
     KvType t = KvType::f32;
     if (kv == "auto") {
         if (o.str("--backend", "cpu") != "cuda") return KvType::f32;
-        const Hparams hp = Hparams::from_gguf(*GgufFile::open(o.required("--model")));
-        return pick_context(hp, (int)o.integer("--ctx", 0, 0, 1 << 24)) <= kKvAutoF16Ctx ? KvType::f16 : KvType::q8;
+        return n_ctx <= kKvAutoF16Ctx ? KvType::f16 : KvType::q8;
     }
     if (!parse_kv_type(kv, t)) fail("--kv must be f32, f16, q8 or auto, got '", kv, "'");
     return t;
+}
+
+// The context the session will have (--ctx, or the model's default).
+static int context_from(const Options& o) {
+    return pick_context(Hparams::from_gguf(*GgufFile::open(o.required("--model"))), (int)o.integer("--ctx", 0, 0, 1 << 24));
 }
 
 // What the engine allocates on the device after the expert cache is sized at model load: the session's state for the
@@ -51,8 +55,9 @@ static KvType kv_type_from(const Options& o) {
 static uint64_t context_device_bytes(const Options& o) {
     const Hparams hp = Hparams::from_gguf(*GgufFile::open(o.required("--model")));
     const int n_ctx = pick_context(hp, (int)o.integer("--ctx", 0, 0, 1 << 24));
-    uint64_t bytes = Session::device_floats(hp, n_ctx, kv_type_from(o)) * sizeof(float);
-    if (o.has("--mtp")) bytes += MtpHead::device_bytes(o.str("--mtp"), n_ctx, kv_type_from(o));
+    const KvType kv = kv_type_from(o, n_ctx);
+    uint64_t bytes = Session::device_floats(hp, n_ctx, kv) * sizeof(float);
+    if (o.has("--mtp")) bytes += MtpHead::device_bytes(o.str("--mtp"), n_ctx, kv);
     // Speculation's rollback point: a device copy of the recurrent state (Session::mark; ~115 MB published)
     if (o.has("--mtp") || o.integer("--spec-lookup", 0, 0, 8) > 0) bytes += Session::recurrent_floats(hp) * sizeof(float);
     return bytes;
@@ -70,7 +75,7 @@ static uint64_t chunk_device_bytes(const Options& o) {
 }
 
 static std::unique_ptr<Backend> with_kv_type(std::unique_ptr<Backend> be, const Options& o) {
-    be->set_kv_type(kv_type_from(o));
+    be->set_kv_type(kv_type_from(o, context_from(o)));
     return be;
 }
 
@@ -84,11 +89,11 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
         // and end the engine with the OOM killer once it is touched).
         const uint64_t context = context_device_bytes(o);
         const int64_t avail = platform::available_memory_bytes();
-        if (avail >= 0 && context > (uint64_t)avail)
-            fail("the context of --ctx ", pick_context(Hparams::from_gguf(*GgufFile::open(o.required("--model"))),
-                                                        (int)o.integer("--ctx", 0, 0, 1 << 24)),
-                 " tokens needs ", context >> 20, " MiB of RAM, but ", avail >> 20,
-                 " MiB are available: use a smaller --ctx", kv_type_from(o) == KvType::q8 ? "" : " or --kv q8");
+        if (avail >= 0 && context > (uint64_t)avail) {
+            const int n_ctx = context_from(o);
+            fail("the context of --ctx ", n_ctx, " tokens needs ", context >> 20, " MiB of RAM, but ", avail >> 20,
+                 " MiB are available: use a smaller --ctx", kv_type_from(o, n_ctx) == KvType::q8 ? "" : " or --kv q8");
+        }
         auto cpu = std::make_unique<CpuBackend>((int)o.integer("--threads", 0, 0, 1024), !o.has("--no-pin"),
                                                 o.has("--f32-activations"));
         if (o.has("--routing-profile-out")) cpu->record_routing(o.str("--routing-profile-out"));

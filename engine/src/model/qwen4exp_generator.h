@@ -50,6 +50,14 @@ public:
     // --draft-min-p). The text is greedy's either way; fewer rejected drafts save rollbacks.
     void set_draft_min_p(float p) { draft_min_p_ = p; }
     int spec_depth() const override { return mtp_ ? depth_ : lookup_depth_; }
+    // Wall time of speculation's parts since the start (seconds; the backend's work included, as each part ends
+    // with results on the host or a copy on its stream): drafting (the MTP head's passes and the host's choice of
+    // each draft), verify passes, and going back after a rejection (the rollback copy and the replay).
+    struct SpecTimes {
+        double draft_s = 0, verify_s = 0, rollback_s = 0;
+    };
+    SpecTimes spec_times() const { return spec_times_; }
+    bool speculates() const { return replay_ != nullptr; }   // MTP or prompt-lookup drafts are on
     DraftedStep append_drafted(int32_t next, int max_extra, DraftRule* rule = nullptr) override;
     // Draft logits of the MTP head for every prompt pair (X_s, token s+1) the session holds, s = 0 … n_past−2,
     // processed from the start of the session (tests compare them with the PyTorch head).
@@ -130,17 +138,6 @@ private:
 
     std::unique_ptr<MtpHead> mtp_;
     std::unique_ptr<Qwen4Exp::Replay> replay_;   // a verify window's record, so a rejection needs no second pass
-public:
-    // Wall time of speculation's parts since the start (seconds; the backend's work included, as each part ends
-    // with results on the host or a copy on its stream): drafting (the MTP head's passes and the host's choice of
-    // each draft), verify passes, and going back after a rejection (the rollback copy and the replay).
-    struct SpecTimes {
-        double draft_s = 0, verify_s = 0, rollback_s = 0;
-    };
-    SpecTimes spec_times() const { return spec_times_; }
-    bool speculates() const { return replay_ != nullptr; }
-
-private:
     SpecTimes spec_times_;
     int depth_ = 0;
     int lookup_depth_ = 0;
