@@ -325,7 +325,8 @@ def main() -> int:
     ap.add_argument("--backend", default="cuda", help="cpu: a smoke test of this script (gpu setting, no profile)")
     ap.add_argument("--pc12-extra", default="", help="more engine flags for pc12, space-separated")
     ap.add_argument("--mtp", default="", help="an MTP head (make_synthetic.py --mtp-out): settings NAME/mtp run NAME "
-                    "with it, drafting 3 tokens a window whatever their probability (--spec 3 --draft-min-p 0)")
+                    "with it, drafting 3 tokens a window whatever their probability (--spec 3 --draft-min-p 0); "
+                    "NAME/mtpN drafts N (1-3)")
     ap.add_argument("--miss-share", default="0.75", help="STRATA_GPU_MISS_SHARE of the pc12pcie setting "
                     "(pc12pcie:SHARE in --settings names its own)")
     a = ap.parse_args()
@@ -343,10 +344,11 @@ def main() -> int:
         left = a.budget_s - (time.time() - t0)
         spec, _, rep = s.partition("#")       # gpu#2: a repeat of the gpu setting
         spec, slash, mtp = spec.partition("/")   # gpu/mtp: the gpu setting with the MTP head drafting
-        if slash and (mtp != "mtp" or not a.mtp):
-            ap.error(f"{s!r}: NAME/mtp needs --mtp PATH")
+        if slash and (mtp not in ("mtp", "mtp1", "mtp2", "mtp3") or not a.mtp):
+            ap.error(f"{s!r}: NAME/mtp or NAME/mtpN (N = 1-3) needs --mtp PATH")
         name, *assignments = spec.split("+")  # gpu+STRATA_CUDA_PDL=0: the gpu setting with that variable
-        spec_flags = ["--mtp", a.mtp, "--spec", "3", "--draft-min-p", "0"] if slash else []
+        depth = mtp[3:] or "3"
+        spec_flags = ["--mtp", a.mtp, "--spec", depth, "--draft-min-p", "0"] if slash else []
         extra_env = dict(x.split("=", 1) for x in assignments)
         base, _, share = name.partition(":")  # pc12pcie:0.9 = pc12pcie with that miss share
         weight = lambda x: BUDGET_WEIGHT.get(x.partition("#")[0].partition("/")[0].partition("+")[0].partition(":")[0], 1)
@@ -373,7 +375,7 @@ def main() -> int:
                 else "by expert id (no profile)"
     # The same prompts with and without the MTP head drafting: the verify windows' tokens must be plain greedy's.
     for s, v in res["settings"].items():
-        base = res["settings"].get(s.replace("/mtp", "")) if "/mtp" in s else None
+        base = res["settings"].get(s.partition("/")[0]) if "/mtp" in s else None
         if base and base.get("warm_tokens") and v.get("warm_tokens"):   # the warm-up's tokens come first
             w0, w1 = base["warm_tokens"], v["warm_tokens"]
             v["warm_equals_plain_greedy"] = {

@@ -168,7 +168,7 @@ inline void test_fused_quant_bits() {
         MoeWeights m;
         set_experts(m, t, GgmlType::Q4_K, H, I, E, "fq_");
         for (const Weight* w : {&m.gate_exps, &m.up_exps, &m.down_exps}) unfused.upload_weight(*w);
-        for (int T : {1, 4, 8}) {   // P = 3 (one expert per pair), 12 and 24 (> 16: grouped)
+        for (int T : {1, 4, 8}) {   // P = 3, 12 and 24: the decode kernels (one pair a block column)
             std::vector<float> ids_bits((size_t)T * k), wts((size_t)T * k);
             for (int p = 0; p < T * k; ++p) {
                 const int32_t id = (p * 5 + p / k) % E;
@@ -194,6 +194,44 @@ inline void test_fused_quant_bits() {
             check(std::string("moe_experts ") + ggml_type_name(t) + " T=" + std::to_string(T), fused, moe(unfused));
         }
     }
+}
+
+// A verify window's matmul (T = 2 … 4 rows in one call) gives each row the bits of a one-row call where one row
+// takes a split-K kernel (narrow outputs: the router, hc and out projections; the block formats with Q8
+// activations, F32 and BF16), the Q6_K head kernel (Q6_K from 4,096 rows) or the staged kernel (over 8,192 rows:
+// the GDN in_proj; block formats); also
+// quantizing x in the kernel (the unfused backend quantizes first; the staged kernel reads quantize_act's values).
+inline void test_matmul_window_bits() {
+    CudaBackend& unfused = unfused_backend();
+    for (GgmlType t : {GgmlType::Q2_0, GgmlType::IQ2_XS, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F32,
+                       GgmlType::BF16})
+        for (const auto [n, rows] : {std::pair{2048, 512}, std::pair{4096, 2048}, std::pair{2048, 4100},
+                                     std::pair{2048, 8448}}) {
+            const bool plain = t == GgmlType::F32 || t == GgmlType::BF16;
+            if (plain && rows > 8192) continue;   // (plain weights over the split-K bound: the rows kernel)
+            const Weight& w = make_weight(t, n, rows, 1, "win");
+            unfused.upload_weight(w);
+            for (CudaBackend* b : {gpu, &unfused}) {
+                if (rows > 8192 && b == gpu) continue;   // (in-kernel quantization does not take the staged kernel)
+                const std::vector<float> x = randn((size_t)4 * n);
+                for (int T : {2, 4}) {
+                    const std::vector<float> xt(x.begin(), x.begin() + (size_t)T * n);
+                    const std::vector<float> window =
+                        run_on(*b, xt, (size_t)T * rows, [&](float* dx, float* dy) { b->matmul(w, dx, T, dy); });
+                    std::vector<float> one;
+                    for (int r = 0; r < T; ++r) {
+                        const std::vector<float> xr(x.begin() + (size_t)r * n, x.begin() + (size_t)(r + 1) * n);
+                        const std::vector<float> yr =
+                            run_on(*b, xr, rows, [&](float* dx, float* dy) { b->matmul(w, dx, 1, dy); });
+                        one.insert(one.end(), yr.begin(), yr.end());
+                    }
+                    report_same_bits(std::string("matmul T=") + std::to_string(T) + " == T=1 rows " +
+                                         ggml_type_name(t) + " n=" + std::to_string(n) + " rows=" +
+                                         std::to_string(rows) + (b == gpu ? "" : " unfused"),
+                                     window, one);
+                }
+            }
+        }
 }
 
 // Matmuls of one input in a row share its quantization on the GPU; another op, or a matmul writing into the input,

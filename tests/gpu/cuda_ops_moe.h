@@ -143,9 +143,10 @@ inline void test_shared_expert() {
                 const int64_t two_ops = CudaBackend::fused_gate_ups() - two_before;
                 report("moe_experts+shared_expert " + name, dy2.get(), want, tol);
 
-                // The merged op: at T = 1 with Q8 activations, block formats and Is equal to the routed I, the shared
-                // expert is one more pair of the routed experts' two launches (one fused gate/up count instead of
-                // two); otherwise the two ops above. The same result within the same tolerance.
+                // The merged op: with T·(k + 1) pairs that the decode kernels take, Q8 activations, block formats and
+                // Is equal to the routed I, the shared expert is one more pair of the routed experts' two launches
+                // (one fused gate/up count instead of two); otherwise the two ops above. The same result within the
+                // same tolerance.
                 Dev dy3((size_t)T * H);
                 const int64_t merged_before = CudaBackend::fused_gate_ups();
                 gpu->moe_experts_with_shared(m, du, T, k, reinterpret_cast<const int32_t*>(d_ids.p), d_wts, dy3);
@@ -153,7 +154,8 @@ inline void test_shared_expert() {
                 report("moe_experts_with_shared " + name, dy3.get(), want, tol);
                 // (the decode kernels take Q2_0's down matrix; IQ2_XS's and Q4_K's here are Q4_K, whose 256-value
                 // activation blocks they do not)
-                const bool merges = T == 1 && mode.empty() && t == GgmlType::Q2_0 && Is == 256;
+                const bool merges = T * (k + 1) <= 64 && mode.empty() && t == GgmlType::Q2_0 &&   // kMoeDecodeMaxPairs
+                                    Is == 256;
                 report("moe_experts_with_shared path " + name, {(float)merged_ops}, {merges ? 1.0f : (float)two_ops},
                        0.0);
                 // Merged or not, the GPU's two results differ only in the order of the shared term's additions.
@@ -243,6 +245,46 @@ inline void test_moe_fq_bits() {
         }
         report_same_bits(std::string("moe_experts_with_shared in-kernel quantization == quantize_act ") +
                              ggml_type_name(t), got[0], got[1]);
+    }
+}
+
+// A verify window's MoE (T tokens in one call) gives each token the bits of a one-token call on its row: the decode
+// kernels compute every (token, expert) pair alone and choose their launch shape from one token. Routed experts with
+// the shared one merged, Q2_0 and IQ2_XS gate/up.
+inline void test_moe_window_bits() {
+    const int E = 16, k = 10, H = 2560, I = 512, T = 4;
+    for (GgmlType t : {GgmlType::Q2_0, GgmlType::IQ2_XS}) {
+        MoeWeights m;
+        set_experts(m, t, GgmlType::Q2_0, H, I, E, "win_");
+        set_experts(m, t, GgmlType::Q2_0, H, I, 0, "win_");
+        m.shexp_gate_inp = make_f32_vector(randn(H, 0.05f), "win_shexp_gate_inp." + std::string(ggml_type_name(t)));
+        std::vector<float> ids_bits((size_t)T * k), wts((size_t)T * k);
+        for (int p = 0; p < T * k; ++p) {
+            const int32_t id = (p * 7 + p / k) % E;
+            std::memcpy(&ids_bits[p], &id, 4);
+            wts[p] = 0.05f + 0.02f * (p % k);
+        }
+        const std::vector<float> u = randn((size_t)T * H);
+        float* d_ids = gpu->alloc((size_t)T * k);
+        float* d_wts = gpu->alloc((size_t)T * k);
+        gpu->to_device(d_ids, ids_bits.data(), (size_t)T * k);
+        gpu->to_device(d_wts, wts.data(), (size_t)T * k);
+        const std::vector<float> window = run_on(*gpu, u, (size_t)T * H, [&](float* du, float* dy) {
+            gpu->moe_experts_with_shared(m, du, T, k, reinterpret_cast<const int32_t*>(d_ids), d_wts, dy);
+        });
+        std::vector<float> one;
+        for (int r = 0; r < T; ++r) {
+            const std::vector<float> ur(u.begin() + (size_t)r * H, u.begin() + (size_t)(r + 1) * H);
+            const std::vector<float> yr = run_on(*gpu, ur, H, [&](float* du, float* dy) {
+                gpu->moe_experts_with_shared(m, du, 1, k, reinterpret_cast<const int32_t*>(d_ids) + r * k,
+                                             d_wts + r * k, dy);
+            });
+            one.insert(one.end(), yr.begin(), yr.end());
+        }
+        gpu->release(d_ids);
+        gpu->release(d_wts);
+        report_same_bits(std::string("moe_experts_with_shared T=4 == four T=1 calls ") + ggml_type_name(t), window,
+                         one);
     }
 }
 

@@ -125,7 +125,7 @@ HyperWeights make_hyper_weights(const HyperCase& c, int n) {
 }
 
 // Backend::hyper_read: the CUDA kernels against the CPU composition of primitive ops. Shapes of the tiny models (H 64,
-// r 16, plain up) and of the full model (H 2048, r 320, block-format up); T = 1, 2 (the two kernels), 3, 8 (the
+// r 16, plain up) and of the full model (H 2048, r 320, block-format up); T = 1 … 4 (the two kernels), 8 (the
 // older three); with and without inj. In the Q8 mode each side quantizes its own normalised xn and a (values that differ in the last bit may round
 // to the neighbouring int8), hence the wider tolerance there. T = 9 must take the composed path.
 void test_hyper_read() {
@@ -144,7 +144,7 @@ void test_hyper_read() {
     for (const HyperCase& c : cases) {
         const int nH = n * c.H;
         const HyperWeights w = make_hyper_weights(c, n);
-        for (int T : {1, 2, 3, 8, 9})
+        for (int T : {1, 2, 3, 4, 8, 9})
             for (bool with_inj : {true, false}) {
                 const std::string name = std::string("hyper_read ") + ggml_type_name(c.down) + "/" +
                                          ggml_type_name(c.up) + " H=" + std::to_string(c.H) + " T=" +
@@ -163,8 +163,8 @@ void test_hyper_read() {
 
 // Backend::hyper_inject_read (X += inj_prev ⊗ y, then the hyper read of the new X): the CUDA path against the CPU
 // composition, and against the CUDA backend's own hyper_inject + hyper_read, which it must equal bit for bit (the fold
-// reads X with hyper_inject's fmaf). inj_prev is the inj buffer itself (the model's call) or another one; T = 1, 2 fold
-// the injection into the read's first kernel, T = 3 takes the two ops.
+// reads X with hyper_inject's fmaf). inj_prev is the inj buffer itself (the model's call) or another one; T = 1 … 4
+// fold the injection into the read's first kernel, T = 5 takes the two ops.
 void test_hyper_inject_read() {
     const std::vector<HyperCase> cases = {
         {64, 16, GgmlType::Q2_0, GgmlType::F16},
@@ -177,7 +177,7 @@ void test_hyper_inject_read() {
     for (const HyperCase& c : cases) {
         const int nH = n * c.H;
         const HyperWeights w = make_hyper_weights(c, n);
-        for (int T : {1, 2, 3})
+        for (int T : {1, 2, 3, 4, 5})
             for (int variant = 0; variant < 3; ++variant) {   // 0: inj aliases inj_prev; 1: separate; 2: no inj out
                 const std::string name = std::string("hyper_inject_read ") + ggml_type_name(c.down) + "/" +
                                          ggml_type_name(c.up) + " H=" + std::to_string(c.H) + " T=" + std::to_string(T) +
@@ -195,7 +195,7 @@ void test_hyper_inject_read() {
                 const int64_t folded_before = CudaBackend::folded_injections();
                 compare(name, in, outs, run, tol);
                 const int64_t folded = CudaBackend::folded_injections() - folded_before;
-                report(name + " path", {(float)folded}, {T <= 2 ? 1.0f : 0.0f}, 0.0);
+                report(name + " path", {(float)folded}, {T <= 4 ? 1.0f : 0.0f}, 0.0);
                 // the same backend, the two ops
                 std::deque<Dev> a, b;
                 std::vector<float*> pa, pb;
@@ -210,6 +210,47 @@ void test_hyper_inject_read() {
                 for (int o : outs)
                     report_same_bits(name + " == inject + read [" + std::to_string(o) + "]", a[o].get(), b[o].get());
             }
+    }
+}
+
+// A verify window's hyper read (T = 4 tokens in one call) gives each token the bits of a one-token call on its
+// streams, u and inj alike, also with the injection folded in (hyper_inject_read): the two kernels compute each token
+// as at T = 1. Every shape of test_hyper_read's Q8 cases.
+void test_hyper_window_bits() {
+    const std::vector<HyperCase> cases = {
+        {64, 16, GgmlType::Q2_0, GgmlType::F16},
+        {64, 64, GgmlType::Q8_0, GgmlType::Q2_0},
+        {2048, 320, GgmlType::Q2_0, GgmlType::Q2_0},
+        {2048, 320, GgmlType::IQ2_XS, GgmlType::IQ4_NL},
+    };
+    const int n = 4, T = 4;
+    for (const HyperCase& c : cases) {
+        const int nH = n * c.H;
+        const HyperWeights w = make_hyper_weights(c, n);
+        const std::vector<float> X = randn((size_t)T * nH), inj_prev = randn((size_t)T * n, 0.5f),
+                                 y = randn((size_t)T * c.H);
+        for (bool inject : {false, true}) {
+            // outputs: u [T, H], inj [T, n], X [T, nH] (changed only by the injection)
+            auto run = [&](int t0, int rows) {
+                Dev dX(std::vector<float>(X.begin() + (size_t)t0 * nH, X.begin() + (size_t)(t0 + rows) * nH));
+                Dev dprev(std::vector<float>(inj_prev.begin() + t0 * n, inj_prev.begin() + (t0 + rows) * n));
+                Dev dy(std::vector<float>(y.begin() + (size_t)t0 * c.H, y.begin() + (size_t)(t0 + rows) * c.H));
+                Dev du((size_t)rows * c.H), dinj((size_t)rows * n);
+                if (inject) gpu->hyper_inject_read(dX, dprev, dy, w, rows, n, c.H, 1e-6f, du, dinj);
+                else gpu->hyper_read(w, dX, rows, n, c.H, 1e-6f, du, dinj);
+                return std::array<std::vector<float>, 3>{du.get(), dinj.get(), dX.get()};
+            };
+            const auto window = run(0, T);
+            std::array<std::vector<float>, 3> one;
+            for (int t = 0; t < T; ++t) {
+                const auto r = run(t, 1);
+                for (int o = 0; o < 3; ++o) one[o].insert(one[o].end(), r[o].begin(), r[o].end());
+            }
+            const std::string name = std::string(inject ? "hyper_inject_read" : "hyper_read") + " T=4 == four T=1 " +
+                                     ggml_type_name(c.down) + "/" + ggml_type_name(c.up) + " H=" + std::to_string(c.H);
+            const char* outs[3] = {" u", " inj", " X"};
+            for (int o = 0; o < 3; ++o) report_same_bits(name + outs[o], window[o], one[o]);
+        }
     }
 }
 
@@ -701,9 +742,11 @@ int main(int argc, char** argv) {
         group("shared_expert", test_shared_expert);
         group("route_topk", test_route_topk);
         group("moe_fq_bits", test_moe_fq_bits);
+        group("moe_window_bits", test_moe_window_bits);
         group("small_ops", test_small_ops);
         group("hyper_read", test_hyper_read);
         group("hyper_inject_read", test_hyper_inject_read);
+        group("hyper_window_bits", test_hyper_window_bits);
         group("gdn_block", [] { test_gdn_block(); });
         group("gdn_block_unfused", test_gdn_block_unfused);
         group("gdn_block_quant", test_gdn_quant_bits);
@@ -711,6 +754,7 @@ int main(int argc, char** argv) {
         group("conv_gdn_rope_attention", test_conv_gdn_rope_attention);
         group("act_reuse", test_act_reuse);
         group("fused_quant_bits", test_fused_quant_bits);
+        group("matmul_window_bits", test_matmul_window_bits);
         group("select_cells", test_select_cells);
         group("kv_write", test_kv_write);
         group("attention_cells", test_attention_cells);

@@ -1,6 +1,6 @@
 // Needs a GPU: the two-launch decode experts (cuda::moe_decode, cuda::shexp_decode) against the kernels they replace
 // (quantize_act, matmul gate and up by id, swiglu, quantize_act of h, matmul down by id, moe_combine / the gated add)
-// on the decode shape (H 2560, I 640; 16 experts, top-10 of T = 1 and top-8 of T = 2) and a small one, for the
+// on the decode shape (H 2560, I 640; 16 experts, top-10 of T = 1 and 6, top-8 of T = 2) and a small one, for the
 // expert formats of the published files; twice each and once quantizing x in the kernel (same bits required), and
 // the refusals of moe_decode_supported; the routed experts also through matrix tables (MatmulArgs::mats), some null.
 // Also the T = 1 matmuls (split-K for narrow outputs, the kernels for many rows) of every format against T = 2.
@@ -186,7 +186,7 @@ void check_refusals() {
         cuda::MatmulArgs g, u, d;
         int P;
     } cases[] = {{"Q4_K down (Q8_K activations)", g768, g768, args(GgmlType::Q4_K, w, 768, 2560, 8, ids, 1), 10},
-                 {"17 pairs", g, g, d, 17},
+                 {"65 pairs", g, g, d, 65},
                  {"gate Q2_0, up IQ2_XS", g, args(GgmlType::IQ2_XS, w, 2560, 640, 8, ids, 10), d, 10},
                  {"F16 gate/up", args(GgmlType::F16, w, 2560, 640, 8, ids, 10),
                   args(GgmlType::F16, w, 2560, 640, 8, ids, 10), d, 10}};
@@ -249,7 +249,8 @@ int main(int argc, char** argv) {
                 check({gate, down, 2560, 640, 1, 1, 1, true}, rng);
             }
         for (GgmlType gate : {GgmlType::Q2_0, GgmlType::IQ2_XS}) {
-            check({gate, GgmlType::IQ4_NL, 2560, 640, 16, 2, 8, false}, rng);   // 16 pairs: the largest decode call
+            check({gate, GgmlType::IQ4_NL, 2560, 640, 16, 2, 8, false}, rng);
+            check({gate, GgmlType::IQ4_NL, 2560, 640, 16, 6, 10, false}, rng);  // 60 pairs: a verify window's
             check({gate, GgmlType::IQ4_NL, 512, 96, 6, 1, 3, false}, rng);      // a tiny model's shape
             for (int T : {2, 4, 8}) check({gate, GgmlType::IQ4_NL, 2560, 640, 1, T, 1, true}, rng);
         }

@@ -137,7 +137,8 @@ public:
     // The Gated DeltaNet mixer (MODEL.md §7): y [T, H] from u [T, H] with nk key heads and nv value heads of dimension
     // d (dk = dv), conv kernel K; updates conv_hist [K−1, 2·nk·d + nv·d] and the state S [nv, d, d]. The default
     // (model/block_gdn.cpp) issues the primitive ops (four projections, conv, silu, split, l2 norms, gates, recurrence,
-    // gated RMSNorm, out projection); a GPU backend may fuse them.
+    // gated RMSNorm, out projection); a GPU backend may fuse them. y null: only conv_hist and S are advanced (a
+    // speculation replay), the output gate and out projection are skipped.
     struct GdnShape {
         int nk = 0, nv = 0, d = 0, conv_kernel = 0;
         float rms_eps = 0.0f;

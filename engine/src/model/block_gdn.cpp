@@ -39,6 +39,7 @@ void Backend::gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, 
 
     float* o = conv;
     be.gdn_recurrent(q, k, v, g, beta, T, nk, nv, d, d, S, o);
+    if (!y) return;   // the carried state only (Qwen4Exp::replay)
 
     // Gated RMSNorm per value head: norm(o)·w·σ(z)
     float* z = qkv;

@@ -170,15 +170,13 @@ Qwen4Exp::Replay::~Replay() {
 
 void Qwen4Exp::replay(Session& s, const int32_t* ids, int n, Replay& r) {
     STRATA_CHECK(n > 0 && n <= r.tokens_, "replay: ", n, " of a recorded pass of ", r.tokens_, " tokens");
-    const int H = hp_.n_embd;
     {
         GraphScope graph(be_, n <= kGraphMaxTokens);
-        Scratch y(be_, (size_t)n * H);   // the GDN layers' outputs, not needed
         for (int il = 0; il < hp_.n_layer; ++il) {
             const LayerWeights& L = w_.layers[il];
             LayerState& st = s.layers[il];
             if (L.has_ple) ple_advance_history(be_, hp_, L.ple, st, n, r.ple_in_);
-            if (L.recurrent) gdn_block(be_, hp_, L.gdn, st, r.u_[il], n, y);
+            if (L.recurrent) gdn_block(be_, hp_, L.gdn, st, r.u_[il], n, nullptr);   // the state only: no output
         }
         graph.end();
     }

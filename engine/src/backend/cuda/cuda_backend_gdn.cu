@@ -120,7 +120,7 @@ void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float*
             ++gdn_quant_count;
         }
     }
-    {
+    if (y) {   // (null: the carried state only, Qwen4Exp::replay)
         Impl::OpScope step(*impl_, "gdn_block out_proj");
         impl_->matmul_rows(args(w.out), o.as<float>(), T, T, y);
     }

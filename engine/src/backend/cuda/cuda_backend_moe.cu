@@ -199,7 +199,8 @@ void CudaBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, i
     Impl& im = *impl_;
     cuda::HybridMoe* hybrid = im.hybrid.get();
     const bool joined = hybrid && hybrid->caching() && hybrid->handles(w) && device_join(T, k);
-    const bool merge = merge_on && T == 1 && k > 0 && im.fused_moe && !im.f32_act && w.gate_shexp.present() &&
+    // At one token, and for a verify window whose pairs fit the decode kernels (each token then as at one token).
+    const bool merge = merge_on && k > 0 && T * (k + 1) <= cuda::kMoeDecodeMaxPairs && im.fused_moe && !im.f32_act && w.gate_shexp.present() &&
                        w.shexp_gate_inp.type == GgmlType::F32 && w.shexp_gate_inp.ne[0] == H &&
                        w.shexp_gate_inp.n_rows() == 1 && (!hybrid || !hybrid->caching() || joined);
     if (!merge) {   // (the routed experts may not be on the device: an expert cache that joins on the host)

@@ -28,7 +28,7 @@
 
 namespace strata::cuda {
 
-static_assert(kDevicePairs <= kMoeDecodeMaxTablePairs, "moe_decode over tables takes every pair of a call");
+static_assert(kDevicePairs <= kMoeDecodeMaxPairs, "moe_decode over tables takes every pair of a call");
 
 constexpr int kStageExperts = 16;   // staging slots: zero-copy experts of one call at most (decode: ≤ 10)
 

@@ -309,10 +309,13 @@ int attention_chunks(int T, int nh, int max_cells, bool grouped) {
     const int pairs = T * nh;
     if (pairs <= 0 || split_off) return 1;
     // About 16 warps per SM (4 blocks of 4 warps fit by registers); a chunk of one (query, head) takes 4 warps, or
-    // one in the grouped kernel.
+    // one in the grouped kernel. A verify window (T ≤ kWindowQueries) is split as one query is: the chunks set the
+    // order of a query's sums, so each query then gets the bits of a one-token pass.
+    constexpr int kWindowQueries = 4;
+    const int fill_pairs = T <= kWindowQueries ? nh : pairs;
     const int warps_per_chunk = grouped ? 1 : kWarps;
-    if (pairs * kWarps >= 16 * sm_count()) return 1;   // one block per (query, head) fills the GPU: no split
-    int chunks = (16 * sm_count() + pairs * warps_per_chunk - 1) / (pairs * warps_per_chunk);
+    if (fill_pairs * kWarps >= 16 * sm_count()) return 1;   // one block per (query, head) fills the GPU: no split
+    int chunks = (16 * sm_count() + fill_pairs * warps_per_chunk - 1) / (fill_pairs * warps_per_chunk);
     if (max_cells >= 0) {   // very long lists: more chunks than fill the GPU at once, ≤ kLongWarpCells per warp
         chunks = std::max(chunks, (max_cells + kLongWarpCells * warps_per_chunk - 1) / (kLongWarpCells * warps_per_chunk));
         const int min_cells = grouped ? kMinGroupedChunkCells : kMinChunkCells;

@@ -36,7 +36,7 @@ constexpr int kMixMaxThreads = 1024;      // STRATA_CUDA_HR_MIX_THREADS (a multi
 constexpr int kMixMaxGroups = kMixMaxThreads / kGroup;
 
 std::atomic<int64_t> g_fused{0};
-std::atomic<int> g_one_pass{-1};   // kernel 1's one-pass prologue at T = 1: -1 = STRATA_CUDA_HR_ONE_PASS (default on)
+std::atomic<int> g_one_pass{-1};   // kernel 1's one-pass prologue: -1 = STRATA_CUDA_HR_ONE_PASS (default on)
 std::atomic<int64_t> g_folded{0};  // hyper_inject_read calls with the injection folded into kernel 1
 
 // Kernel 1's shared memory for T tokens of a chunk of cw inputs: Q8 (blk > 0) int8 values + scales, else f32 values
@@ -127,53 +127,68 @@ __device__ __forceinline__ float load_x1(const float* __restrict__ X, const Pend
     return pi.y ? fmaf(pi.inj[t * n + c / H], pi.y[(size_t)t * H + c % H], x) : x;
 }
 
-// Kernel 1's prologue at T = 1 when the chunk is whole streams (cw % H == 0, H % BLK == 0): one pass over X. Each
-// group of 8 lanes takes a 32-input unit as float4s: x·w kept in registers, the unit's Σx² and max |x·w| by
-// shuffles into shared memory; after one barrier warp s sums stream s's units (fixed order); after another every
-// thread scales its x·w by its stream's 1/rms and quantizes them with quantize_act's arithmetic (the block's amax
-// from the units' max |x·w| times 1/rms). Same values as the two-pass prologue within float rounding.
-constexpr int kOnePassQuads = (kMaxChunk / 4 + kThreads - 1) / kThreads;   // float4s a thread
+// Kernel 1's prologue for T ≤ NT tokens (up to kWindowTokens) when the chunk is whole streams (cw % H == 0,
+// H % BLK == 0): one pass over X. Each group of 8 lanes takes a 32-input unit of every token as float4s: x·w kept in
+// registers, the unit's Σx² and max |x·w| by shuffles into shared memory; after one barrier a warp sums a (token,
+// stream)'s units (fixed order); after another every thread scales its x·w by its stream's 1/rms and quantizes them
+// with quantize_act's arithmetic (the block's amax from the units' max |x·w| times 1/rms). Each token's values are
+// computed as at T = 1 (a verify window's rows get one-token bits); the same values as the two-pass prologue within
+// float rounding.
+constexpr int kWindowTokens = 4;   // tokens of the one-pass kernels (a verify window of up to 3 drafts)
+constexpr int kOnePassQuads = (kMaxChunk / 4 + kThreads - 1) / kThreads;   // float4s a thread and token
 
-template <int BLK>
+template <int BLK, int NT>
 __device__ __forceinline__ void down_prologue_one_pass(const float* __restrict__ X, const PendingInject& pi, int n,
                                                        const float* __restrict__ w, int w_len, int H, float eps,
-                                                       int c0, int cw, bool write_xn, float* __restrict__ xn,
+                                                       int c0, int cw, int T, bool write_xn, float* __restrict__ xn,
                                                        int8_t* xq, float* xd) {
-    __shared__ float unit_ss[kMaxChunk / 32], unit_amax[kMaxChunk / 32];
-    __shared__ float inv_s[kMaxStreams];
+    static_assert(NT <= kWindowTokens, "one-pass prologue: registers for kWindowTokens tokens at most");
+    __shared__ float unit_ss[NT][kMaxChunk / 32], unit_amax[NT][kMaxChunk / 32];
+    __shared__ float inv_s[NT][kMaxStreams];
     const int quads = cw / 4, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float4 y[kOnePassQuads];
+    const size_t nH = (size_t)n * H;
+    float4 y[NT][kOnePassQuads];
 #pragma unroll
-    for (int it = 0; it < kOnePassQuads; ++it) {
-        const int q = it * kThreads + threadIdx.x, c = c0 + 4 * q;
-        const bool valid = q < quads;
-        const float4 x = valid ? load_x4(X, pi, 0, c, n, H) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (valid && write_xn && pi.x_new) ((float4*)pi.x_new)[c / 4] = x;
-        const float4 wv = valid && w ? ((const float4*)w)[(c % w_len) / 4] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-        y[it] = unit_stats_quad(x, wv, valid, q, unit_ss, unit_amax);
+    for (int t = 0; t < NT; ++t) {
+        if (t >= T) break;
+#pragma unroll
+        for (int it = 0; it < kOnePassQuads; ++it) {
+            const int q = it * kThreads + threadIdx.x, c = c0 + 4 * q;
+            const bool valid = q < quads;
+            const float4 x = valid ? load_x4(X, pi, t, c, n, H) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (valid && write_xn && pi.x_new) ((float4*)(pi.x_new + t * nH))[c / 4] = x;
+            const float4 wv = valid && w ? ((const float4*)w)[(c % w_len) / 4] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+            y[t][it] = unit_stats_quad(x, wv, valid, q, unit_ss[t], unit_amax[t]);
+        }
     }
     __syncthreads();
-    const int units_per_stream = H / 32;
-    if (warp < cw / H) {
+    const int units_per_stream = H / 32, ns = cw / H;
+    for (int ts = warp; ts < T * ns; ts += kThreads / 32) {   // (token, stream) pairs, a warp each
+        const int t = ts / ns, si = ts % ns;
         float ss = 0.0f;
-        for (int u = lane; u < units_per_stream; u += 32) ss += unit_ss[warp * units_per_stream + u];
+        for (int u = lane; u < units_per_stream; u += 32) ss += unit_ss[t][si * units_per_stream + u];
         ss = warp_sum(ss);
-        if (lane == 0) inv_s[warp] = 1.0f / sqrtf(ss / H + eps);
+        if (lane == 0) inv_s[t][si] = 1.0f / sqrtf(ss / H + eps);
     }
     __syncthreads();
 #pragma unroll
-    for (int it = 0; it < kOnePassQuads; ++it) {
-        const int q = it * kThreads + threadIdx.x;
-        if (q >= quads) break;
-        const float4 v = quantize_quad<BLK>(y[it], inv_s[4 * q / H], unit_amax, q, xq, xd);
-        if (write_xn) ((float4*)xn)[(c0 + 4 * q) / 4] = v;
+    for (int t = 0; t < NT; ++t) {
+        if (t >= T) break;
+#pragma unroll
+        for (int it = 0; it < kOnePassQuads; ++it) {
+            const int q = it * kThreads + threadIdx.x;
+            if (q >= quads) break;
+            const float4 v = quantize_quad<BLK>(y[t][it], inv_s[t][4 * q / H], unit_amax[t], q, xq + (size_t)t * cw,
+                                                xd + (size_t)t * (cw / BLK));
+            if (write_xn) ((float4*)(xn + t * nH))[(c0 + 4 * q) / 4] = v;
+        }
     }
 }
 
 // ---- kernel 1: grid (n·H / cw chunks, row groups of kBlockRows). Prologue: the sums of squares of the streams the
 // chunk touches (whole streams, each block for itself), the chunk normalised (and quantized in blocks of BLK) into
-// shared memory; blocks of row group 0 also write xn for kernel 2 (at T = 1 with whole streams a chunk and a Q8
-// mode: down_prologue_one_pass above, when one_pass). Then one warp per row: part[(chunk·T + t)·R + row].
+// shared memory; blocks of row group 0 also write xn for kernel 2 (at T ≤ kWindowTokens with whole streams a chunk
+// and a Q8 mode: down_prologue_one_pass above, when one_pass). Then one warp per row: part[(chunk·T + t)·R + row].
 template <class F, int BLK, int NT>
 __global__ void __launch_bounds__(kThreads)
 hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_len, int n, int H, float eps, int cw,
@@ -204,10 +219,11 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
     float* xd = (float*)((uint8_t*)smem4 + align256((size_t)T * cw));     // [T, cw / BLK]
     float* xf = (float*)smem4;                                            // [T, cw / 32, 33]
     const bool write_xn = blockIdx.y == 0;
-    if constexpr (NT == 1 && BLK > 0) {
-        if (one_pass) down_prologue_one_pass<BLK>(X, pi, n, w, w_len, H, eps, c0, cw, write_xn, xn, xq, xd);
+    constexpr bool kOnePass = NT <= kWindowTokens && BLK > 0;
+    if constexpr (kOnePass) {
+        if (one_pass) down_prologue_one_pass<BLK, NT>(X, pi, n, w, w_len, H, eps, c0, cw, T, write_xn, xn, xq, xd);
     }
-    if (!(NT == 1 && BLK > 0 && one_pass)) {
+    if (!(kOnePass && one_pass)) {
     // Sums of squares: all tokens' loads in flight together, one barrier for every (token, stream).
     __shared__ float red[kMaxTokens][kMaxStreams][kThreads / 32];
     const int s_first = c0 / H, s_last = (c0 + cw - 1) / H, ns = s_last - s_first + 1;
@@ -535,10 +551,11 @@ int hyper_pdl_bits() {
 }
 
 // (kernel 1 reads X as float4s: an unaligned X, which no caller makes today, takes the older kernels)
-// T > 2 also takes them: measured slower there on the H200 (T = 8: 65 vs 45 µs; t1_ops.json of
-// tests/gpu/results/2026-11-30-round2), faster at T = 1 (13.8 vs 20.5) and T = 2 (23.8 vs 26.4).
+// T > kWindowTokens also takes them: with the two-pass prologue the two kernels were slower at T = 8 on the H200
+// (65 vs 45 µs; t1_ops.json of tests/gpu/results/2026-11-30-round2), faster at T = 1 (13.8 vs 20.5) and T = 2
+// (23.8 vs 26.4). Up to kWindowTokens they run the one-pass prologue (a verify window: each token as at T = 1).
 bool two_kernel_path(const float* X, int T) {
-    return !use_v1() && T <= 2 && reinterpret_cast<uintptr_t>(X) % 16 == 0;
+    return !use_v1() && T <= kWindowTokens && reinterpret_cast<uintptr_t>(X) % 16 == 0;
 }
 
 // The two kernels; with X_out (hyper_inject_read) kernel 1 reads the streams after the injection pi and kernel 2
@@ -555,13 +572,15 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int
     float* part = (float*)(base + l.part);
     if (pi.y) pi.x_new = (float*)(base + l.x_new);
     const bool one = T == 1;
+    const bool window = T <= kWindowTokens;   // the NT = kWindowTokens kernels
 
     // As programmatic dependent launches only by STRATA_CUDA_HYPER_PDL (bit 1 kernel 1, bit 2 kernel 2; default 0):
     // correct since their inputs go through pdl_dep / __ldcg (r74, r75), but decode measured no gain (r75).
     const int hyper_pdl = pdl_enabled() ? hyper_pdl_bits() : 0;
     const bool pdl1 = hyper_pdl & 1, pdl2 = hyper_pdl & 2;
-    // kernel 1's one-pass prologue: T = 1, Q8 activations, whole streams a chunk, blocks inside a stream, float4 norm
-    const bool one_pass = one && l.blk > 0 && one_pass_on() && l.cw <= kMaxChunk && l.cw % a.H == 0 &&
+    // kernel 1's one-pass prologue: T ≤ kWindowTokens, Q8 activations, whole streams a chunk, blocks inside a
+    // stream, float4 norm
+    const bool one_pass = window && l.blk > 0 && one_pass_on() && l.cw <= kMaxChunk && l.cw % a.H == 0 &&
                           a.H % l.blk == 0 && l.cw / a.H <= kThreads / 32 && a.norm_len % 4 == 0 &&
                           reinterpret_cast<uintptr_t>(a.norm) % 16 == 0;
     const dim3 down_grid((unsigned)l.chunks, (unsigned)((l.R + kBlockRows - 1) / kBlockRows));
@@ -575,11 +594,13 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int
         if constexpr (F::ABLK == 32 || F::ABLK == 256) {
             if (l.blk) {
                 if (one) launch(hr_down_kernel<F, F::ABLK, 1>);
+                else if (window) launch(hr_down_kernel<F, F::ABLK, kWindowTokens>);
                 else launch(hr_down_kernel<F, F::ABLK, kMaxTokens>);
                 return;
             }
         }
         if (one) launch(hr_down_kernel<F, 0, 1>);
+        else if (window) launch(hr_down_kernel<F, 0, kWindowTokens>);
         else launch(hr_down_kernel<F, 0, kMaxTokens>);
     });
     CUDA_CHECK_LAUNCH();
@@ -596,18 +617,15 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int
                           l.chunks, l.R, a.r, a.n, a.H, T, a.up, a.up_rb, (const float*)xn, u, with_inj ? inj : nullptr,
                           (const float*)pi.x_new, pi.y ? X_out : nullptr);
         };
-        if constexpr (F::ABLK == 0) {
-            if (one) launch(hr_mix_kernel<F, false, true, 1>);
-            else launch(hr_mix_kernel<F, false, true, kMaxTokens>);
-        } else {
-            if (blk_up) {
-                if (one) launch(hr_mix_kernel<F, true, false, 1>);
-                else launch(hr_mix_kernel<F, true, false, kMaxTokens>);
-            } else {
-                if (one) launch(hr_mix_kernel<F, false, false, 1>);
-                else launch(hr_mix_kernel<F, false, false, kMaxTokens>);
-            }
-        }
+        auto launch_nt = [&](auto q8, auto plain) {
+            constexpr bool Q8 = decltype(q8)::value, PLAIN = decltype(plain)::value;
+            if (one) launch(hr_mix_kernel<F, Q8, PLAIN, 1>);
+            else if (window) launch(hr_mix_kernel<F, Q8, PLAIN, kWindowTokens>);
+            else launch(hr_mix_kernel<F, Q8, PLAIN, kMaxTokens>);
+        };
+        if constexpr (F::ABLK == 0) launch_nt(std::false_type{}, std::true_type{});
+        else if (blk_up) launch_nt(std::true_type{}, std::false_type{});
+        else launch_nt(std::false_type{}, std::false_type{});
     });
     CUDA_CHECK_LAUNCH();
     g_fused.fetch_add(1, std::memory_order_relaxed);

@@ -125,18 +125,23 @@ matmul_plain_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t row
     }
 }
 
-// One activation row, few output rows (the F32 router 2560 -> 512): one row per block (plain_row_dot_block).
-template <int TY, int V>
+// One activation row, few output rows (the F32 router 2560 -> 512): one row per block (plain_row_dot_block). NT > 1:
+// up to NT rows x [T, n] (a verify window), each as at T = 1.
+template <int TY, int V, int NT = 1>
 __global__ void __launch_bounds__(kWarps * 32)
 matmul_plain_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
-                           const float* __restrict__ x, float* __restrict__ y) {
+                           const float* __restrict__ x, int T, float* __restrict__ y) {
     pdl_launch_dependents();
     if (blockIdx.x < rows) prefetch_l2_lines(W + (size_t)blockIdx.x * row_bytes, row_bytes, threadIdx.x, blockDim.x);
     pdl_wait();
     x = pdl_dep(x);
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-        const float sum = plain_row_dot_block<TY, V, kWarps>(W + (size_t)row * row_bytes, n, x);
-        if (threadIdx.x == 0) y[row] = sum;
+        float sum[NT];
+        plain_rows_dot_block<TY, V, kWarps, NT>(W + (size_t)row * row_bytes, n, x, T, sum);
+        if (threadIdx.x == 0)
+#pragma unroll
+            for (int t = 0; t < NT; ++t)
+                if (t < T) y[(size_t)t * rows + row] = sum[t];
     }
 }
 
@@ -264,7 +269,7 @@ constexpr size_t kFusedSmemMax = 40 * 1024;
 constexpr size_t kSmemStep = 4 * 1024;
 
 struct ResidentCache {
-    std::atomic<unsigned> known[kFusedSmemMax / kSmemStep + 1]{};
+    std::atomic<unsigned> known[228 * 1024 / kSmemStep + 1]{};   // up to sm_90's opt-in shared memory a block
 };
 
 template <class Kernel>
@@ -324,12 +329,37 @@ bool splitk_two_warps() {
 // Split-K for one activation row (matmul_q8_splitk_kernel / matmul_plain_splitk_kernel): when the output has too
 // few rows to fill the GPU with one row per warp and the rows are long enough for a block's 128 threads.
 // STRATA_CUDA_SPLITK=0 turns it off (A/B in bench/cuda_kernels/run.sh); read once.
+// Both split-K kernels also take a verify window of up to kSplitKWindow rows, each token's sums formed as at one row.
 constexpr int64_t kSplitKMaxRows = 8192;
 constexpr int kSplitKMinUnits = 64;   // 32-value chunks (or V-wide steps) per row
 constexpr int64_t kSplitKFusedBlocks = 1024;
+constexpr int kSplitKWindow = 4;
 bool splitk(const MatmulArgs& m, int P, int units) {
     static const bool on = env_switch("STRATA_CUDA_SPLITK", true);
     return on && P == 1 && !m.ids && m.rows <= kSplitKMaxRows && units >= kSplitKMinUnits;
+}
+
+// The Q8 split-K launch for P ≤ kSplitKWindow activation rows (NT = 1 or kSplitKWindow). Its block size is chosen
+// as for one row whatever P (the warps' count sets the order of a row's sums).
+template <class F, bool FQ>
+void launch_q8_splitk(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y, size_t smem) {
+    const unsigned grid = FQ ? (unsigned)std::min<int64_t>(m.rows, kSplitKFusedBlocks) : (unsigned)m.rows;
+    // 2-warp blocks where 4-warp ones would not all fit at once (and 2-warp ones do): one wave
+    static std::atomic<unsigned> known4{0}, known2{0};
+    const bool two = !FQ && splitk_two_warps() &&
+                     grid > blocks_at_once(matmul_q8_splitk_kernel<F, FQ, 4>, 128, smem, known4) &&
+                     grid <= blocks_at_once(matmul_q8_splitk_kernel<F, FQ, 2>, 64, smem, known2);
+    auto launch = [&](auto kernel, unsigned threads) {
+        launch_kernel(kernel, grid, threads, smem, s, pdl_enabled(), m.w, m.row_bytes, m.rows, m.n, act.q, act.d, x, P,
+                      y);
+    };
+    if (P == 1) {
+        if (two) launch(matmul_q8_splitk_kernel<F, FQ, 2>, 64);
+        else launch(matmul_q8_splitk_kernel<F, FQ, 4>, 128);
+    } else {
+        if (two) launch(matmul_q8_splitk_kernel<F, FQ, 2, kSplitKWindow>, 64);
+        else launch(matmul_q8_splitk_kernel<F, FQ, 4, kSplitKWindow>, 128);
+    }
 }
 
 // Single-row matmuls of many rows (over kSplitKMaxRows: the GDN in_proj 2560 -> 16480) in the integer formats copy
@@ -357,33 +387,85 @@ size_t smem_optin_bytes() {
     }();
     return bytes;
 }
-bool q6k_t1(const MatmulArgs& m) {
+// P ≤ kQ6kWindow rows: one, or a verify window's (each row as at one).
+constexpr int kQ6kWindow = 4;
+bool q6k_t1(const MatmulArgs& m, int P) {
     static const bool on = env_switch("STRATA_CUDA_Q6K_T1", true);
-    return on && !m.ids && m.type == GgmlType::Q6_K && m.rows >= kQ6kT1MinRows && m.rows % kQ6Rows == 0 &&
-           (kQ6Rows * m.row_bytes) % 16 == 0 && (uintptr_t)m.w % 16 == 0 && m.n % 256 == 0 &&
-           q6k_t1_smem_bytes(m.n, m.row_bytes) <= smem_optin_bytes();
+    return on && P >= 1 && P <= kQ6kWindow && !m.ids && m.type == GgmlType::Q6_K && m.rows >= kQ6kT1MinRows &&
+           m.rows % kQ6Rows == 0 && (kQ6Rows * m.row_bytes) % 16 == 0 && (uintptr_t)m.w % 16 == 0 && m.n % 256 == 0 &&
+           q6k_t1_smem_bytes(m.n, m.row_bytes, P) <= smem_optin_bytes();
 }
 
 std::atomic<int64_t> g_q6k_t1_calls{0};   // launches, for the tests' path checks
 
-template <bool FQ>
-void launch_q6k_t1(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, float* y) {
-    const size_t smem = q6k_t1_smem_bytes(m.n, m.row_bytes);
+template <bool FQ, int NT>
+void launch_q6k_t1_nt(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y) {
+    const size_t smem = q6k_t1_smem_bytes(m.n, m.row_bytes, P);
     // The opt-in above 48 KiB a block, per size (the head's ~71 KB); raised once for the largest asked.
     static std::atomic<size_t> opted{0};
     if (smem > opted.load(std::memory_order_relaxed)) {
-        CUDA_CHECK(cudaFuncSetAttribute(matmul_q6k_t1_kernel<FQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(matmul_q6k_t1_kernel<FQ, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
         opted.store(smem, std::memory_order_relaxed);
     }
-    static std::atomic<unsigned> resident{0};   // one row length (one smem size) in practice
-    const unsigned r = resident_blocks(s, matmul_q6k_t1_kernel<FQ>, resident, smem);
+    static std::atomic<unsigned> resident{0};   // one row length and P (one smem size) in practice
+    const unsigned r = resident_blocks(s, matmul_q6k_t1_kernel<FQ, NT>, resident, smem);
     const int64_t groups = m.rows / kQ6Rows;
     const unsigned grid = (unsigned)std::min<int64_t>((groups + kWarps - 1) / kWarps, r);
-    matmul_q6k_t1_kernel<FQ><<<grid, kWarps * 32, smem, s>>>(m.w, m.row_bytes, m.rows, m.n, act.q, act.d, x, y);
+    matmul_q6k_t1_kernel<FQ, NT><<<grid, kWarps * 32, smem, s>>>(m.w, m.row_bytes, m.rows, m.n, act.q, act.d, x, P, y);
     g_q6k_t1_calls.fetch_add(1, std::memory_order_relaxed);
 }
 
+template <bool FQ>
+void launch_q6k_t1(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y) {
+    if (P == 1) launch_q6k_t1_nt<FQ, 1>(s, m, x, act, P, y);
+    else launch_q6k_t1_nt<FQ, kQ6kWindow>(s, m, x, act, P, y);
+}
+
 // The Q8-activation kernels: FQ = false reads act, FQ = true quantizes x in each block (smem bytes for that).
+// One staged kernel's launch with smem bytes of dynamic shared memory (opted in: a verify window's activation rows
+// can take it over the 48 KiB a block gets without).
+template <class F, bool PERM, int NT>
+void launch_staged_kernel(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, float* y, size_t smem) {
+    const auto kernel = matmul_q8_staged_kernel<F, PERM, NT>;
+    static std::atomic<size_t> opted{0};
+    if (smem > opted.load(std::memory_order_relaxed)) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        opted.store(smem, std::memory_order_relaxed);
+    }
+    static ResidentCache known;
+    const unsigned resident = resident_for(s, kernel, known, smem);
+    const unsigned grid = std::min(grid_for((size_t)m.rows, kWarps * kStagedRows), resident);
+    launch_kernel(kernel, grid, kWarps * 32, smem, s, pdl_enabled(), m.w, m.row_bytes, m.rows, m.n, act.q, act.d, P, y);
+}
+
+// The staged kernel (matmul_q8_staged_kernel) for P ≤ kSplitKWindow activation rows when t1_staged takes the matrix
+// at one row (NT = 1, or kSplitKWindow for a verify window, each row as at one); false, launching nothing, otherwise.
+template <class F>
+bool launch_q8_staged(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, float* y) {
+    if constexpr (!QInt<F>::kHas) {
+        return false;
+    } else {
+        const size_t smem = staged_smem_bytes(m.n, F::ABLK, m.row_bytes, P);
+        if (P > kSplitKWindow || !t1_staged(m, staged_smem_bytes(m.n, F::ABLK, m.row_bytes, 1)) ||
+            smem + sizeof(uint4) * GridSmem<F>::kWords > smem_optin_bytes())
+            return false;
+        auto launch_nt = [&](auto nt) {
+            constexpr int NT = decltype(nt)::value;
+            if constexpr (QInt<F>::kActPerm) {
+                if (q2_perm()) launch_staged_kernel<F, true, NT>(s, m, act, P, y, smem);
+                else launch_staged_kernel<F, false, NT>(s, m, act, P, y, smem);
+            } else {
+                launch_staged_kernel<F, false, NT>(s, m, act, P, y, smem);
+            }
+        };
+        if (P == 1) launch_nt(std::integral_constant<int, 1>{});
+        else launch_nt(std::integral_constant<int, kSplitKWindow>{});
+        g_t1_staged_calls.fetch_add(1, std::memory_order_relaxed);
+        return true;
+    }
+}
+
 template <class F, bool FQ>
 void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y, size_t smem) {
     if (m.ids) {
@@ -391,47 +473,28 @@ void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, i
         else launch_q8_ids<F, 1, FQ>(s, m, x, act, P, y, smem);
     } else if (P == 1) {
         if constexpr (std::is_same_v<F, FmtQ6_K>)
-            if (q6k_t1(m)) {
-                launch_q6k_t1<FQ>(s, m, x, act, y);
+            if (q6k_t1(m, P)) {
+                launch_q6k_t1<FQ>(s, m, x, act, P, y);
                 return;
             }
         if (splitk(m, P, m.n / 32)) {   // fused quantization: fewer blocks, each quantizing x once for many rows
-            const unsigned grid = FQ ? (unsigned)std::min<int64_t>(m.rows, kSplitKFusedBlocks) : (unsigned)m.rows;
-            // 2-warp blocks where 4-warp ones would not all fit at once (and 2-warp ones do): one wave
-            static std::atomic<unsigned> known4{0}, known2{0};
-            const bool two = !FQ && splitk_two_warps() &&
-                             grid > blocks_at_once(matmul_q8_splitk_kernel<F, FQ, 4>, 128, smem, known4) &&
-                             grid <= blocks_at_once(matmul_q8_splitk_kernel<F, FQ, 2>, 64, smem, known2);
-            if (two)
-                launch_kernel(matmul_q8_splitk_kernel<F, FQ, 2>, grid, 64, smem, s, pdl_enabled(), m.w, m.row_bytes,
-                              m.rows, m.n, act.q, act.d, x, y);
-            else
-                launch_kernel(matmul_q8_splitk_kernel<F, FQ, 4>, grid, kWarps * 32, smem, s, pdl_enabled(), m.w,
-                              m.row_bytes, m.rows, m.n, act.q, act.d, x, y);
+            launch_q8_splitk<F, FQ>(s, m, x, act, P, y, smem);
             return;
         }
-        if constexpr (QInt<F>::kHas) {
-            const size_t staged = staged_smem_bytes(m.n, F::ABLK, m.row_bytes);
-            if (!FQ && t1_staged(m, staged)) {
-                static ResidentCache known;
-                const unsigned resident = resident_for(s, matmul_q8_staged_kernel<F>, known, staged);
-                const unsigned grid = std::min(grid_for((size_t)m.rows, kWarps * kStagedRows), resident);
-                if (QInt<F>::kActPerm && !q2_perm())
-                    launch_kernel(matmul_q8_staged_kernel<F, false>, grid, kWarps * 32, staged, s, pdl_enabled(), m.w,
-                                  m.row_bytes, m.rows, m.n, act.q, act.d, y);
-                else
-                    launch_kernel(matmul_q8_staged_kernel<F>, grid, kWarps * 32, staged, s, pdl_enabled(), m.w,
-                                  m.row_bytes, m.rows, m.n, act.q, act.d, y);
-                g_t1_staged_calls.fetch_add(1, std::memory_order_relaxed);
-                return;
-            }
-        }
+        if constexpr (QInt<F>::kHas)
+            if (!FQ && launch_q8_staged<F>(s, m, act, P, y)) return;
         if constexpr (QInt<F>::kHas)
             if (t1_rows()) {
                 launch_q8_rows<F, 1, FQ>(s, m, x, act, P, y, smem);
                 return;
             }
         launch_q8_dense<F, 1, FQ>(s, m, x, act, P, y, smem);
+    } else if (std::is_same_v<F, FmtQ6_K> && q6k_t1(m, P)) {   // a verify window's head: each row as at P = 1
+        launch_q6k_t1<FQ>(s, m, x, act, P, y);
+    } else if (P <= kSplitKWindow && splitk(m, 1, m.n / 32)) {   // a verify window: each row as at P = 1
+        launch_q8_splitk<F, FQ>(s, m, x, act, P, y, smem);
+    } else if (!FQ && launch_q8_staged<F>(s, m, act, P, y)) {
+        // a verify window through the staged kernel, each row as at P = 1
     } else if constexpr (QInt<F>::kHas) {
         if (P == 2) launch_q8_rows<F, 2, FQ>(s, m, x, act, P, y, smem);
         else if (P <= 4) launch_q8_rows<F, 4, FQ>(s, m, x, act, P, y, smem);
@@ -469,7 +532,10 @@ size_t fused_smem(const MatmulArgs& m, int P) {
 template <int TY, int V>
 void launch_plain_v(cudaStream_t s, const MatmulArgs& m, const float* x, int P, float* y) {
     const unsigned gx = grid_for((size_t)m.rows, kWarps);
-    if (!m.ids && P > 1) {
+    if (P > 1 && P <= kSplitKWindow && splitk(m, 1, m.n / V)) {   // a verify window: each row as at P = 1
+        launch_kernel(matmul_plain_splitk_kernel<TY, V, kSplitKWindow>, (unsigned)m.rows, kWarps * 32, 0, s,
+                      pdl_enabled(), m.w, m.row_bytes, m.rows, m.n, x, P, y);
+    } else if (!m.ids && P > 1) {
         const unsigned gr = grid_for((size_t)m.rows, kWarps * kRows);
         auto rows_launch = [&](auto nt) {
             constexpr int NT = decltype(nt)::value;
@@ -482,7 +548,7 @@ void launch_plain_v(cudaStream_t s, const MatmulArgs& m, const float* x, int P, 
         else rows_launch(std::integral_constant<int, kTile>{});
     } else if (splitk(m, P, m.n / V)) {
         launch_kernel(matmul_plain_splitk_kernel<TY, V>, (unsigned)m.rows, kWarps * 32, 0, s, pdl_enabled(), m.w,
-                      m.row_bytes, m.rows, m.n, x, y);
+                      m.row_bytes, m.rows, m.n, x, 1, y);
     } else {
         dim3 grid(gx, (unsigned)P);
         matmul_plain_kernel<TY, V, 1><<<grid, kWarps * 32, 0, s>>>(m.w, m.row_bytes, m.rows, m.n, m.mat_stride,

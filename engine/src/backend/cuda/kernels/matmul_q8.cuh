@@ -173,16 +173,17 @@ matmul_q8_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, 
 // One activation row and few output rows (narrow outputs, e.g. hc_down 10240 -> 320, ssm_out 6144 -> 2560): one
 // row per block, the block's threads take the row's chunks t, t + 128, … (split-K over its 4 warps, so a short row
 // count still fills the GPU), the warps' sums added in warp order (deterministic). Rows looped over the grid.
-// FQ: the block quantizes x (one row) into shared memory first, as matmul_q8_kernel.
+// NT > 1: up to NT activation rows (T of them, a verify window), each chunk decoded once for all; every token's sum
+// is formed as at T = 1 (the same bits). FQ: the block quantizes x (T rows) into shared memory first.
 // WARPS: 2 where the rows outnumber the 4-warp blocks that fit at once (the GDN out projection's 2,560 rows against
 // 16 blocks an SM: a second wave), 4 otherwise.
-template <class F, bool FQ = false, int WARPS = kWarps>
+template <class F, bool FQ = false, int WARPS = kWarps, int NT = 1>
 __global__ void __launch_bounds__(WARPS * 32)
 matmul_q8_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
-                        const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x,
+                        const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x, int T,
                         float* __restrict__ y) {
     __shared__ uint4 smem[GridSmem<F>::kWords];
-    __shared__ float partial[WARPS];
+    __shared__ float partial[WARPS][NT];
     pdl_launch_dependents();
     if (blockIdx.x < rows) prefetch_l2_lines(W + (size_t)blockIdx.x * row_bytes, row_bytes, threadIdx.x, blockDim.x);
     const void* grid = stage_grid<F>(smem);
@@ -190,31 +191,37 @@ matmul_q8_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
     aq = pdl_dep(aq);
     ad = pdl_dep(ad);
     x = pdl_dep(x);
-    if constexpr (FQ) quantize_rows_to_smem<F::ABLK>(x, n, 0, 0, aq, ad);
+    if constexpr (FQ) quantize_rows_to_smem<F::ABLK>(x, n, 0, T - 1, aq, ad);
     constexpr int kSub = F::QK / 32;
-    const int units = n / 32;
+    const int units = n / 32, nd = n / F::ABLK;
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
         const uint8_t* wr = W + (size_t)row * row_bytes;
-        float acc[1] = {0.0f};
+        float acc[NT];
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
 #pragma unroll 2
         for (int u = threadIdx.x; u < units; u += WARPS * 32) {
-            const auto act = [&](int, int (&a)[8]) -> float {
-                const int4* q4 = (const int4*)(aq + 32 * u);
+            const auto act = [&](int t, int (&a)[8]) -> float {
+                const int4* q4 = (const int4*)(aq + (size_t)t * n + 32 * u);
                 const int4 lo = load_act4<FQ>(q4), hi = load_act4<FQ>(q4 + 1);
                 a[0] = lo.x; a[1] = lo.y; a[2] = lo.z; a[3] = lo.w;
                 a[4] = hi.x; a[5] = hi.y; a[6] = hi.z; a[7] = hi.w;
-                return load_act_scale<FQ>(ad + (32 * u) / F::ABLK);
+                return load_act_scale<FQ>(ad + (size_t)t * nd + (32 * u) / F::ABLK);
             };
-            QDot<F>::template dot<1>(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, act, 1, acc);
+            QDot<F>::template dot<NT>(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, act, T, acc);
         }
-        const float v = warp_sum(acc[0]);
-        if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const float v = warp_sum(acc[t]);
+            if ((threadIdx.x & 31) == 0 && t < T) partial[threadIdx.x >> 5][t] = v;
+        }
         __syncthreads();
-        if (threadIdx.x == 0) {
+        if (threadIdx.x < T) {
+            const int t = threadIdx.x;
             float sum = 0.0f;
 #pragma unroll
-            for (int w = 0; w < WARPS; ++w) sum += partial[w];
-            y[row] = sum;
+            for (int w = 0; w < WARPS; ++w) sum += partial[w][t];
+            y[(size_t)t * rows + row] = sum;
         }
         __syncthreads();   // partial is rewritten by the next row
     }
@@ -244,8 +251,8 @@ __host__ __device__ inline size_t staged_warp_words(size_t row_bytes) {
 __host__ __device__ inline size_t staged_act_bytes(int n, int ablk) {
     return ((size_t)n + (size_t)(n / ablk) * 4 + (size_t)(n / 32) * 4 + 15) / 16 * 16;
 }
-inline size_t staged_smem_bytes(int n, int ablk, size_t row_bytes) {
-    return staged_act_bytes(n, ablk) + (size_t)kWarps * staged_warp_words(row_bytes) * 16;
+inline size_t staged_smem_bytes(int n, int ablk, size_t row_bytes, int T = 1) {
+    return (size_t)T * staged_act_bytes(n, ablk) + (size_t)kWarps * staged_warp_words(row_bytes) * 16;
 }
 
 // Row group r0 … r0 + nr − 1 of a staged matmul: its bytes start at `start`, copied as nw 16-byte words from the
@@ -263,15 +270,11 @@ __device__ __forceinline__ StagedSpan staged_span(int64_t r0, int64_t rows, size
     return sp;
 }
 
-// The staged kernel's prologue after its weights are requested: wait for the kernel before (a programmatic
-// dependent launch), copy the activation row (n int8 into staged, nd scales into sd) and synchronise the block.
-// PERM: each 16 values in permute_act16's order and each 32's Σ into ss (for decode_perm and chunk_term_sum).
+// One row of stage_act_rows (no synchronisation).
 template <bool PERM>
-__device__ __forceinline__ void stage_act_row(const int8_t* aq, const float* ad, int n, int nd, uint4* staged,
-                                              float* sd, int* ss) {
-    pdl_wait();
-    aq = pdl_dep(aq);
-    ad = pdl_dep(ad);
+__device__ __forceinline__ void stage_act_row(const int8_t* aq, const float* ad, int n, int nd, uint4* staged) {
+    float* sd = (float*)((int8_t*)staged + n);
+    int* ss = (int*)(sd + nd);
     if constexpr (PERM) {
         for (int u = threadIdx.x; u < n / 32; u += blockDim.x) {
             uint4 v[2] = {__ldg((const uint4*)aq + 2 * u), __ldg((const uint4*)aq + 2 * u + 1)};
@@ -290,58 +293,81 @@ __device__ __forceinline__ void stage_act_row(const int8_t* aq, const float* ad,
         for (int i = threadIdx.x; i < n / 16; i += blockDim.x) staged[i] = __ldg((const uint4*)aq + i);
     }
     for (int i = threadIdx.x; i < nd; i += blockDim.x) sd[i] = __ldg(ad + i);
+}
+
+// The staged kernel's prologue after its weights are requested: wait for the kernel before (a programmatic
+// dependent launch), copy the T activation rows (row t at staged + t · staged_act_bytes: n int8, nd scales, the Σs)
+// and synchronise the block. PERM: each 16 values in permute_act16's order and each 32's Σ into ss (for decode_perm
+// and chunk_term_sum).
+template <bool PERM>
+__device__ __forceinline__ void stage_act_rows(const int8_t* aq, const float* ad, int n, int nd, int T, uint4* staged) {
+    pdl_wait();
+    aq = pdl_dep(aq);
+    ad = pdl_dep(ad);
+    const size_t row_words = staged_act_bytes(n, n / nd) / 16;
+    for (int t = 0; t < T; ++t)
+        stage_act_row<PERM>(aq + (size_t)t * n, ad + (size_t)t * nd, n, nd, staged + t * row_words);
     __syncthreads();
 }
 
-// The products of one staged row group, rows r0 … r0 + nr − 1 at rows_at (shared memory), with the staged activation
-// row sq / sd: 8 lanes a row, lane s of a row takes chunks s, s + 8, …; y[r0 + r] written. Every lane of the warp
-// calls it (the group sums are shuffles).
-// PERM (QInt<F>::kActPerm): sq in permute_act16's order and ss the chunks' Σa (stage_act_row<true>).
-template <class F, bool PERM>
-__device__ __forceinline__ void staged_group_dot(const uint8_t* rows_at, size_t row_bytes, int units, const void* grid,
-                                                 const int8_t* sq, const float* sd, const int* ss, int64_t r0, int nr,
-                                                 float* y) {
+// The products of one staged row group, rows r0 … r0 + nr − 1 at rows_at (shared memory), with the T ≤ NT staged
+// activation rows (stage_act_rows: act_bytes apart): 8 lanes a row, lane s of a row takes chunks s, s + 8, …, each
+// chunk decoded once for every token; y[t · rows + r0 + r] written, each token's sum formed as at T = 1. Every lane
+// of the warp calls it (the group sums are shuffles).
+// PERM (QInt<F>::kActPerm): the rows in permute_act16's order with the chunks' Σa (stage_act_rows<true>).
+template <class F, bool PERM, int NT>
+__device__ __forceinline__ void staged_group_dot(const uint8_t* rows_at, size_t row_bytes, int n, const void* grid,
+                                                 const uint8_t* act, size_t act_bytes, int T, int64_t r0, int nr,
+                                                 int64_t rows, float* y) {
     using Q = QInt<F>;
     constexpr int kLanes = 32 / kStagedRows;
     constexpr int kSub = F::QK / 32;
+    const int units = n / 32, nd = n / F::ABLK;
     const int lane = threadIdx.x & 31, s = lane % kLanes, r = lane / kLanes;
-    float acc = 0.0f;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
     if (r < nr) {
         const uint8_t* wr = rows_at + (size_t)r * row_bytes;
 #pragma unroll 2
         for (int u = s; u < units; u += kLanes) {
             IChunk c;
-            const int4* q4 = (const int4*)(sq + 32 * u);
-            const int4 lo = q4[0], hi = q4[1];
-            const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-            if constexpr (PERM) {
-                Q::decode_perm(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, c);
-                acc += chunk_term_sum<Q>(c, a, sd[(32 * u) / F::ABLK], ss[u]);
-            } else {
-                Q::decode(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, c);
-                acc += chunk_term<Q>(c, a, sd[(32 * u) / F::ABLK]);
+            if constexpr (PERM) Q::decode_perm(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, c);
+            else Q::decode(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, c);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (t >= T) break;
+                const int8_t* sq = (const int8_t*)(act + t * act_bytes);
+                const float* sd = (const float*)(sq + n);
+                const int4* q4 = (const int4*)(sq + 32 * u);
+                const int4 lo = q4[0], hi = q4[1];
+                const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+                if constexpr (PERM) acc[t] += chunk_term_sum<Q>(c, a, sd[(32 * u) / F::ABLK], ((const int*)(sd + nd))[u]);
+                else acc[t] += chunk_term<Q>(c, a, sd[(32 * u) / F::ABLK]);
             }
         }
     }
-    acc = group_sum<kLanes>(acc);
-    if (s == 0 && r < nr) y[r0 + r] = acc;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const float v = group_sum<kLanes>(acc[t]);
+        if (s == 0 && r < nr && t < T) y[(size_t)t * rows + r0 + r] = v;
+    }
 }
 
 // PERM: the activation row staged in decode_perm's order (formats with kActPerm; STRATA_CUDA_Q2_PERM=0: not).
-template <class F, bool PERM = QInt<F>::kActPerm>
+// NT > 1: up to NT activation rows (T of them: a verify window), each token's sums formed as at T = 1.
+template <class F, bool PERM = QInt<F>::kActPerm, int NT = 1>
 __global__ void __launch_bounds__(kWarps * 32, 8)   // 8 blocks an SM: the in_proj's 1,030 in one wave
 matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
-                        const int8_t* __restrict__ aq, const float* __restrict__ ad, float* __restrict__ y) {
-    extern __shared__ uint4 staged[];   // the activation row (n int8, then its scales), then each warp's rows
+                        const int8_t* __restrict__ aq, const float* __restrict__ ad, int T, float* __restrict__ y) {
+    extern __shared__ uint4 staged[];   // the T activation rows (n int8, their scales and Σs), then each warp's rows
     __shared__ uint4 smem[GridSmem<F>::kWords];
     pdl_launch_dependents();
     const void* grid = stage_grid<F>(smem);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int nd = n / F::ABLK, units = n / 32;
-    int8_t* sq = (int8_t*)staged;
-    float* sd = (float*)(sq + n);
-    int* ss = (int*)(sd + nd);
-    uint4* buf = (uint4*)((uint8_t*)staged + staged_act_bytes(n, F::ABLK)) + (size_t)warp * staged_warp_words(row_bytes);
+    const int nd = n / F::ABLK;
+    const size_t act_bytes = staged_act_bytes(n, F::ABLK);
+    uint4* buf = (uint4*)((uint8_t*)staged + (size_t)T * act_bytes) + (size_t)warp * staged_warp_words(row_bytes);
     // Rows r0 … r0 + kStagedRows − 1 (their 16-byte words from the boundary at or before r0) into buf with cp.async:
     // every word in flight at once without holding registers (a batch of 8 uint4 loads a lane took the kernel to 72
     // registers, 7 blocks an SM: 924 resident for the in_proj's 1,030, a second wave).
@@ -353,15 +379,15 @@ matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t
     };
     const int64_t first = ((int64_t)blockIdx.x * kWarps + warp) * kStagedRows;
     if (first < rows) stage(first);   // weights only: before the wait of a programmatic dependent launch
-    stage_act_row<PERM>(aq, ad, n, nd, staged, sd, ss);
+    stage_act_rows<PERM>(aq, ad, n, nd, T, staged);
     const int64_t stride = (int64_t)gridDim.x * kWarps * kStagedRows;
     for (int64_t r0 = first; r0 < rows; r0 += stride) {
         const StagedSpan sp = staged_span(r0, rows, row_bytes);
         if (r0 != first) stage(r0);
         cp_async_wait<0>();
         __syncwarp();
-        staged_group_dot<F, PERM>((const uint8_t*)buf + (sp.start - sp.a0), row_bytes, units, grid, sq, sd, ss, r0,
-                                  sp.nr, y);
+        staged_group_dot<F, PERM, NT>((const uint8_t*)buf + (sp.start - sp.a0), row_bytes, n, grid,
+                                      (const uint8_t*)staged, act_bytes, T, r0, sp.nr, rows, y);
         __syncwarp();   // buf is rewritten by the next rows
     }
 }

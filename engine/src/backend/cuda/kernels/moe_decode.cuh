@@ -249,17 +249,19 @@ int gate_up_rows() {
     static const int rows = env_choice("STRATA_CUDA_MOE_GATE_UP_ROWS", q8::kGateUpRows, {1, 2, 4});
     return rows;
 }
-// Warps a down row: STRATA_CUDA_MOE_DOWN_SPLIT = 1, 2 or 4; unset, the largest of 4, 2 whose grid (rows ·
-// split / kDecodeWarps blocks a token) the GPU holds at once, else 1. A second wave of these short blocks costs
+// Warps a down row: STRATA_CUDA_MOE_DOWN_SPLIT = 1, 2 or 4; unset, the largest of 4, 2 whose grid for one token
+// (rows · split / kDecodeWarps blocks) the GPU holds at once, else 1. A second wave of these short blocks costs
 // their whole latency again: at split 4 the 2,560 rows of a token are 1,280 blocks where 792 fit (40 registers).
+// Decided from one token's grid whatever the call's T: the split sets the order of a row's sums, so a verify window
+// gives each token the bits of a one-token pass.
 template <class F>
-int down_split_for(int64_t rows, int T) {
+int down_split_for(int64_t rows) {
     static const int forced = env_choice("STRATA_CUDA_MOE_DOWN_SPLIT", 0, {1, 2, 4});
     if (forced) return forced;
     static std::atomic<unsigned> known4{0}, known2{0};
     auto blocks = [&](int split) {
         const int64_t per_block = q8::kDecodeWarps / split * q8::kDownRows;
-        return (int64_t)T * ((rows + per_block - 1) / per_block);
+        return (rows + per_block - 1) / per_block;
     };
     if (blocks(4) <= blocks_at_once(q8::moe_down_combine_kernel<F, 4>, q8::kDecodeWarps * 32, 0, known4)) return 4;
     if (blocks(2) <= blocks_at_once(q8::moe_down_combine_kernel<F, 2>, q8::kDecodeWarps * 32, 0, known2)) return 2;
@@ -329,7 +331,7 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
     with_block_format(down.type, [&](auto f) {
         using F = decltype(f);
         if constexpr (QInt<F>::kHas && F::ABLK == q8::kHBlock) {
-            const int split = down_split_for<F>(down.rows, T);
+            const int split = down_split_for<F>(down.rows);
             const unsigned per_block = q8::kDecodeWarps / split * q8::kDownRows;
             const dim3 grid((unsigned)((down.rows + per_block - 1) / per_block), (unsigned)T);
             auto launch = [&](auto kernel) {
@@ -348,7 +350,7 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
 }  // namespace
 
 bool moe_decode_supported(const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, int P) {
-    if (!moe_decode_enabled() || P <= 0 || P > (gate.mats ? kMoeDecodeMaxTablePairs : kMoeDecodeMaxPairs)) return false;
+    if (!moe_decode_enabled() || P <= 0 || P > kMoeDecodeMaxPairs) return false;
     if (gate.type != up.type || gate.row_bytes != up.row_bytes || gate.rows != up.rows || gate.n != up.n ||
         gate.mat_stride != up.mat_stride || gate.ids != up.ids || gate.act_div != up.act_div || gate.ids != down.ids ||
         !gate.mats != !up.mats || !gate.mats != !down.mats)

@@ -14,11 +14,10 @@ namespace strata::cuda {
 // launching nothing, when it does not apply (f32 activations, F32/F16/BF16 weights, differing arguments).
 bool moe_gate_up(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, ActQ8 act, int P, float* h);
 
-// The decode path takes at most this many (token, expert) pairs (one token's top-k; more go to the grouped kernels).
-constexpr int kMoeDecodeMaxPairs = 16;
-// With matrix tables (MatmulArgs::mats: the hybrid device join, whose verify windows have no grouped kernels) up to
-// this many: a verify window of up to 6 tokens × top-10.
-constexpr int kMoeDecodeMaxTablePairs = 64;
+// The decode path takes at most this many (token, expert) pairs: a speculation verify window of up to 5 tokens ×
+// (top-10 + the shared expert), each pair computed as at one token (more go to the grouped kernels, which were
+// 176 µs a layer for a window of 4 on an H100 against ~40 here: bench/results/2026-12-05-h100-verify).
+constexpr int kMoeDecodeMaxPairs = 64;
 
 // The shared expert as extra pairs of a decode launch (moe_decode.cuh): pair P + t is token t's, through one matrix
 // each; its weight is σ(x[t] · gvec) (gvec [n] f32 on the device). gate null: no shared pairs.
@@ -31,8 +30,7 @@ struct SharedPairs {
 
 // Whether moe_decode / shexp_decode take these matrices for P pairs: integer gate/up formats, a down format
 // multiplied with Q8_0 activations (ABLK 32: Q2_0, IQ4_NL, Q4_0, Q8_0, ...), I = gate.rows = down.n a multiple of
-// 32, gate/up alike, gate.ids == up.ids == down.ids, 0 < P ≤ kMoeDecodeMaxPairs (kMoeDecodeMaxTablePairs with
-// matrix tables), and STRATA_CUDA_MOE_DECODE not 0.
+// 32, gate/up alike, gate.ids == up.ids == down.ids, 0 < P ≤ kMoeDecodeMaxPairs, and STRATA_CUDA_MOE_DECODE not 0.
 bool moe_decode_supported(const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, int P);
 // Scratch bytes (device) that moe_decode / shexp_decode need for P pairs of I hidden values: 1.125·P·I + 4·P + 16.
 size_t moe_decode_scratch_bytes(int P, int I);

@@ -37,45 +37,72 @@ __device__ __forceinline__ void load_plain(const uint8_t* wr, int i, float* w) {
 // added in warp order; every thread gets the result. A thread issues the loads of up to kPlainBatch steps before its
 // first multiply (a row of 2560 is 5 steps: one round trip to memory instead of three); the products are still added
 // in step order. r15 on the H200: the F32 router 4.47 -> 4.06 us, BF16 3.96 -> 3.46. Every thread must call this.
+// plain_rows_dot_block: the same for T ≤ NT activation rows x [T, n] (a verify window), each weight loaded once and
+// each row's sum formed as at T = 1 (the same bits); every thread gets the sums.
 constexpr int kPlainBatch = 8;
+
+template <int TY, int V, int WARPS, int NT>
+__device__ __forceinline__ void plain_rows_dot_block(const uint8_t* __restrict__ wr, int n,
+                                                     const float* __restrict__ x, int T, float (&sum)[NT]) {
+    __shared__ float partial[WARPS][NT];
+    constexpr int kStep = V * WARPS * 32;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+    for (int i0 = V * threadIdx.x; i0 < n; i0 += kPlainBatch * kStep) {
+        float w[kPlainBatch][V];
+#pragma unroll
+        for (int b = 0; b < kPlainBatch; ++b) {
+            const int i = i0 + b * kStep;
+            if (i < n) load_plain<TY, V>(wr, i, w[b]);   // predicated: every step's loads before the first multiply
+        }
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= T) break;
+            const float* xt = x + (size_t)t * n;
+            float xv[kPlainBatch][V];
+#pragma unroll
+            for (int b = 0; b < kPlainBatch; ++b) {
+                const int i = i0 + b * kStep;
+                if (i < n) {
+                    if (V == 4) {
+                        const float4 f = *(const float4*)(xt + i);
+                        xv[b][0] = f.x; xv[b][1 % V] = f.y; xv[b][2 % V] = f.z; xv[b][3 % V] = f.w;
+                    } else {
+                        xv[b][0] = xt[i];
+                    }
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < kPlainBatch; ++b) {
+                if (i0 + b * kStep >= n) continue;
+                if (V == 4) acc[t] = fmaf(w[b][0], xv[b][0], fmaf(w[b][1 % V], xv[b][1 % V], fmaf(w[b][2 % V], xv[b][2 % V],
+                                          fmaf(w[b][3 % V], xv[b][3 % V], acc[t]))));
+                else acc[t] = fmaf(w[b][0], xv[b][0], acc[t]);
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const float v = warp_sum(acc[t]);
+        if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5][t] = v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        sum[t] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < WARPS; ++k) sum[t] += partial[k][t];
+    }
+    __syncthreads();   // partial is rewritten by the next call
+}
 
 template <int TY, int V, int WARPS>
 __device__ __forceinline__ float plain_row_dot_block(const uint8_t* __restrict__ wr, int n,
                                                      const float* __restrict__ x) {
-    __shared__ float partial[WARPS];
-    constexpr int kStep = V * WARPS * 32;
-    float acc = 0.0f;
-    for (int i0 = V * threadIdx.x; i0 < n; i0 += kPlainBatch * kStep) {
-        float w[kPlainBatch][V], xv[kPlainBatch][V];
-#pragma unroll
-        for (int b = 0; b < kPlainBatch; ++b) {
-            const int i = i0 + b * kStep;
-            if (i < n) {   // predicated: every step's loads are issued before the first multiply
-                load_plain<TY, V>(wr, i, w[b]);
-                if (V == 4) {
-                    const float4 f = *(const float4*)(x + i);
-                    xv[b][0] = f.x; xv[b][1 % V] = f.y; xv[b][2 % V] = f.z; xv[b][3 % V] = f.w;
-                } else {
-                    xv[b][0] = x[i];
-                }
-            }
-        }
-#pragma unroll
-        for (int b = 0; b < kPlainBatch; ++b) {
-            if (i0 + b * kStep >= n) continue;
-            if (V == 4) acc = fmaf(w[b][0], xv[b][0], fmaf(w[b][1 % V], xv[b][1 % V], fmaf(w[b][2 % V], xv[b][2 % V],
-                                   fmaf(w[b][3 % V], xv[b][3 % V], acc))));
-            else acc = fmaf(w[b][0], xv[b][0], acc);
-        }
-    }
-    const float v = warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float sum = 0.0f;
-#pragma unroll
-    for (int k = 0; k < WARPS; ++k) sum += partial[k];
-    __syncthreads();   // partial is rewritten by the next call
-    return sum;
+    float sum[1];
+    plain_rows_dot_block<TY, V, WARPS, 1>(wr, n, x, 1, sum);
+    return sum[0];
 }
 
 }  // namespace strata::cuda
