@@ -22,6 +22,7 @@
 #   spec       tests/gpu/spec_parity.py: MTP and prompt-lookup speculation give plain greedy's tokens (tiny models, demo)
 #   card       tests/gpu/card_memory.sh: --expert-cache auto sized as on a 12 GB card (STRATA_CUDA_VRAM_MIB), an 8K
 #              prompt and decode at 16K / 32K context, f32 and f16 KV: nvidia-smi's peak must stay under the card
+#   winmem     compute-sanitizer memcheck of cuda_ops_test's window_bits groups (the kernels of verify windows)
 #   kv         cuda_ops_test --only kv_f16 / kv_q8, tiny-model parity with STRATA_KV=f16 and q8 (both backends' KV
 #              in that format), expert-cache parity with q8
 #   chunks     tests/gpu/prefill_chunks.sh: prompt tok/s and peak GPU memory at chunk sizes 256 … 4,096 (gpu, pc12)
@@ -68,7 +69,7 @@ SYN_WAITED=0
 for spec in "$@"; do
   step=${spec%%:*}; limit=${spec#*:}; [ "$limit" = "$spec" ] && limit=120
   case $step in   # steps on the tiny models run while the synthetic model is still being written
-    checks|quick|devjoin|memjoin|cpupool|graphs|t1|head|phases|prompt) ;;
+    checks|quick|devjoin|memjoin|cpupool|graphs|t1|head|phases|prompt|winmem|kv) ;;
     *) [ $SYN_WAITED = 1 ] || { wait $SYN_PID; tail -3 "$ROOT/make_synthetic.log"; SYN_WAITED=1; } ;;
   esac
   dir=$ROOT/$step; mkdir -p "$dir"
@@ -90,6 +91,7 @@ for spec in "$@"; do
     spec)    cmd=(python3 tests/gpu/spec_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/spec_parity.json) ;;
     card)    cmd=(env OUT=$dir bash tests/gpu/card_memory.sh build-gpu "$MODEL") ;;
     kv)      cmd=(bash -c "for g in kv_f16 kv_q8; do build-gpu/engine/cuda_ops_test $dir/ops_\$g.json --only \$g | grep -E 'FAIL|checks'; done; for kv in f16 q8; do STRATA_KV=\$kv python3 tests/gpu/parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/parity_kv\$kv.json | tail -1; done; STRATA_KV=q8 python3 tests/gpu/cache_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/cache_parity_kvq8.json | tail -1") ;;
+    winmem)  cmd=(compute-sanitizer --tool memcheck --error-exitcode 3 build-gpu/engine/cuda_ops_test $dir/ops_window_memcheck.json --only window_bits) ;;
     prompt)  cmd=(bash -c "build-gpu/engine/dot_host_test | tail -1; build-gpu/engine/cuda_matmul_speed $dir/prompt_speed.json --prompt") ;;
     graphs)  cmd=(env OUT=$dir SKIP_OPS=1 bash tests/gpu/graphs_check.sh build-gpu) ;;
     devjoin) cmd=(bash -c "build-gpu/engine/moe_decode_test | grep -E 'tables|FAIL|failed'; python3 tests/gpu/device_join_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/device_join.json") ;;
