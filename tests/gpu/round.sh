@@ -22,6 +22,8 @@
 #   spec       tests/gpu/spec_parity.py: MTP and prompt-lookup speculation give plain greedy's tokens (tiny models, demo)
 #   card       tests/gpu/card_memory.sh: --expert-cache auto sized as on a 12 GB card (STRATA_CUDA_VRAM_MIB), an 8K
 #              prompt and decode at 16K / 32K context, f32 and f16 KV: nvidia-smi's peak must stay under the card
+#   abbin      tests/gpu/ab_binaries.sh: decode A/B of $PREBUILT/engine/strata_base (an older build carried beside the
+#              executables) against build-gpu/engine/strata, interleaved (SETTINGS, REPEAT as the script)
 #   winmem     compute-sanitizer memcheck of cuda_ops_test's window_bits groups (the kernels of verify windows)
 #   kv         cuda_ops_test --only kv_f16 / kv_q8, tiny-model parity with STRATA_KV=f16 and q8 (both backends' KV
 #              in that format), expert-cache parity with q8
@@ -91,6 +93,7 @@ for spec in "$@"; do
     spec)    cmd=(python3 tests/gpu/spec_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/spec_parity.json) ;;
     card)    cmd=(env OUT=$dir bash tests/gpu/card_memory.sh build-gpu "$MODEL") ;;
     kv)      cmd=(bash -c "for g in kv_f16 kv_q8; do build-gpu/engine/cuda_ops_test $dir/ops_\$g.json --only \$g | grep -E 'FAIL|checks'; done; for kv in f16 q8; do STRATA_KV=\$kv python3 tests/gpu/parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/parity_kv\$kv.json | tail -1; done; STRATA_KV=q8 python3 tests/gpu/cache_parity.py --strata build-gpu/engine/strata --models .gpu-models --out $dir/cache_parity_kvq8.json | tail -1") ;;
+    abbin)   cmd=(env OUT=$dir bash tests/gpu/ab_binaries.sh "${PREBUILT:-build-gpu}/engine/strata_base" build-gpu/engine/strata "$MODEL") ;;
     winmem)  cmd=(compute-sanitizer --tool memcheck --error-exitcode 3 build-gpu/engine/cuda_ops_test $dir/ops_window_memcheck.json --only window_bits) ;;
     prompt)  cmd=(bash -c "build-gpu/engine/dot_host_test | tail -1; build-gpu/engine/cuda_matmul_speed $dir/prompt_speed.json --prompt") ;;
     graphs)  cmd=(env OUT=$dir SKIP_OPS=1 bash tests/gpu/graphs_check.sh build-gpu) ;;
