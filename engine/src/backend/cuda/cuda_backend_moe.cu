@@ -200,9 +200,10 @@ void CudaBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, i
     cuda::HybridMoe* hybrid = im.hybrid.get();
     const bool joined = hybrid && hybrid->caching() && hybrid->handles(w) && device_join(T, k);
     // At one token, and for a verify window whose pairs fit the decode kernels (each token then as at one token).
-    const bool merge = merge_on && k > 0 && T * (k + 1) <= cuda::kMoeDecodeMaxPairs && im.fused_moe && !im.f32_act && w.gate_shexp.present() &&
-                       w.shexp_gate_inp.type == GgmlType::F32 && w.shexp_gate_inp.ne[0] == H &&
-                       w.shexp_gate_inp.n_rows() == 1 && (!hybrid || !hybrid->caching() || joined);
+    const bool merge = merge_on && k > 0 && T * (k + 1) <= cuda::kMoeDecodeMaxPairs && im.fused_moe && !im.f32_act &&
+                       w.gate_shexp.present() && w.shexp_gate_inp.type == GgmlType::F32 &&
+                       w.shexp_gate_inp.ne[0] == H && w.shexp_gate_inp.n_rows() == 1 &&
+                       (!hybrid || !hybrid->caching() || joined);
     if (!merge) {   // (the routed experts may not be on the device: an expert cache that joins on the host)
         Backend::moe_experts_with_shared(w, x, T, k, d_ids, d_w, y);
         return;

@@ -422,7 +422,6 @@ void launch_q6k_t1(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 ac
     else launch_q6k_t1_nt<FQ, kQ6kWindow>(s, m, x, act, P, y);
 }
 
-// The Q8-activation kernels: FQ = false reads act, FQ = true quantizes x in each block (smem bytes for that).
 // One staged kernel's launch with smem bytes of dynamic shared memory (opted in: a verify window's activation rows
 // can take it over the 48 KiB a block gets without).
 template <class F, bool PERM, int NT>
@@ -466,6 +465,7 @@ bool launch_q8_staged(cudaStream_t s, const MatmulArgs& m, ActQ8 act, int P, flo
     }
 }
 
+// The Q8-activation kernels: FQ = false reads act, FQ = true quantizes x in each block (smem bytes for that).
 template <class F, bool FQ>
 void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, int P, float* y, size_t smem) {
     if (m.ids) {
