@@ -117,7 +117,7 @@ struct HyperReadArgs {
 bool hyper_read_supported(const HyperReadArgs& a, int T);
 size_t hyper_read_scratch_bytes(const HyperReadArgs& a, int T);
 void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj);
-// hyper_inject(X, inj_prev, y) then hyper_read of the new X: on the two-kernel path (T ≤ 2, X and y 16-byte aligned,
+// hyper_inject(X, inj_prev, y) then hyper_read of the new X: on the two-kernel path (T ≤ 4, X and y 16-byte aligned,
 // H % 4 == 0) the injection is folded into the read's first kernel (no launch of its own); else the two ops.
 // inj_prev may be inj. Scratch: hyper_read_scratch_bytes.
 void hyper_inject_read(cudaStream_t s, const HyperReadArgs& a, float* X, const float* inj_prev, const float* y, int T,
