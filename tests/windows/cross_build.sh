@@ -37,6 +37,9 @@ run_exe() { "$WINE" "$REPO/build-mingw/engine/$1" "${@:2}"; }
 
 echo "--- test_platform.exe"
 run_exe test_platform.exe
+# A new prefix is still being set up in the background after the first run (a clean clone's CI once saw a later run
+# fail with no output): wait for the wine server to go idle before the runs that compare.
+"$(dirname "$WINE")/wineserver" -w
 
 MODELS=$("$PY" -c "
 import sys; sys.path.insert(0, 'engine/tools')
@@ -57,9 +60,10 @@ echo "--- strata.exe generate (tokens and logits against the Linux build)"
 for model in $MODELS; do
   for isa in scalar avx2 avx512; do
     args=(generate --model "$model" --prompt-ids 1,2,3,4,5 -n 8 --ignore-eos --threads 2)
-    linux=$(STRATA_ISA=$isa "$LINUX_ENGINE" "${args[@]}" --logits-out "$TMP/linux.bin" 2>/dev/null)
+    linux=$(STRATA_ISA=$isa "$LINUX_ENGINE" "${args[@]}" --logits-out "$TMP/linux.bin" 2>"$TMP/linux.err") || {
+      echo "$(basename "$model") $isa: the Linux build failed"; cat "$TMP/linux.err"; exit 1; }
     win=$(STRATA_ISA=$isa run_exe strata.exe "${args[@]}" --logits-out "$TMP/win.bin" 2>"$TMP/win.err") || {
-      cat "$TMP/win.err"; exit 1; }
+      rc=$?; echo "$(basename "$model") $isa: strata.exe exited with $rc"; cat "$TMP/win.err"; exit 1; }
     logits=$("$PY" -c "
 import numpy as np, sys
 a, b = np.fromfile(sys.argv[1], np.float32), np.fromfile(sys.argv[2], np.float32)
