@@ -166,8 +166,8 @@ void CudaBackend::shared_expert_into(const MoeWeights& w, const float* u, int T,
         return;
     }
     auto args = [&](const Weight& m) { return impl_->dense_args(m); };
-    // T = 1 only: at T = 8 it was 6.4e-4 off the CPU (tolerance 2e-4) on the H200 (tests/gpu/results/2026-11-30-round2);
-    // verify windows keep the checked kernels.
+    // T = 1 only: at T = 8 it was 6.4e-4 off the CPU (tolerance 2e-4) on the H200 (tests/gpu/results/2026-11-30-round2).
+    // (Verify windows usually take moe_experts_with_shared's merged launches, checked per token by moe_window_bits.)
     if (y && T == 1 && !impl_->f32_act &&
         cuda::moe_decode_supported(args(w.gate_shexp), args(w.up_shexp), args(w.down_shexp), T)) {
         // gate+up+swiglu+quantize h with the sigmoid gate, then down+gated add: two launches (cuda::shexp_decode).
