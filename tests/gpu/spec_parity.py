@@ -7,14 +7,15 @@ prompt that repeats itself. Tokens must equal the plain run's; the drafts offere
 usage: python3 tests/gpu/spec_parity.py --strata BIN --models DIR --out results.json [--backend cuda]"""
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import subprocess
 import sys
 
-PROMPT = [(i * 37 + 11) % 470 + 1 for i in range(40)]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from parity import PROMPT, manifest_of, model_args  # noqa: E402
+
 REPEATING = [(i * 53 + 7) % 300 + 5 for i in range(24)] * 3
 
 
@@ -31,14 +32,10 @@ def run(strata, model, backend, prompt, extra, n=48):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--strata", required=True)
-    ap.add_argument("--models", required=True)
-    ap.add_argument("--out", required=True)
+    ap = model_args(__doc__)   # (its --tokens and --tol are not used here: 48 tokens, equal tokens required)
     ap.add_argument("--backend", default="cuda")
     a = ap.parse_args(argv)
-    with open(os.path.join(a.models, "manifest.json")) as f:
-        manifest = json.load(f)
+    manifest = manifest_of(a.models)
     heads = {}
     if os.path.exists(os.path.join(a.models, "mtp.json")):
         with open(os.path.join(a.models, "mtp.json")) as f:
