@@ -24,6 +24,8 @@
 #              prompt and decode at 16K / 32K context, f32 and f16 KV: nvidia-smi's peak must stay under the card
 #   abbin      tests/gpu/ab_binaries.sh: decode A/B of $PREBUILT/engine/strata_base (an older build carried beside the
 #              executables) against build-gpu/engine/strata, interleaved (SETTINGS, REPEAT as the script)
+#   kernelsab  tests/gpu/kernel_times.py (Nsight, 6 passes) of $PREBUILT/engine/strata_base, then of the head build with
+#              each kernel's change against the base's
 #   winmem     compute-sanitizer memcheck of cuda_ops_test's window_bits groups (the kernels of verify windows)
 #   kv         cuda_ops_test --only kv_f16 / kv_q8, tiny-model parity with STRATA_KV=f16 and q8 (both backends' KV
 #              in that format), expert-cache parity with q8
@@ -102,11 +104,12 @@ for spec in "$@"; do
     detail)  cmd=(env OUT=$dir bash tests/gpu/kernel_detail.sh build-gpu "$MODEL") ;;
     phases)  cmd=(bash -c "build-gpu/engine/staged_phases 200 && build-gpu/engine/kernel_boundary 1000") ;;
     kernels) cmd=(python3 tests/gpu/kernel_times.py --strata build-gpu/engine/strata --model "$MODEL" --out $dir/kernel_times.json) ;;
+    kernelsab) cmd=(bash -c "python3 tests/gpu/kernel_times.py --passes 6 --strata ${PREBUILT:-build-gpu}/engine/strata_base --model $MODEL --out $dir/kernel_times_base.json | head -1 && python3 tests/gpu/kernel_times.py --passes 6 --strata build-gpu/engine/strata --model $MODEL --out $dir/kernel_times.json --against $dir/kernel_times_base.json") ;;
     head)    cmd=(bash -c "for g in matmul_q6k_rows argmax_rows fused_quant_bits; do build-gpu/engine/cuda_ops_test --only \$g | grep -E 'FAIL|checks'; done; build-gpu/engine/cuda_matmul_speed --head; STRATA_CUDA_Q6K_T1=0 build-gpu/engine/cuda_matmul_speed --head; python3 tests/gpu/serve_greedy_check.py --strata build-gpu/engine/strata --models .gpu-models") ;;
     decode)  cmd=(env OUT=$dir SYN_MODEL=$MODEL BUDGET_S=$(( limit - 30 )) bash bench/decode/run_h200.sh build-gpu ${DECODE_ARGS:-}) ;;
     *) echo "round: unknown step $step"; continue ;;
   esac
   timeout "$limit" "${cmd[@]}" > "$dir/stdout.txt" 2>&1; echo "rc $?" >> "$dir/stdout.txt"
-  grep -E "^-- |rc [0-9]|FAIL|tok/s|GB/s|summary|ok$" "$dir/stdout.txt" | head -40
+  grep -E "^-- |rc [0-9]|FAIL|tok/s|GB/s|summary|ok$| -> |a pass:" "$dir/stdout.txt" | head -40
 done
 echo "round: done in $(( $(date +%s) - START )) s"

@@ -195,9 +195,16 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
                const uint8_t* __restrict__ down, size_t down_rb, const uint8_t* __restrict__ inject, size_t inj_rb,
                int r, int R, int T, bool one_pass, PendingInject pi, float* __restrict__ xn,
                float* __restrict__ part) {
+    if constexpr (NT == 1) T = 1;   // a constant: the one-token instance compiles as before windows existed
     extern __shared__ int4 smem4[];
     __shared__ float inv[kMaxTokens][kMaxStreams];
     const int nH = n * H, c0 = blockIdx.x * cw, units = cw / 32;
+    if (const int z = blockIdx.z) {   // a token grid: token z of a window, computed as a one-token call (T = 1)
+        X += (size_t)z * nH;
+        if (pi.y) pi.inj += z * n, pi.y += (size_t)z * H, pi.x_new += (size_t)z * nH;
+        xn += (size_t)z * nH;
+        part += (size_t)z * gridDim.x * R;
+    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     constexpr int kSub = F::QK / 32;
 
@@ -379,6 +386,14 @@ hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, i
     float* a = (float*)smem4;                                  // [T, r]
     int8_t* aq = (int8_t*)(a + (size_t)T * r);                 // [T, r] (16-byte aligned: r % 32 == 0 when Q8)
     float* ad = (float*)(aq + (size_t)T * r);                  // [T, r / ABLK]
+    if (const int z = blockIdx.z) {   // a token grid: token z of a window, computed as a one-token call (T = 1)
+        part += (size_t)z * chunks * R;
+        xn += (size_t)z * n * H;
+        u += (size_t)z * H;
+        if (inj) inj += z * n;
+        if (x_new) x_new += (size_t)z * n * H;
+        if (X) X += (size_t)z * n * H;
+    }
     const int lane = threadIdx.x & 31, g = lane % kGroup, gi = threadIdx.x / kGroup;
     const int J = (int)(blockDim.x / kGroup) / n, jl = gi / n, s = gi % n;
     const int j = blockIdx.x * J + jl;
@@ -445,6 +460,12 @@ bool one_pass_on() {
         g_one_pass.store(v);
     }
     return v == 1;
+}
+
+// STRATA_CUDA_HR_TOKEN_GRID=0: a verify window's hyper read by the NT = kWindowTokens kernels; read once.
+bool token_grid_on() {
+    static const bool on = env_switch("STRATA_CUDA_HR_TOKEN_GRID", true);
+    return on;
 }
 
 // STRATA_CUDA_INJECT_FOLD=0: hyper_inject_read as hyper_inject + hyper_read (an A/B of the fold); read once.
@@ -566,13 +587,21 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int
                  " or weight types ", ggml_type_name(a.down_type), "/", ggml_type_name(a.up_type), " not supported");
     const bool with_inj = inj != nullptr;
     STRATA_CHECK(!with_inj || a.inject, "cuda hyper_read: inj requested without an inject weight");
-    const Layout l = layout(a, T, with_inj);
+    const Layout lT = layout(a, T, with_inj);   // the scratch of T tokens
     uint8_t* base = static_cast<uint8_t*>(scratch);
     float* xn = (float*)base;
-    float* part = (float*)(base + l.part);
-    if (pi.y) pi.x_new = (float*)(base + l.x_new);
-    const bool one = T == 1;
-    const bool window = T <= kWindowTokens;   // the NT = kWindowTokens kernels
+    float* part = (float*)(base + lT.part);
+    if (pi.y) pi.x_new = (float*)(base + lT.x_new);
+    // A verify window (2 ≤ T ≤ kWindowTokens) as a token grid: the one-token kernels with gridDim.z = T, block z
+    // computing token z as a one-token call does (the same chunks, the same bits; part holds T one-token tables).
+    // STRATA_CUDA_HR_TOKEN_GRID=0: the NT = kWindowTokens kernels, all tokens in every block.
+    const bool grid_z = T > 1 && T <= kWindowTokens && token_grid_on();
+    const Layout l = grid_z ? layout(a, 1, with_inj) : lT;
+    STRATA_CHECK(!grid_z || (size_t)l.chunks * l.R * T * sizeof(float) <= lT.x_new - lT.part,
+                 "cuda hyper_read: the token grid's tables exceed the scratch");
+    const int Tk = grid_z ? 1 : T;   // tokens a block computes
+    const bool one = Tk == 1;
+    const bool window = T <= kWindowTokens;   // the one-pass prologue; NT = kWindowTokens kernels unless a token grid
 
     // As programmatic dependent launches only by STRATA_CUDA_HYPER_PDL (bit 1 kernel 1, bit 2 kernel 2; default 0):
     // correct since their inputs go through pdl_dep / __ldcg (r74, r75), but decode measured no gain (r75).
@@ -583,13 +612,13 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int
     const bool one_pass = window && l.blk > 0 && one_pass_on() && l.cw <= kMaxChunk && l.cw % a.H == 0 &&
                           a.H % l.blk == 0 && l.cw / a.H <= kThreads / 32 && a.norm_len % 4 == 0 &&
                           reinterpret_cast<uintptr_t>(a.norm) % 16 == 0;
-    const dim3 down_grid((unsigned)l.chunks, (unsigned)((l.R + kBlockRows - 1) / kBlockRows));
-    const size_t smem1 = down_smem(T, l.cw, l.blk);
+    const dim3 down_grid((unsigned)l.chunks, (unsigned)((l.R + kBlockRows - 1) / kBlockRows), grid_z ? (unsigned)T : 1u);
+    const size_t smem1 = down_smem(Tk, l.cw, l.blk);
     with_hr_format(a.down_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
             launch_kernel(kernel, down_grid, kThreads, smem1, s, pdl1, X, (const float*)a.norm, a.norm_len, a.n, a.H,
-                          a.eps, l.cw, a.down, a.down_rb, a.inject, a.inject_rb, a.r, l.R, T, one_pass, pi, xn, part);
+                          a.eps, l.cw, a.down, a.down_rb, a.inject, a.inject_rb, a.r, l.R, Tk, one_pass, pi, xn, part);
         };
         if constexpr (F::ABLK == 32 || F::ABLK == 256) {
             if (l.blk) {
@@ -606,15 +635,16 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int
     CUDA_CHECK_LAUNCH();
 
     const int blk_up = is_plain(a.up_type) ? 0 : hr_act_block(a.up_type, a.f32_act);
-    const size_t smem2 = mix_smem(a, T, blk_up);
+    const size_t smem2 = mix_smem(a, Tk, blk_up);
     const int mix_threads = mix_threads_for(a.n);
     const int J = mix_threads / kGroup / a.n;
     const unsigned mix_blocks = (unsigned)((a.H + J - 1) / J);
     with_hr_format(a.up_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
-            launch_kernel(kernel, dim3(mix_blocks), (unsigned)mix_threads, smem2, s, pdl2, (const float*)part,
-                          l.chunks, l.R, a.r, a.n, a.H, T, a.up, a.up_rb, (const float*)xn, u, with_inj ? inj : nullptr,
+            launch_kernel(kernel, dim3(mix_blocks, 1, grid_z ? (unsigned)T : 1u), (unsigned)mix_threads, smem2, s, pdl2,
+                          (const float*)part, l.chunks, l.R, a.r, a.n, a.H, Tk, a.up, a.up_rb, (const float*)xn, u,
+                          with_inj ? inj : nullptr,
                           (const float*)pi.x_new, pi.y ? X_out : nullptr);
         };
         auto launch_nt = [&](auto q8, auto plain) {

@@ -131,6 +131,7 @@ template <int TY, int V, int NT = 1>
 __global__ void __launch_bounds__(kWarps * 32)
 matmul_plain_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
                            const float* __restrict__ x, int T, float* __restrict__ y) {
+    if constexpr (NT == 1) T = 1;   // a constant: the one-token instance compiles as before windows existed
     pdl_launch_dependents();
     if (blockIdx.x < rows) prefetch_l2_lines(W + (size_t)blockIdx.x * row_bytes, row_bytes, threadIdx.x, blockDim.x);
     pdl_wait();

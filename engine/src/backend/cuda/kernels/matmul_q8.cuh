@@ -182,6 +182,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 matmul_q8_splitk_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
                         const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x, int T,
                         float* __restrict__ y) {
+    if constexpr (NT == 1) T = 1;   // a constant: the one-token instance compiles as before windows existed
     __shared__ uint4 smem[GridSmem<F>::kWords];
     __shared__ float partial[WARPS][NT];
     pdl_launch_dependents();
@@ -331,17 +332,28 @@ __device__ __forceinline__ void staged_group_dot(const uint8_t* rows_at, size_t 
         const uint8_t* wr = rows_at + (size_t)r * row_bytes;
 #pragma unroll 2
         for (int u = s; u < units; u += kLanes) {
+            const auto load_act = [&](int t, int (&a)[8]) {   // token t's 32 activations of chunk u
+                const int4* q4 = (const int4*)(act + t * act_bytes + 32 * u);
+                const int4 lo = q4[0], hi = q4[1];
+                a[0] = lo.x; a[1] = lo.y; a[2] = lo.z; a[3] = lo.w;
+                a[4] = hi.x; a[5] = hi.y; a[6] = hi.z; a[7] = hi.w;
+            };
+            int a1[8];   // one row: its activations loaded before the chunk's decode (the one-token order)
+            if constexpr (NT == 1) load_act(0, a1);
             IChunk c;
             if constexpr (PERM) Q::decode_perm(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, c);
             else Q::decode(wr + (size_t)(u / kSub) * F::BYTES, u % kSub, grid, c);
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
                 if (t >= T) break;
-                const int8_t* sq = (const int8_t*)(act + t * act_bytes);
-                const float* sd = (const float*)(sq + n);
-                const int4* q4 = (const int4*)(sq + 32 * u);
-                const int4 lo = q4[0], hi = q4[1];
-                const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+                int a[8];
+                if constexpr (NT == 1) {
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) a[i] = a1[i];
+                } else {
+                    load_act(t, a);
+                }
+                const float* sd = (const float*)(act + t * act_bytes + n);
                 if constexpr (PERM) acc[t] += chunk_term_sum<Q>(c, a, sd[(32 * u) / F::ABLK], ((const int*)(sd + nd))[u]);
                 else acc[t] += chunk_term<Q>(c, a, sd[(32 * u) / F::ABLK]);
             }
@@ -360,6 +372,7 @@ template <class F, bool PERM = QInt<F>::kActPerm, int NT = 1>
 __global__ void __launch_bounds__(kWarps * 32, 8)   // 8 blocks an SM: the in_proj's 1,030 in one wave
 matmul_q8_staged_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t rows, int n,
                         const int8_t* __restrict__ aq, const float* __restrict__ ad, int T, float* __restrict__ y) {
+    if constexpr (NT == 1) T = 1;   // a constant: the one-token instance compiles as before windows existed
     extern __shared__ uint4 staged[];   // the T activation rows (n int8, their scales and Σs), then each warp's rows
     __shared__ uint4 smem[GridSmem<F>::kWords];
     pdl_launch_dependents();

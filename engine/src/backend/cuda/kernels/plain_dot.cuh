@@ -44,33 +44,42 @@ constexpr int kPlainBatch = 8;
 template <int TY, int V, int WARPS, int NT>
 __device__ __forceinline__ void plain_rows_dot_block(const uint8_t* __restrict__ wr, int n,
                                                      const float* __restrict__ x, int T, float (&sum)[NT]) {
+    if constexpr (NT == 1) T = 1;
     __shared__ float partial[WARPS][NT];
     constexpr int kStep = V * WARPS * 32;
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+    const auto load_x = [&](const float* xt, int i, float (&xv)[V]) {
+        if (V == 4) {
+            const float4 f = *(const float4*)(xt + i);
+            xv[0] = f.x; xv[1 % V] = f.y; xv[2 % V] = f.z; xv[3 % V] = f.w;
+        } else {
+            xv[0] = xt[i];
+        }
+    };
     for (int i0 = V * threadIdx.x; i0 < n; i0 += kPlainBatch * kStep) {
-        float w[kPlainBatch][V];
+        float w[kPlainBatch][V], x1[kPlainBatch][V];   // x1: one row's x, loaded beside w (the one-token order)
 #pragma unroll
         for (int b = 0; b < kPlainBatch; ++b) {
             const int i = i0 + b * kStep;
-            if (i < n) load_plain<TY, V>(wr, i, w[b]);   // predicated: every step's loads before the first multiply
+            if (i < n) {   // predicated: every step's loads before the first multiply
+                load_plain<TY, V>(wr, i, w[b]);
+                if constexpr (NT == 1) load_x(x, i, x1[b]);
+            }
         }
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
             if (t >= T) break;
-            const float* xt = x + (size_t)t * n;
             float xv[kPlainBatch][V];
 #pragma unroll
             for (int b = 0; b < kPlainBatch; ++b) {
                 const int i = i0 + b * kStep;
-                if (i < n) {
-                    if (V == 4) {
-                        const float4 f = *(const float4*)(xt + i);
-                        xv[b][0] = f.x; xv[b][1 % V] = f.y; xv[b][2 % V] = f.z; xv[b][3 % V] = f.w;
-                    } else {
-                        xv[b][0] = xt[i];
-                    }
+                if constexpr (NT == 1) {
+#pragma unroll
+                    for (int k = 0; k < V; ++k) xv[b][k] = x1[b][k];
+                } else if (i < n) {
+                    load_x(x + (size_t)t * n, i, xv[b]);
                 }
             }
 #pragma unroll
