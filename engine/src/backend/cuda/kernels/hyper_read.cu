@@ -1,8 +1,10 @@
 // Backend::hyper_read in two kernels, sized to fill the GPU at T = 1: (1) per column chunk of the n·H inputs and group
 // of 8 rows, the grouped RMSNorm of the chunk (with its Q8 quantization) as a prologue, then the down and inject
 // partial dots; (2) per 16-lane group one up row (s, j): silu of the summed partials, σ(up · a), the mean over streams.
-// Partial sums are added in a fixed order (no atomics): results are the same run to run. hyper_inject_read folds the
-// previous sub-block's injection X += inj ⊗ y into kernel 1's reads of X (kernel 2 writes the new X back).
+// A block computes one token; up to kWindowTokens tokens (a verify window) run side by side on gridDim.z, each with a
+// one-token call's bits. Partial sums are added in a fixed order (no atomics): results are the same run to run.
+// hyper_inject_read folds the previous sub-block's injection X += inj ⊗ y into kernel 1's reads of X (kernel 2 writes
+// the new X back).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -127,79 +129,64 @@ __device__ __forceinline__ float load_x1(const float* __restrict__ X, const Pend
     return pi.y ? fmaf(pi.inj[t * n + c / H], pi.y[(size_t)t * H + c % H], x) : x;
 }
 
-// Kernel 1's prologue for T ≤ NT tokens (up to kWindowTokens) when the chunk is whole streams (cw % H == 0,
-// H % BLK == 0): one pass over X. Each group of 8 lanes takes a 32-input unit of every token as float4s: x·w kept in
-// registers, the unit's Σx² and max |x·w| by shuffles into shared memory; after one barrier a warp sums a (token,
-// stream)'s units (fixed order); after another every thread scales its x·w by its stream's 1/rms and quantizes them
-// with quantize_act's arithmetic (the block's amax from the units' max |x·w| times 1/rms). Each token's values are
-// computed as at T = 1 (a verify window's rows get one-token bits); the same values as the two-pass prologue within
-// float rounding.
-constexpr int kWindowTokens = 4;   // tokens of the one-pass kernels (a verify window of up to 3 drafts)
-constexpr int kOnePassQuads = (kMaxChunk / 4 + kThreads - 1) / kThreads;   // float4s a thread and token
+// Kernel 1's prologue when the chunk is whole streams (cw % H == 0, H % BLK == 0): one pass over X. Each group of
+// 8 lanes takes a 32-input unit as float4s: x·w kept in registers, the unit's Σx² and max |x·w| by shuffles into
+// shared memory; after one barrier a warp sums a stream's units (fixed order); after another every thread scales its
+// x·w by its stream's 1/rms and quantizes them with quantize_act's arithmetic (the block's amax from the units' max
+// |x·w| times 1/rms). The same values as the two-pass prologue within float rounding.
+constexpr int kWindowTokens = 4;   // tokens of a token grid (a verify window of up to 3 drafts)
+constexpr int kOnePassQuads = (kMaxChunk / 4 + kThreads - 1) / kThreads;   // float4s a thread
 
-template <int BLK, int NT>
+template <int BLK>
 __device__ __forceinline__ void down_prologue_one_pass(const float* __restrict__ X, const PendingInject& pi, int n,
                                                        const float* __restrict__ w, int w_len, int H, float eps,
-                                                       int c0, int cw, int T, bool write_xn, float* __restrict__ xn,
+                                                       int c0, int cw, bool write_xn, float* __restrict__ xn,
                                                        int8_t* xq, float* xd) {
-    static_assert(NT <= kWindowTokens, "one-pass prologue: registers for kWindowTokens tokens at most");
-    __shared__ float unit_ss[NT][kMaxChunk / 32], unit_amax[NT][kMaxChunk / 32];
-    __shared__ float inv_s[NT][kMaxStreams];
+    __shared__ float unit_ss[kMaxChunk / 32], unit_amax[kMaxChunk / 32];
+    __shared__ float inv_s[kMaxStreams];
     const int quads = cw / 4, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const size_t nH = (size_t)n * H;
-    float4 y[NT][kOnePassQuads];
+    float4 y[kOnePassQuads];
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        if (t >= T) break;
-#pragma unroll
-        for (int it = 0; it < kOnePassQuads; ++it) {
-            const int q = it * kThreads + threadIdx.x, c = c0 + 4 * q;
-            const bool valid = q < quads;
-            const float4 x = valid ? load_x4(X, pi, t, c, n, H) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (valid && write_xn && pi.x_new) ((float4*)(pi.x_new + t * nH))[c / 4] = x;
-            const float4 wv = valid && w ? ((const float4*)w)[(c % w_len) / 4] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-            y[t][it] = unit_stats_quad(x, wv, valid, q, unit_ss[t], unit_amax[t]);
-        }
+    for (int it = 0; it < kOnePassQuads; ++it) {
+        const int q = it * kThreads + threadIdx.x, c = c0 + 4 * q;
+        const bool valid = q < quads;
+        const float4 x = valid ? load_x4(X, pi, 0, c, n, H) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (valid && write_xn && pi.x_new) ((float4*)pi.x_new)[c / 4] = x;
+        const float4 wv = valid && w ? ((const float4*)w)[(c % w_len) / 4] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        y[it] = unit_stats_quad(x, wv, valid, q, unit_ss, unit_amax);
     }
     __syncthreads();
     const int units_per_stream = H / 32, ns = cw / H;
-    for (int ts = warp; ts < T * ns; ts += kThreads / 32) {   // (token, stream) pairs, a warp each
-        const int t = ts / ns, si = ts % ns;
+    for (int si = warp; si < ns; si += kThreads / 32) {   // a warp a stream
         float ss = 0.0f;
-        for (int u = lane; u < units_per_stream; u += 32) ss += unit_ss[t][si * units_per_stream + u];
+        for (int u = lane; u < units_per_stream; u += 32) ss += unit_ss[si * units_per_stream + u];
         ss = warp_sum(ss);
-        if (lane == 0) inv_s[t][si] = 1.0f / sqrtf(ss / H + eps);
+        if (lane == 0) inv_s[si] = 1.0f / sqrtf(ss / H + eps);
     }
     __syncthreads();
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        if (t >= T) break;
-#pragma unroll
-        for (int it = 0; it < kOnePassQuads; ++it) {
-            const int q = it * kThreads + threadIdx.x;
-            if (q >= quads) break;
-            const float4 v = quantize_quad<BLK>(y[t][it], inv_s[t][4 * q / H], unit_amax[t], q, xq + (size_t)t * cw,
-                                                xd + (size_t)t * (cw / BLK));
-            if (write_xn) ((float4*)(xn + t * nH))[(c0 + 4 * q) / 4] = v;
-        }
+    for (int it = 0; it < kOnePassQuads; ++it) {
+        const int q = it * kThreads + threadIdx.x;
+        if (q >= quads) break;
+        const float4 v = quantize_quad<BLK>(y[it], inv_s[4 * q / H], unit_amax, q, xq, xd);
+        if (write_xn) ((float4*)xn)[(c0 + 4 * q) / 4] = v;
     }
 }
 
-// ---- kernel 1: grid (n·H / cw chunks, row groups of kBlockRows). Prologue: the sums of squares of the streams the
-// chunk touches (whole streams, each block for itself), the chunk normalised (and quantized in blocks of BLK) into
-// shared memory; blocks of row group 0 also write xn for kernel 2 (at T ≤ kWindowTokens with whole streams a chunk
-// and a Q8 mode: down_prologue_one_pass above, when one_pass). Then one warp per row: part[(chunk·T + t)·R + row].
-template <class F, int BLK, int NT>
+// ---- kernel 1: grid (n·H / cw chunks, row groups of kBlockRows, tokens): block (c, g, z) takes token z (a token
+// grid: each token of a window exactly as a one-token call). Prologue: the sums of squares of the streams the chunk
+// touches (whole streams, each block for itself), the chunk normalised (and quantized in blocks of BLK) into shared
+// memory; blocks of row group 0 also write xn for kernel 2 (with whole streams a chunk and a Q8 mode:
+// down_prologue_one_pass above, when one_pass). Then one warp per row: part[(z·chunks + c)·R + row].
+template <class F, int BLK>
 __global__ void __launch_bounds__(kThreads)
 hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_len, int n, int H, float eps, int cw,
                const uint8_t* __restrict__ down, size_t down_rb, const uint8_t* __restrict__ inject, size_t inj_rb,
-               int r, int R, int T, bool one_pass, PendingInject pi, float* __restrict__ xn,
-               float* __restrict__ part) {
-    if constexpr (NT == 1) T = 1;   // a constant: the one-token instance compiles as before windows existed
+               int r, int R, bool one_pass, PendingInject pi, float* __restrict__ xn, float* __restrict__ part) {
     extern __shared__ int4 smem4[];
-    __shared__ float inv[kMaxTokens][kMaxStreams];
+    __shared__ float inv[kMaxStreams];
     const int nH = n * H, c0 = blockIdx.x * cw, units = cw / 32;
-    if (const int z = blockIdx.z) {   // a token grid: token z of a window, computed as a one-token call (T = 1)
+    if (const int z = blockIdx.z) {   // token z's rows of every array
         X += (size_t)z * nH;
         if (pi.y) pi.inj += z * n, pi.y += (size_t)z * H, pi.x_new += (size_t)z * nH;
         xn += (size_t)z * nH;
@@ -222,76 +209,62 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
     pi.inj = pdl_dep(pi.inj);
     pi.y = pdl_dep(pi.y);
 
-    int8_t* xq = (int8_t*)smem4;                                          // [T, cw]
-    float* xd = (float*)((uint8_t*)smem4 + align256((size_t)T * cw));     // [T, cw / BLK]
-    float* xf = (float*)smem4;                                            // [T, cw / 32, 33]
+    int8_t* xq = (int8_t*)smem4;                                   // [cw]
+    float* xd = (float*)((uint8_t*)smem4 + align256((size_t)cw));  // [cw / BLK]
+    float* xf = (float*)smem4;                                     // [cw / 32, 33]
     const bool write_xn = blockIdx.y == 0;
-    constexpr bool kOnePass = NT <= kWindowTokens && BLK > 0;
-    if constexpr (kOnePass) {
-        if (one_pass) down_prologue_one_pass<BLK, NT>(X, pi, n, w, w_len, H, eps, c0, cw, T, write_xn, xn, xq, xd);
+    if constexpr (BLK > 0) {
+        if (one_pass) down_prologue_one_pass<BLK>(X, pi, n, w, w_len, H, eps, c0, cw, write_xn, xn, xq, xd);
     }
-    if (!(kOnePass && one_pass)) {
-    // Sums of squares: all tokens' loads in flight together, one barrier for every (token, stream).
-    __shared__ float red[kMaxTokens][kMaxStreams][kThreads / 32];
+    if (!(BLK > 0 && one_pass)) {
+    // Sums of squares: every load in flight together, one barrier for every stream.
+    __shared__ float red[kMaxStreams][kThreads / 32];
     const int s_first = c0 / H, s_last = (c0 + cw - 1) / H, ns = s_last - s_first + 1;
     for (int s = s_first; s <= s_last; ++s) {
-        float ss[NT];
-#pragma unroll
-        for (int t = 0; t < NT; ++t) ss[t] = 0.0f;
+        float ss = 0.0f;
         if ((H & 3) == 0)
 #pragma unroll 4   // the loads of several steps in flight together (the sums keep their order)
-            for (int j = threadIdx.x; j < H / 4; j += blockDim.x)
-#pragma unroll
-                for (int t = 0; t < NT; ++t) {
-                    if (t >= T) break;
-                    const float4 v = load_x4(X, pi, t, s * H + 4 * j, n, H);
-                    ss[t] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-                }
+            for (int j = threadIdx.x; j < H / 4; j += blockDim.x) {
+                const float4 v = load_x4(X, pi, 0, s * H + 4 * j, n, H);
+                ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            }
         else
-            for (int j = threadIdx.x; j < H; j += blockDim.x)
-#pragma unroll
-                for (int t = 0; t < NT; ++t) {
-                    if (t >= T) break;
-                    const float v = load_x1(X, pi, t, s * H + j, n, H);
-                    ss[t] += v * v;
-                }
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            const float v = warp_sum(ss[t]);
-            if (lane == 0 && t < T) red[t][s - s_first][warp] = v;
-        }
+            for (int j = threadIdx.x; j < H; j += blockDim.x) {
+                const float v = load_x1(X, pi, 0, s * H + j, n, H);
+                ss += v * v;
+            }
+        const float v = warp_sum(ss);
+        if (lane == 0) red[s - s_first][warp] = v;
     }
     __syncthreads();
-    if (threadIdx.x < T * ns) {
-        const int t = threadIdx.x / ns, si = threadIdx.x % ns;
+    if (threadIdx.x < ns) {
         float ss = 0.0f;
-        for (int k = 0; k < kThreads / 32; ++k) ss += red[t][si][k];
-        inv[t][si] = 1.0f / sqrtf(ss / H + eps);
+        for (int k = 0; k < kThreads / 32; ++k) ss += red[threadIdx.x][k];
+        inv[threadIdx.x] = 1.0f / sqrtf(ss / H + eps);
     }
     __syncthreads();
 
     if constexpr (BLK > 0) {
-        // One thread per 32 consecutive inputs (all tokens' units spread over the block); the SG = BLK / 32 threads
-        // of an activation block are consecutive lanes and share its amax by shuffles. Every thread runs every
-        // round (the shuffles take the whole warp); quantize_block's arithmetic.
+        // One thread per 32 consecutive inputs; the SG = BLK / 32 threads of an activation block are consecutive
+        // lanes and share its amax by shuffles. Every thread runs every round (the shuffles take the whole warp);
+        // quantize_block's arithmetic.
         constexpr int SG = BLK / 32;
-        const int nblk = cw / BLK, all_units = T * units;
-        for (int it = 0; it < (all_units + kThreads - 1) / kThreads; ++it) {
-            const int i = it * kThreads + threadIdx.x;
-            const bool valid = i < all_units;
-            const int t = valid ? i / units : 0, uu = valid ? i % units : 0, cs = c0 + 32 * uu;
+        for (int it = 0; it < (units + kThreads - 1) / kThreads; ++it) {
+            const int uu0 = it * kThreads + threadIdx.x;
+            const bool valid = uu0 < units;
+            const int uu = valid ? uu0 : 0, cs = c0 + 32 * uu;
             const int s0 = cs / H, next = (s0 + 1) * H;   // the stream of the unit's first input, where the next starts
             float v[32];
             float amax = 0.0f;
 #pragma unroll
             for (int e4 = 0; e4 < 8; ++e4) {
-                const float4 xv = valid ? load_x4(X, pi, t, cs + 4 * e4, n, H) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                if (valid && write_xn && pi.x_new) *(float4*)(pi.x_new + (size_t)t * nH + cs + 4 * e4) = xv;
+                const float4 xv = valid ? load_x4(X, pi, 0, cs + 4 * e4, n, H) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (valid && write_xn && pi.x_new) *(float4*)(pi.x_new + cs + 4 * e4) = xv;
                 const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
                     const int c = cs + 4 * e4 + q;
-                    float y = xs[q] * inv[t][(c < next ? s0 : c / H) - s_first];
+                    float y = xs[q] * inv[(c < next ? s0 : c / H) - s_first];
                     if (w) y *= w[w_len == nH ? c : c % w_len];
                     v[4 * e4 + q] = y;
                     amax = fmaxf(amax, fabsf(y));
@@ -301,7 +274,7 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
             for (int o = 1; o < SG; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
             if (!valid) continue;
             if (write_xn) {
-                float4* xo = (float4*)(xn + (size_t)t * nH + cs);
+                float4* xo = (float4*)(xn + cs);
 #pragma unroll
                 for (int e4 = 0; e4 < 8; ++e4) xo[e4] = make_float4(v[4 * e4], v[4 * e4 + 1], v[4 * e4 + 2], v[4 * e4 + 3]);
             }
@@ -310,20 +283,20 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
             int packed[8];
 #pragma unroll
             for (int k = 0; k < 8; ++k) packed[k] = (int)pack4_q8<BLK>(v + 4 * k, id);
-            int4* qo = (int4*)(xq + t * cw + 32 * uu);
+            int4* qo = (int4*)(xq + 32 * uu);
             qo[0] = make_int4(packed[0], packed[1], packed[2], packed[3]);
             qo[1] = make_int4(packed[4], packed[5], packed[6], packed[7]);
-            if (uu % SG == 0) xd[t * nblk + (32 * uu) / BLK] = BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;
+            if (uu % SG == 0) xd[(32 * uu) / BLK] = BLK == 32 ? __half2float(__float2half_rn(dd)) : dd;
         }
     } else {
-        for (int i = threadIdx.x; i < T * cw; i += kThreads) {
-            const int t = i / cw, cc = i % cw, c = c0 + cc;
-            const float x = load_x1(X, pi, t, c, n, H);
-            if (write_xn && pi.x_new) pi.x_new[(size_t)t * nH + c] = x;
-            float y = x * inv[t][c / H - s_first];
+        for (int cc = threadIdx.x; cc < cw; cc += kThreads) {
+            const int c = c0 + cc;
+            const float x = load_x1(X, pi, 0, c, n, H);
+            if (write_xn && pi.x_new) pi.x_new[c] = x;
+            float y = x * inv[c / H - s_first];
             if (w) y *= w[c % w_len];
-            xf[(t * units + cc / 32) * 33 + cc % 32] = y;
-            if (write_xn) xn[(size_t)t * nH + c] = y;
+            xf[(cc / 32) * 33 + cc % 32] = y;
+            if (write_xn) xn[c] = y;
         }
     }
     }   // the two-pass prologue
@@ -333,66 +306,58 @@ hr_down_kernel(const float* __restrict__ X, const float* __restrict__ w, int w_l
         const int row = row0 + i;
         if (row >= R) break;   // the whole warp
         const uint8_t* wr = row < r ? down + (size_t)row * down_rb : inject + (size_t)(row - r) * inj_rb;
-        float acc[NT];
-#pragma unroll
-        for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+        float acc[1] = {0.0f};
 #pragma unroll 4
         for (int u = lane; u < units; u += 32) {
             const int gu = c0 / 32 + u;   // unit of the whole row
             const uint8_t* blk = wr + (size_t)(gu / kSub) * F::BYTES;
             if constexpr (BLK > 0) {
-                const auto act = [&](int t, int (&a)[8]) -> float {
-                    const int4* q4 = (const int4*)(xq + t * cw + 32 * u);
+                const auto act = [&](int, int (&a)[8]) -> float {
+                    const int4* q4 = (const int4*)(xq + 32 * u);
                     const int4 lo = q4[0], hi = q4[1];
                     a[0] = lo.x; a[1] = lo.y; a[2] = lo.z; a[3] = lo.w;
                     a[4] = hi.x; a[5] = hi.y; a[6] = hi.z; a[7] = hi.w;
-                    return xd[t * (cw / BLK) + (32 * u) / BLK];
+                    return xd[(32 * u) / BLK];
                 };
-                QDot<F>::template dot<NT>(blk, gu % kSub, QDot<F>::global_grid(), act, T, acc);
+                QDot<F>::template dot<1>(blk, gu % kSub, QDot<F>::global_grid(), act, 1, acc);
             } else {
                 float wv[32];
                 F::deq32(blk, gu % kSub, wv);
+                const float* xr = xf + u * 33;
+                float s = 0.0f;
 #pragma unroll
-                for (int t = 0; t < NT; ++t) {
-                    if (t >= T) break;
-                    const float* xr = xf + (t * units + u) * 33;
-                    float s = 0.0f;
-#pragma unroll
-                    for (int e = 0; e < 32; ++e) s = fmaf(wv[e], xr[e], s);
-                    acc[t] += s;
-                }
+                for (int e = 0; e < 32; ++e) s = fmaf(wv[e], xr[e], s);
+                acc[0] += s;
             }
         }
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            const float v = warp_sum(acc[t]);
-            if (lane == 0 && t < T) part[((size_t)blockIdx.x * T + t) * R + row] = v;
-        }
+        const float v = warp_sum(acc[0]);
+        if (lane == 0) part[(size_t)blockIdx.x * R + row] = v;
     }
 }
 
-// ---- kernel 2: grid ⌈H / J⌉, J = (threads / 16) / n columns per block; group g = (column jl, stream s) takes up row
-// s·H + j. Prologue (every block): a [T, r] = silu(Σ partials / n) in shared memory, its Q8 form (Q8) when the up
-// weight is a block format; block 0 writes inj = 2σ(Σ partials / n). Then m = σ(up row · a), and u[t, j] = (1/n)
-// Σ_s m · xn in stream order. PLAIN: F32 / F16 / BF16 up rows (element loop, any r). With x_new (an injection
-// folded into kernel 1) each group also copies its row of the new streams over X.
-template <class F, bool Q8, bool PLAIN, int NT>
+// ---- kernel 2: grid (⌈H / J⌉, 1, tokens), J = (threads / 16) / n columns per block; group g = (column jl, stream s)
+// takes up row s·H + j of token z = blockIdx.z. Prologue (every block): a [r] = silu(Σ partials / n) in shared
+// memory, its Q8 form (Q8) when the up weight is a block format; block 0 writes inj = 2σ(Σ partials / n). Then
+// m = σ(up row · a), and u[j] = (1/n) Σ_s m · xn in stream order. PLAIN: F32 / F16 / BF16 up rows (element loop, any
+// r). With x_new (an injection folded into kernel 1) each group also copies its row of the new streams over X.
+template <class F, bool Q8, bool PLAIN>
 __global__ void __launch_bounds__(kMixMaxThreads)
-hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, int H, int T,
-              const uint8_t* __restrict__ up, size_t up_rb, const float* __restrict__ xn, float* __restrict__ u,
-              float* __restrict__ inj, const float* __restrict__ x_new, float* __restrict__ X) {
+hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, int H, const uint8_t* __restrict__ up,
+              size_t up_rb, const float* __restrict__ xn, float* __restrict__ u, float* __restrict__ inj,
+              const float* __restrict__ x_new, float* __restrict__ X) {
     extern __shared__ int4 smem4[];
-    __shared__ float val[kMaxTokens][kMixMaxGroups];           // m · xn of each group's row
-    float* a = (float*)smem4;                                  // [T, r]
-    int8_t* aq = (int8_t*)(a + (size_t)T * r);                 // [T, r] (16-byte aligned: r % 32 == 0 when Q8)
-    float* ad = (float*)(aq + (size_t)T * r);                  // [T, r / ABLK]
-    if (const int z = blockIdx.z) {   // a token grid: token z of a window, computed as a one-token call (T = 1)
+    __shared__ float val[kMixMaxGroups];                       // m · xn of each group's row
+    float* a = (float*)smem4;                                  // [r]
+    int8_t* aq = (int8_t*)(a + r);                             // [r] (16-byte aligned: r % 32 == 0 when Q8)
+    float* ad = (float*)(aq + r);                              // [r / ABLK]
+    const int nH = n * H;
+    if (const int z = blockIdx.z) {   // token z's rows of every array
         part += (size_t)z * chunks * R;
-        xn += (size_t)z * n * H;
+        xn += (size_t)z * nH;
         u += (size_t)z * H;
         if (inj) inj += z * n;
-        if (x_new) x_new += (size_t)z * n * H;
-        if (X) X += (size_t)z * n * H;
+        if (x_new) x_new += (size_t)z * nH;
+        if (X) X += (size_t)z * nH;
     }
     const int lane = threadIdx.x & 31, g = lane % kGroup, gi = threadIdx.x / kGroup;
     const int J = (int)(blockDim.x / kGroup) / n, jl = gi / n, s = gi % n;
@@ -410,31 +375,22 @@ hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, i
     part = pdl_dep(part);
     xn = pdl_dep(xn);
     x_new = pdl_dep(x_new);
-    const int nH = n * H;
-    float xv[NT];   // this row's xn, loaded while the prologue runs
-#pragma unroll
-    for (int t = 0; t < NT; ++t) xv[t] = g == 0 && t < T ? __ldcg(xn + (size_t)t * nH + row) : 0.0f;
-    if (x_new && g == 0 && active)   // the injected streams over X: each (s, j) is one group's row
-        for (int t = 0; t < T; ++t) X[(size_t)t * nH + row] = __ldcg(x_new + (size_t)t * nH + row);
+    const float xv = g == 0 ? __ldcg(xn + row) : 0.0f;   // this row's xn, loaded while the prologue runs
+    if (x_new && g == 0 && active) X[row] = __ldcg(x_new + row);   // the injected streams over X: a group's row
 
-    mix_prologue<F, Q8>(part, chunks, R, r, n, T, blockIdx.x == 0 ? inj : nullptr, a, aq, ad);
+    mix_prologue<F, Q8>(part, chunks, R, r, n, 1, blockIdx.x == 0 ? inj : nullptr, a, aq, ad);
 
-    float acc[NT];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-    up_row_dot<F, Q8, PLAIN, NT, kGroup>(wr, r, g, T, a, aq, ad, acc);
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        const float dot = group_sum<kGroup>(acc[t]);
-        if (g == 0 && active && t < T) val[t][gi] = 1.0f / (1.0f + expf(-dot)) * xv[t];
-    }
+    float acc[1] = {0.0f};
+    up_row_dot<F, Q8, PLAIN, 1, kGroup>(wr, r, g, 1, a, aq, ad, acc);
+    const float dot = group_sum<kGroup>(acc[0]);
+    if (g == 0 && active) val[gi] = 1.0f / (1.0f + expf(-dot)) * xv;
     __syncthreads();
-    for (int i = threadIdx.x; i < T * J; i += blockDim.x) {
-        const int t = i / J, c = i % J, jj = blockIdx.x * J + c;
+    for (int c = threadIdx.x; c < J; c += blockDim.x) {
+        const int jj = blockIdx.x * J + c;
         if (jj >= H) continue;
         float sum = 0.0f;
-        for (int k = 0; k < n; ++k) sum += val[t][c * n + k];
-        u[(size_t)t * H + jj] = sum / (float)n;
+        for (int k = 0; k < n; ++k) sum += val[c * n + k];
+        u[jj] = sum / (float)n;
     }
 }
 
@@ -460,12 +416,6 @@ bool one_pass_on() {
         g_one_pass.store(v);
     }
     return v == 1;
-}
-
-// STRATA_CUDA_HR_TOKEN_GRID=0: a verify window's hyper read by the NT = kWindowTokens kernels; read once.
-bool token_grid_on() {
-    static const bool on = env_switch("STRATA_CUDA_HR_TOKEN_GRID", true);
-    return on;
 }
 
 // STRATA_CUDA_INJECT_FOLD=0: hyper_inject_read as hyper_inject + hyper_read (an A/B of the fold); read once.
@@ -494,7 +444,8 @@ struct Layout {
     int cw = 0, chunks = 0, R = 0, blk = 0;
 };
 
-// Chunk width: the largest multiple of 256 up to kMaxChunk dividing n·H whose kernel-1 shared memory fits.
+// Chunk width: the largest multiple of 256 up to kMaxChunk dividing n·H whose kernel-1 shared memory fits (one token
+// a block up to kWindowTokens: every token of a window gets the chunks of a one-token call). part holds T tables.
 Layout layout(const HyperReadArgs& a, int T, bool with_inj) {
     Layout l;
     const int nH = a.n * a.H;
@@ -505,7 +456,7 @@ Layout layout(const HyperReadArgs& a, int T, bool with_inj) {
         return v ? std::max(256, std::atoi(v)) : kMaxChunk;
     }();
     for (int cw = std::min(nH, max_chunk) / 256 * 256; cw >= 256 && !l.cw; cw -= 256)
-        if (nH % cw == 0 && down_smem(T, cw, l.blk) <= (size_t)kSmemMax) l.cw = cw;
+        if (nH % cw == 0 && down_smem(T <= kWindowTokens ? 1 : T, cw, l.blk) <= (size_t)kSmemMax) l.cw = cw;
     l.chunks = l.cw ? nH / l.cw : 0;
     l.part = align256((size_t)T * nH * sizeof(float));
     l.x_new = l.part + align256((size_t)l.chunks * T * l.R * sizeof(float));
@@ -574,88 +525,70 @@ int hyper_pdl_bits() {
 // (kernel 1 reads X as float4s: an unaligned X, which no caller makes today, takes the older kernels)
 // T > kWindowTokens also takes them: with the two-pass prologue the two kernels were slower at T = 8 on the H200
 // (65 vs 45 µs; t1_ops.json of tests/gpu/results/2026-11-30-round2), faster at T = 1 (13.8 vs 20.5) and T = 2
-// (23.8 vs 26.4). Up to kWindowTokens they run the one-pass prologue (a verify window: each token as at T = 1).
+// (23.8 vs 26.4). Up to kWindowTokens they run as a token grid (a verify window: each token as at T = 1).
 bool two_kernel_path(const float* X, int T) {
     return !use_v1() && T <= kWindowTokens && reinterpret_cast<uintptr_t>(X) % 16 == 0;
 }
 
-// The two kernels; with X_out (hyper_inject_read) kernel 1 reads the streams after the injection pi and kernel 2
-// copies them over X_out (the same array as X).
+// The two kernels, one token a block: T ≤ kWindowTokens tokens as a token grid (gridDim.z = T), so every token of a
+// verify window is computed exactly as a one-token call (measured against the earlier kernels that took all of a
+// window's tokens in every block: hyper_inject_read 0.95 → 0.53 ms more a window of 2 than a plain step, 1.77 → 1.51
+// a window of 4; H100, r107). With X_out (hyper_inject_read) kernel 1 reads the streams after the injection pi and
+// kernel 2 copies them over X_out (the same array as X).
 void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u,
                      float* inj, PendingInject pi, float* X_out) {
     STRATA_CHECK(hyper_read_supported(a, T), "cuda hyper_read: shape n=", a.n, " H=", a.H, " r=", a.r, " T=", T,
                  " or weight types ", ggml_type_name(a.down_type), "/", ggml_type_name(a.up_type), " not supported");
+    STRATA_CHECK(T >= 1 && T <= kWindowTokens, "cuda hyper_read: ", T, " tokens in the two-kernel path");
     const bool with_inj = inj != nullptr;
     STRATA_CHECK(!with_inj || a.inject, "cuda hyper_read: inj requested without an inject weight");
-    const Layout lT = layout(a, T, with_inj);   // the scratch of T tokens
+    const Layout l = layout(a, T, with_inj);
     uint8_t* base = static_cast<uint8_t*>(scratch);
     float* xn = (float*)base;
-    float* part = (float*)(base + lT.part);
-    if (pi.y) pi.x_new = (float*)(base + lT.x_new);
-    // A verify window (2 ≤ T ≤ kWindowTokens) as a token grid: the one-token kernels with gridDim.z = T, block z
-    // computing token z as a one-token call does (the same chunks, the same bits; part holds T one-token tables).
-    // STRATA_CUDA_HR_TOKEN_GRID=0: the NT = kWindowTokens kernels, all tokens in every block.
-    const bool grid_z = T > 1 && T <= kWindowTokens && token_grid_on();
-    const Layout l = grid_z ? layout(a, 1, with_inj) : lT;
-    STRATA_CHECK(!grid_z || (size_t)l.chunks * l.R * T * sizeof(float) <= lT.x_new - lT.part,
-                 "cuda hyper_read: the token grid's tables exceed the scratch");
-    const int Tk = grid_z ? 1 : T;   // tokens a block computes
-    const bool one = Tk == 1;
-    const bool window = T <= kWindowTokens;   // the one-pass prologue; NT = kWindowTokens kernels unless a token grid
+    float* part = (float*)(base + l.part);
+    if (pi.y) pi.x_new = (float*)(base + l.x_new);
 
     // As programmatic dependent launches only by STRATA_CUDA_HYPER_PDL (bit 1 kernel 1, bit 2 kernel 2; default 0):
     // correct since their inputs go through pdl_dep / __ldcg (r74, r75), but decode measured no gain (r75).
     const int hyper_pdl = pdl_enabled() ? hyper_pdl_bits() : 0;
     const bool pdl1 = hyper_pdl & 1, pdl2 = hyper_pdl & 2;
-    // kernel 1's one-pass prologue: T ≤ kWindowTokens, Q8 activations, whole streams a chunk, blocks inside a
-    // stream, float4 norm
-    const bool one_pass = window && l.blk > 0 && one_pass_on() && l.cw <= kMaxChunk && l.cw % a.H == 0 &&
-                          a.H % l.blk == 0 && l.cw / a.H <= kThreads / 32 && a.norm_len % 4 == 0 &&
+    // kernel 1's one-pass prologue: Q8 activations, whole streams a chunk, blocks inside a stream, float4 norm
+    const bool one_pass = l.blk > 0 && one_pass_on() && l.cw <= kMaxChunk && l.cw % a.H == 0 && a.H % l.blk == 0 &&
+                          l.cw / a.H <= kThreads / 32 && a.norm_len % 4 == 0 &&
                           reinterpret_cast<uintptr_t>(a.norm) % 16 == 0;
-    const dim3 down_grid((unsigned)l.chunks, (unsigned)((l.R + kBlockRows - 1) / kBlockRows), grid_z ? (unsigned)T : 1u);
-    const size_t smem1 = down_smem(Tk, l.cw, l.blk);
+    const dim3 down_grid((unsigned)l.chunks, (unsigned)((l.R + kBlockRows - 1) / kBlockRows), (unsigned)T);
+    const size_t smem1 = down_smem(1, l.cw, l.blk);
     with_hr_format(a.down_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
             launch_kernel(kernel, down_grid, kThreads, smem1, s, pdl1, X, (const float*)a.norm, a.norm_len, a.n, a.H,
-                          a.eps, l.cw, a.down, a.down_rb, a.inject, a.inject_rb, a.r, l.R, Tk, one_pass, pi, xn, part);
+                          a.eps, l.cw, a.down, a.down_rb, a.inject, a.inject_rb, a.r, l.R, one_pass, pi, xn, part);
         };
         if constexpr (F::ABLK == 32 || F::ABLK == 256) {
             if (l.blk) {
-                if (one) launch(hr_down_kernel<F, F::ABLK, 1>);
-                else if (window) launch(hr_down_kernel<F, F::ABLK, kWindowTokens>);
-                else launch(hr_down_kernel<F, F::ABLK, kMaxTokens>);
+                launch(hr_down_kernel<F, F::ABLK>);
                 return;
             }
         }
-        if (one) launch(hr_down_kernel<F, 0, 1>);
-        else if (window) launch(hr_down_kernel<F, 0, kWindowTokens>);
-        else launch(hr_down_kernel<F, 0, kMaxTokens>);
+        launch(hr_down_kernel<F, 0>);
     });
     CUDA_CHECK_LAUNCH();
 
     const int blk_up = is_plain(a.up_type) ? 0 : hr_act_block(a.up_type, a.f32_act);
-    const size_t smem2 = mix_smem(a, Tk, blk_up);
+    const size_t smem2 = mix_smem(a, 1, blk_up);
     const int mix_threads = mix_threads_for(a.n);
     const int J = mix_threads / kGroup / a.n;
-    const unsigned mix_blocks = (unsigned)((a.H + J - 1) / J);
+    const dim3 mix_grid((unsigned)((a.H + J - 1) / J), 1, (unsigned)T);
     with_hr_format(a.up_type, [&](auto f) {
         using F = decltype(f);
         auto launch = [&](auto kernel) {
-            launch_kernel(kernel, dim3(mix_blocks, 1, grid_z ? (unsigned)T : 1u), (unsigned)mix_threads, smem2, s, pdl2,
-                          (const float*)part, l.chunks, l.R, a.r, a.n, a.H, Tk, a.up, a.up_rb, (const float*)xn, u,
-                          with_inj ? inj : nullptr,
+            launch_kernel(kernel, mix_grid, (unsigned)mix_threads, smem2, s, pdl2, (const float*)part, l.chunks, l.R,
+                          a.r, a.n, a.H, a.up, a.up_rb, (const float*)xn, u, with_inj ? inj : nullptr,
                           (const float*)pi.x_new, pi.y ? X_out : nullptr);
         };
-        auto launch_nt = [&](auto q8, auto plain) {
-            constexpr bool Q8 = decltype(q8)::value, PLAIN = decltype(plain)::value;
-            if (one) launch(hr_mix_kernel<F, Q8, PLAIN, 1>);
-            else if (window) launch(hr_mix_kernel<F, Q8, PLAIN, kWindowTokens>);
-            else launch(hr_mix_kernel<F, Q8, PLAIN, kMaxTokens>);
-        };
-        if constexpr (F::ABLK == 0) launch_nt(std::false_type{}, std::true_type{});
-        else if (blk_up) launch_nt(std::true_type{}, std::false_type{});
-        else launch_nt(std::false_type{}, std::false_type{});
+        if constexpr (F::ABLK == 0) launch(hr_mix_kernel<F, false, true>);
+        else if (blk_up) launch(hr_mix_kernel<F, true, false>);
+        else launch(hr_mix_kernel<F, false, false>);
     });
     CUDA_CHECK_LAUNCH();
     g_fused.fetch_add(1, std::memory_order_relaxed);
