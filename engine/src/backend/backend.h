@@ -18,6 +18,17 @@ enum class Unary { silu, sigmoid, softplus, exp };
 
 class GraphCapture;     // backend/graph_capture.h
 
+// A verify pass's input projections of a GDN layer (q, k, v, β, α and the output gate), kept for the replay after
+// a rejection so that it reruns only the conv and the recurrence: proj holds gdn_projection_floats(s, tokens)
+// floats in the backend's memory, laid out as the backend likes for `tokens` rows (the same for a recording call
+// and its replay; T ≤ tokens). record: this call writes its T tokens' projections there; otherwise it takes the
+// first T from there, ignores u and advances the state only (y null). proj null: neither.
+struct GdnProjections {
+    float* proj = nullptr;
+    int tokens = 0;
+    bool record = true;
+};
+
 class Backend {
 public:
     virtual ~Backend() = default;
@@ -143,8 +154,12 @@ public:
         int nk = 0, nv = 0, d = 0, conv_kernel = 0;
         float rms_eps = 0.0f;
     };
+    using GdnProjections = strata::GdnProjections;
+    static size_t gdn_projection_floats(const GdnShape& s, int tokens) {
+        return (size_t)tokens * (2 * (size_t)s.nk * s.d + 2 * (size_t)s.nv * s.d + 2 * (size_t)s.nv);   // qkv, z, β, α
+    }
     virtual void gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
-                           float* y);
+                           float* y, GdnProjections keep = {});
     // RoPE (NeoX halves) on the first n_rot dims of each head. x [T, n_heads·hd]; positions pos [T] in the backend's
     // memory (int32 values).
     virtual void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) = 0;

@@ -405,9 +405,10 @@ void GraphBackend::gdn_recurrent(const float* q, const float* k, const float* v,
 }
 
 void GraphBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
-                             float* y) {
-    record(kGdnBlock, [=, this, &w] { inner_->gdn_block(w, s, u, T, conv_hist, S, y); }, (const void*)&w, s, (const void*)u,
-           T, (const void*)conv_hist, (const void*)S, (const void*)y);
+                             float* y, GdnProjections keep) {
+    record(kGdnBlock, [=, this, &w] { inner_->gdn_block(w, s, u, T, conv_hist, S, y, keep); }, (const void*)&w, s,
+           (const void*)u, T, (const void*)conv_hist, (const void*)S, (const void*)y, (const void*)keep.proj, keep.tokens,
+           keep.record ? 1 : 0);
 }
 
 void GraphBackend::rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) {

@@ -90,7 +90,7 @@ public:
     void gdn_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int T,
                        int nk, int nv, int dk, int dv, float* S, float* o) override;
     void gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
-                   float* y) override;
+                   float* y, GdnProjections keep = {}) override;
     void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) override;
     void rope_multi(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos3, int sec_h,
                     int sec_w) override;

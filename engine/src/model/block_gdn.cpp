@@ -3,20 +3,38 @@
 // the composition of primitive ops (the CPU reference).
 #include <cmath>
 
+#include "common/error.h"
 #include "model/blocks.h"
 
 namespace strata {
 
 void Backend::gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
-                        float* y) {
+                        float* y, GdnProjections keep) {
     Backend& be = *this;
     const int nk = s.nk, nv = s.nv, d = s.d;
     const int kd = nk * d, vd = nv * d, cd = 2 * kd + vd;
     Scratch qkv(be, (size_t)T * cd), conv(be, (size_t)T * cd);
     Scratch beta(be, (size_t)T * nv), g(be, (size_t)T * nv);
-    be.matmul(w.qkv, u, T, qkv);
-    be.matmul(w.beta, u, T, beta);
-    be.matmul(w.alpha, u, T, g);
+    // Kept projections: qkv [tokens, cd], then β and α [tokens, nv] (the ops below overwrite their own copies).
+    STRATA_CHECK(!keep.proj || T <= keep.tokens, "gdn_block: ", T, " tokens of projections kept for ", keep.tokens);
+    STRATA_CHECK(!keep.proj || keep.record || !y, "gdn_block: a replay of kept projections advances the state only");
+    float* kept_qkv = keep.proj;
+    float* kept_beta = keep.proj + (size_t)keep.tokens * cd;
+    float* kept_alpha = kept_beta + (size_t)keep.tokens * nv;
+    if (keep.proj && !keep.record) {
+        be.copy(qkv, kept_qkv, (size_t)T * cd);
+        be.copy(beta, kept_beta, (size_t)T * nv);
+        be.copy(g, kept_alpha, (size_t)T * nv);
+    } else {
+        be.matmul(w.qkv, u, T, qkv);
+        be.matmul(w.beta, u, T, beta);
+        be.matmul(w.alpha, u, T, g);
+        if (keep.proj) {
+            be.copy(kept_qkv, qkv, (size_t)T * cd);
+            be.copy(kept_beta, beta, (size_t)T * nv);
+            be.copy(kept_alpha, g, (size_t)T * nv);
+        }
+    }
 
     be.causal_conv(qkv, T, cd, w.conv1d, s.conv_kernel, 1, conv_hist, conv);
     be.unary(Unary::silu, conv, (size_t)T * cd, 1.0f, conv);
@@ -50,14 +68,19 @@ void Backend::gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, 
     be.matmul(w.out, o, T, y);
 }
 
-void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& st, const float* u, int T, float* y) {
+Backend::GdnShape gdn_shape(const Hparams& hp) {
     Backend::GdnShape s;
     s.nk = hp.ssm_n_key_head;
     s.nv = hp.ssm_n_value_head;
     s.d = hp.ssm_head_dim;
     s.conv_kernel = hp.ssm_conv_kernel;
     s.rms_eps = hp.rms_eps;
-    be.gdn_block(w, s, u, T, st.conv_hist, st.ssm, y);
+    return s;
+}
+
+void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& st, const float* u, int T, float* y,
+               Backend::GdnProjections keep) {
+    be.gdn_block(w, gdn_shape(hp), u, T, st.conv_hist, st.ssm, y, keep);
 }
 
 }  // namespace strata

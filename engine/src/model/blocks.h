@@ -72,7 +72,10 @@ void hyper_inject_read(Backend& be, const Hparams& hp, const HyperWeights& w, fl
                        const float* y, int T, float* u, float* inj);
 
 // Gated DeltaNet: y [T, H] from u [T, H]; updates the conv history and recurrent state.
-void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& st, const float* u, int T, float* y);
+Backend::GdnShape gdn_shape(const Hparams& hp);
+// keep: the verify pass's projections (Backend::GdnProjections), recorded or replayed.
+void gdn_block(Backend& be, const Hparams& hp, const GdnWeights& w, LayerState& st, const float* u, int T, float* y,
+               Backend::GdnProjections keep = {});
 
 // M-RoPE positions of a pass (MODEL.md §4, §16) for qsa_block: this pass's (t, h, w) rows [3, T] on the device and
 // on the host, and the positions of the session's earlier tokens (the pooled block keys rotate by the position of

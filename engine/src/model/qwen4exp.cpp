@@ -123,8 +123,10 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
 
         if (pending) hyper_inject_read(be_, hp_, L.hc_attn, X, inj, y, T, u, inj);
         else hyper_read(be_, hp_, L.hc_attn, X, T, u, inj);
-        if (L.recurrent && out.replay) be_.copy(out.replay->u_[il], u, (size_t)T * H);
-        if (L.recurrent) gdn_block(be_, hp_, L.gdn, st, u, T, y);
+        if (L.recurrent)
+            gdn_block(be_, hp_, L.gdn, st, u, T, y,
+                      out.replay ? Backend::GdnProjections{out.replay->proj_[il], out.replay->max_tokens_, true}
+                                 : Backend::GdnProjections{});
         else qsa_block(be_, hp_, L.qsa, st, hp_.compress_ratios[il], u, T, P, pos_dev, y, mm ? &mrope : nullptr);
 
         hyper_inject_read(be_, hp_, L.hc_ffn, X, inj, y, T, u, inj);
@@ -156,14 +158,14 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
 
 Qwen4Exp::Replay::Replay(Backend& be, const Hparams& hp, int max_tokens) : be_(be), max_tokens_(max_tokens) {
     STRATA_CHECK(max_tokens > 0, "replay: ", max_tokens, " tokens");
-    u_.assign(hp.n_layer, nullptr);
+    proj_.assign(hp.n_layer, nullptr);
     for (int il = 0; il < hp.n_layer; ++il)
-        if (hp.is_recurrent[il]) u_[il] = be.alloc((size_t)max_tokens * hp.n_embd);
+        if (hp.is_recurrent[il]) proj_[il] = be.alloc(Backend::gdn_projection_floats(gdn_shape(hp), max_tokens));
     if (hp.ple_layer >= 0) ple_in_ = be.alloc((size_t)max_tokens * hp.hc_dim());
 }
 
 Qwen4Exp::Replay::~Replay() {
-    for (float* p : u_)
+    for (float* p : proj_)
         if (p) be_.release(p);
     if (ple_in_) be_.release(ple_in_);
 }
@@ -176,7 +178,8 @@ void Qwen4Exp::replay(Session& s, const int32_t* ids, int n, Replay& r) {
             const LayerWeights& L = w_.layers[il];
             LayerState& st = s.layers[il];
             if (L.has_ple) ple_advance_history(be_, hp_, L.ple, st, n, r.ple_in_);
-            if (L.recurrent) gdn_block(be_, hp_, L.gdn, st, r.u_[il], n, nullptr);   // the state only: no output
+            if (L.recurrent)   // the state only, from the kept projections
+                gdn_block(be_, hp_, L.gdn, st, nullptr, n, nullptr, Backend::GdnProjections{r.proj_[il], r.max_tokens_, false});
         }
         graph.end();
     }

@@ -37,8 +37,9 @@ public:
                                        // backend: with logits null only an id a row reaches the host
         Replay* replay = nullptr;      // records what replay() needs (a verify pass whose drafts may be rejected)
     };
-    // What a verify pass records so that a rejection needs no second pass: the input rows of every GDN layer and the
-    // PLE layer's conv input, on the backend's device (~0.4 MB a token of the published shape).
+    // What a verify pass records so that a rejection needs no second pass: the input projections of every GDN layer
+    // (Backend::GdnProjections) and the PLE layer's conv input, on the backend's device (~0.5 MB a token of the
+    // published shape).
     class Replay {
     public:
         Replay(Backend& be, const Hparams& hp, int max_tokens);
@@ -51,7 +52,7 @@ public:
         friend class Qwen4Exp;
         Backend& be_;
         int max_tokens_;
-        std::vector<float*> u_;        // per layer: [max_tokens, H] inputs of a GDN layer (null for others)
+        std::vector<float*> proj_;     // per layer: a GDN layer's kept projections for max_tokens (null for others)
         float* ple_in_ = nullptr;      // [max_tokens, n·H] the PLE layer's conv input
         int tokens_ = 0;               // tokens of the recorded pass
         int32_t rope_next_ = -1;       // the session's rope_next before the pass when it was multimodal

@@ -106,7 +106,7 @@ public:
     // share one activation quantization, and run as one matmul per run of weights uploaded together. The primitive
     // ops with STRATA_CUDA_FUSED_GDN=0 or shapes the kernels do not take.
     void gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
-                   float* y) override;
+                   float* y, GdnProjections keep = {}) override;
     static int64_t fused_gdn_blocks();        // gdn_block calls (all CUDA backends) that took the fused path
     static int64_t gdn_quantized_outputs();   // of those, calls whose recurrence kernel quantized o
     void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) override;

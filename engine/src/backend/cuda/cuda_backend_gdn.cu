@@ -27,7 +27,7 @@ void CudaBackend::gdn_recurrent(const float* q, const float* k, const float* v, 
 }
 
 void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
-                            float* y) {
+                            float* y, GdnProjections keep) {
     const int nk = s.nk, nv = s.nv, d = s.d, K = s.conv_kernel;
     const int kd = nk * d, vd = nv * d, cd = 2 * kd + vd;
     auto values = [](const Weight& v) { return v.present() ? v.ne[0] * v.n_rows() : 0; };
@@ -35,25 +35,30 @@ void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float*
                        values(w.dt_bias) == nv && values(w.a) == nv && values(w.norm) > 0 && w.qkv.n_rows() == cd &&
                        w.gate.n_rows() == vd && w.beta.n_rows() == nv && w.alpha.n_rows() == nv;
     if (!fused) {
-        Backend::gdn_block(w, s, u, T, conv_hist, S, y);
+        Backend::gdn_block(w, s, u, T, conv_hist, S, y, keep);
         return;
     }
+    STRATA_CHECK(!keep.proj || T <= keep.tokens, "cuda gdn_block: ", T, " tokens of projections kept for ", keep.tokens);
+    STRATA_CHECK(!keep.proj || keep.record || !y, "cuda gdn_block: a replay of kept projections advances the state only");
+    const bool replay = keep.proj && !keep.record;
     Impl::OpScope prof_op(*impl_, "gdn_block");
     ++fused_gdn_count;
     auto args = [&](const Weight& m) { return impl_->dense_args(m); };
     // The projections qkv [T, cd], z [T, vd], beta and alpha [T, nv]: consecutive ones whose device data follow each
     // other in one format (upload_together) run as one matmul, whose output rows hold them side by side (row stride
-    // ld). All matmuls of u share its quantization (act_cache).
+    // ld). All matmuls of u share its quantization (act_cache). Kept projections (keep.proj) are that buffer for
+    // keep.tokens tokens: a recording call writes its rows there, a replay takes its first T rows of each group.
     struct Proj {
         const Weight* w;
         int64_t rows;
         float* y = nullptr;
         int ld = 0;
     } proj[4] = {{&w.qkv, cd}, {&w.gate, vd}, {&w.beta, nv}, {&w.alpha, nv}};
-    Impl::Buf proj_buf(*impl_, (size_t)T * (cd + vd + 2 * nv) * sizeof(float));
+    Impl::Buf proj_buf(*impl_, keep.proj ? 256 : (size_t)T * (cd + vd + 2 * nv) * sizeof(float));
     {
         Impl::OpScope step(*impl_, "gdn_block in_proj");
-        float* next = proj_buf.as<float>();
+        float* next = keep.proj ? keep.proj : proj_buf.as<float>();
+        const int stride_tokens = keep.proj ? keep.tokens : T;   // rows between one group's block and the next's
         for (int i = 0; i < 4;) {
             const Weight& first = *proj[i].w;
             int j = i + 1;
@@ -63,14 +68,16 @@ void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float*
                 rows += proj[j].rows;
                 ++j;
             }
-            cuda::MatmulArgs m = args(first);
-            m.rows = rows;
-            impl_->matmul_rows(m, u, T, T, next);
+            if (!replay) {
+                cuda::MatmulArgs m = args(first);
+                m.rows = rows;
+                impl_->matmul_rows(m, u, T, T, next);
+            }
             for (int k = i, col = 0; k < j; col += (int)proj[k].rows, ++k) {
                 proj[k].y = next + col;
                 proj[k].ld = (int)rows;
             }
-            next += (size_t)T * rows;
+            next += (size_t)stride_tokens * rows;
             i = j;
         }
     }
@@ -80,7 +87,8 @@ void CudaBackend::gdn_block(const GdnWeights& w, const GdnShape& s, const float*
     a.nv = nv;
     a.d = d;
     const int oblk = cuda::act_block(w.out.type);
-    a.qblk = impl_->gdn_quant && !impl_->f32_act && oblk && w.out.ne[0] == vd ? cuda::gdn_quantize_block(d, nv, oblk) : 0;
+    a.qblk = y && impl_->gdn_quant && !impl_->f32_act && oblk && w.out.ne[0] == vd ? cuda::gdn_quantize_block(d, nv, oblk)
+                                                                                   : 0;   // (y null: no out projection)
     // The conv and q/k norms inside the recurrence kernel where it can (one launch fewer), else gdn_conv_norm first.
     a.qkv = proj[0].y;
     a.ld_qkv = proj[0].ld;
