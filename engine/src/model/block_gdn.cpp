@@ -19,8 +19,8 @@ void Backend::gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, 
     STRATA_CHECK(!keep.proj || T <= keep.tokens, "gdn_block: ", T, " tokens of projections kept for ", keep.tokens);
     STRATA_CHECK(!keep.proj || keep.record || !y, "gdn_block: a replay of kept projections advances the state only");
     float* kept_qkv = keep.proj;
-    float* kept_beta = keep.proj + (size_t)keep.tokens * cd;
-    float* kept_alpha = kept_beta + (size_t)keep.tokens * nv;
+    float* kept_beta = keep.proj ? kept_qkv + (size_t)keep.tokens * cd : nullptr;
+    float* kept_alpha = keep.proj ? kept_beta + (size_t)keep.tokens * nv : nullptr;
     if (keep.proj && !keep.record) {
         be.copy(qkv, kept_qkv, (size_t)T * cd);
         be.copy(beta, kept_beta, (size_t)T * nv);
