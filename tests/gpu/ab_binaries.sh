@@ -2,7 +2,7 @@
 # Decode A/B of two engine builds (e.g. the session's base commit against its head, to tell a change's cost from the
 # run-to-run spread): bench/decode.py at one context with the gpu setting (and pc12 when SETTINGS says so), the two
 # binaries interleaved REPEAT times (default 2). Writes $OUT/ab_binaries.json: each run's decode tok/s, pass ms and
-# PLE wait a pass, per binary.
+# PLE wait a pass, per binary, and each side's mean pass less its PLE wait.
 # usage: [REPEAT=n] [SETTINGS=gpu] [CONTEXT=1024] tests/gpu/ab_binaries.sh A_STRATA B_STRATA [MODEL.gguf]
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
@@ -32,7 +32,19 @@ for run in range(1, repeat + 1):
                 res["runs"].append({"side": side, "run": run, "setting": name, "context": int(ctx),
                                     "decode_tok_s": r.get("decode_tok_s"), "pass_ms": r.get("pass_ms"),
                                     "ple_wait_ms": (r.get("ple") or {}).get("wait_ms_per_pass")})
+# The PLE rows come from the device's disk, whose latency moves tok/s between runs of one binary: compare the pass
+# less its PLE wait too.
+for r in res["runs"]:
+    if r["pass_ms"] is not None and r["ple_wait_ms"] is not None:
+        r["pass_less_ple_ms"] = round(r["pass_ms"] - r["ple_wait_ms"], 3)
+summary = {}
+for r in res["runs"]:
+    if "pass_less_ple_ms" in r:
+        summary.setdefault(f"{r['setting']} {r['context']} {r['side']}", []).append(r["pass_less_ple_ms"])
+res["mean_pass_less_ple_ms"] = {k: round(sum(v) / len(v), 3) for k, v in summary.items()}
 json.dump(res, open(f"{out}/ab_binaries.json", "w"), indent=1)
 for r in res["runs"]:
     print(r)
+for k, v in res["mean_pass_less_ple_ms"].items():
+    print(f"mean pass less PLE wait, {k}: {v} ms")
 PY

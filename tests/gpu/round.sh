@@ -110,6 +110,6 @@ for spec in "$@"; do
     *) echo "round: unknown step $step"; continue ;;
   esac
   timeout "$limit" "${cmd[@]}" > "$dir/stdout.txt" 2>&1; echo "rc $?" >> "$dir/stdout.txt"
-  grep -E "^-- |rc [0-9]|FAIL|tok/s|GB/s|summary|ok$| -> |a pass:" "$dir/stdout.txt" | head -40
+  grep -E "^-- |rc [0-9]|FAIL|tok/s|GB/s|summary|ok$| -> |a pass:|mean pass" "$dir/stdout.txt" | head -40
 done
 echo "round: done in $(( $(date +%s) - START )) s"
