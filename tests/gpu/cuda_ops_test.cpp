@@ -1,5 +1,5 @@
 // Every Backend op on the CUDA backend against the CPU backend on random inputs: matmul and embed in all 21 weight
-// formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts and shared_expert (both modes), hyper_read, hyper_inject_read and gdn_block (both modes; the conv folded into the recurrence == not, bits), fused activation quantization == unfused (bits; the MoE kernels' too), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
+// formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts and shared_expert (both modes), hyper_read, hyper_inject_read and gdn_block (both modes; the conv folded into the recurrence == not, bits; a replay from kept projections == a plain call, bits), fused activation quantization == unfused (bits; the MoE kernels' too), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
 // keep-lists), indexer scores, select_cells, the cache writes at device positions (scatter_rows, pool_key_blocks) and
 // attention_cells (dense device counts and sparse cell lists). Ids and positions live in each backend's memory. Prints one line per check and writes JSON when given a path. Needs a GPU.
 // The matmul groups are in cuda_ops_matmul.h, the MoE groups (experts, tensor-core prompt kernels, shared expert,
@@ -426,6 +426,71 @@ void test_gdn_conv_fold() {
     }
 }
 
+// A verify pass's kept GDN projections (Backend::GdnProjections): a 4-token call that records them gives the bits of
+// one that does not, and a replay of its first n ≤ 4 tokens from them (no u, no output) leaves the conv history and
+// state of a plain n-token call, bit for bit (a window's rows get one-token bits, so the recorded rows are the n-token
+// call's). The fused path and the primitive ops (STRATA_CUDA_FUSED_GDN=0: the CPU reference's composition).
+void test_gdn_kept_projections() {
+    setenv("STRATA_CUDA_FUSED_GDN", "0", 1);
+    CudaBackend unfused(0);
+    setenv("STRATA_CUDA_FUSED_GDN", "1", 1);
+    CudaBackend* fused = gpu;
+    struct Case {
+        int H, nk, nv, d;
+        GgmlType qkv, small;
+    };
+    const Case cases[] = {{64, 2, 4, 16, GgmlType::Q8_0, GgmlType::F16}, {2048, 16, 48, 128, GgmlType::Q2_0, GgmlType::Q2_0}};
+    const int K = 4, kTokens = 4;
+    for (CudaBackend* b : {fused, &unfused}) {
+        gpu = b;   // Dev allocates on `gpu`
+        const std::string path = b == fused ? "" : " unfused";
+        for (const Case& c : cases) {
+            const int kd = c.nk * c.d, vd = c.nv * c.d, cd = 2 * kd + vd;
+            GdnWeights w;
+            w.qkv = make_weight(c.qkv, c.H, cd, 1, "attn_qkv", false);
+            w.gate = make_weight(c.small, c.H, vd, 1, "attn_gate", false);
+            w.beta = make_weight(c.small, c.H, c.nv, 1, "ssm_beta", false);
+            w.alpha = make_weight(c.small, c.H, c.nv, 1, "ssm_alpha", false);
+            gpu->upload_together({&w.qkv, &w.gate, &w.beta, &w.alpha});
+            w.out = make_weight(c.qkv, vd, c.H, 1, "ssm_out");
+            std::vector<float> a = randn(c.nv, 0.5f);
+            for (float& v : a) v = -std::exp(v);
+            w.conv1d = make_f32_vector(randn((size_t)cd * K, 0.3f), "ssm_conv1d");
+            w.dt_bias = make_f32_vector(randn(c.nv), "ssm_dt.bias");
+            w.a = make_f32_vector(a, "ssm_a");
+            w.norm = make_f32_vector(randn(c.d, 0.3f), "ssm_norm");
+            Backend::GdnShape shape;
+            shape.nk = c.nk;
+            shape.nv = c.nv;
+            shape.d = c.d;
+            shape.conv_kernel = K;
+            shape.rms_eps = 1e-6f;
+            const std::string name = "gdn_block kept projections d=" + std::to_string(c.d) + path;
+            const std::vector<float> u = randn((size_t)kTokens * c.H), hist = randn((size_t)(K - 1) * cd),
+                                     S = randn((size_t)vd * c.d, 0.1f);
+            Dev kept(Backend::gdn_projection_floats(shape, kTokens));
+            std::vector<std::vector<float>> rec, plain;
+            for (int keep = 1; keep >= 0; --keep) {
+                Dev du(u), dh(hist), dS(S), dy((size_t)kTokens * c.H);
+                gpu->gdn_block(w, shape, du, kTokens, dh, dS, dy,
+                               keep ? GdnProjections{kept, kTokens, true} : GdnProjections{});
+                (keep ? rec : plain) = {dy.get(), dS.get(), dh.get()};
+            }
+            for (int k = 0; k < 3; ++k)
+                report_same_bits(name + " recording [" + "ySh"[k] + "] bits", rec[k], plain[k]);
+            for (int n = 1; n <= kTokens; ++n) {
+                Dev du(std::vector<float>(u.begin(), u.begin() + (size_t)n * c.H)), dh(hist), dS(S), dy((size_t)n * c.H);
+                gpu->gdn_block(w, shape, du, n, dh, dS, dy);
+                Dev rh(hist), rS(S);
+                gpu->gdn_block(w, shape, nullptr, n, rh, rS, nullptr, GdnProjections{kept, kTokens, false});
+                report_same_bits(name + " replay n=" + std::to_string(n) + " [S] bits", rS.get(), dS.get());
+                report_same_bits(name + " replay n=" + std::to_string(n) + " [h] bits", rh.get(), dh.get());
+            }
+        }
+    }
+    gpu = fused;
+}
+
 void test_gdn_block_unfused() {
     setenv("STRATA_CUDA_FUSED_GDN", "0", 1);
     CudaBackend unfused(0);
@@ -751,6 +816,7 @@ int main(int argc, char** argv) {
         group("gdn_block_unfused", test_gdn_block_unfused);
         group("gdn_block_quant", test_gdn_quant_bits);
         group("gdn_conv_fold", test_gdn_conv_fold);
+        group("gdn_kept_projections", test_gdn_kept_projections);
         group("conv_gdn_rope_attention", test_conv_gdn_rope_attention);
         group("act_reuse", test_act_reuse);
         group("fused_quant_bits", test_fused_quant_bits);
