@@ -38,7 +38,7 @@ public:
         Replay* replay = nullptr;      // records what replay() needs (a verify pass whose drafts may be rejected)
     };
     // What a verify pass records so that a rejection needs no second pass: the input projections of every GDN layer
-    // (Backend::GdnProjections) and the PLE layer's conv input, on the backend's device (~0.5 MB a token of the
+    // (Backend::GdnProjections) and the PLE layer's conv input, on the backend's device (~1.5 MB a token of the
     // published shape).
     class Replay {
     public:
