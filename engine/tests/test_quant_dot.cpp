@@ -194,6 +194,33 @@ void check_multi(const TypeCase& c, int64_t n) {
     set_avx512_vnni(true);
 }
 
+// Q2_0 gives the same bits on every SIMD path (AVX2, AVX-512 with and without VNNI): the same integer sums and the
+// same float steps, so a CPU may take whichever of them streams fastest without changing a result.
+void check_q2_0_paths_agree() {
+    const int64_t n = 2560;
+    const TypeCase* q2 = nullptr;
+    for (const auto& c : kCases)
+        if (c.type == GgmlType::Q2_0) q2 = &c;
+    CHECK(q2 != nullptr);
+    std::vector<float> x(n);
+    std::vector<uint8_t> act(act_bytes(GgmlType::Q2_0, n));
+    for (int r = 0; r < 64; ++r) {
+        const auto w = random_weights(*q2, n, r % 3 == 0 ? Scales::huge : Scales::normal);
+        for (auto& v : x) v = (float)uniform(-1, 1);
+        quantize_act(GgmlType::Q2_0, x.data(), act.data(), n);
+        std::vector<float> got;
+        for (const Path& p : paths()) {
+            if (p.isa == Isa::scalar) continue;
+            set_avx512_vnni(p.vnni);
+            got.push_back(vec_dot_isa(p.isa, GgmlType::Q2_0, n, w.data(), act.data()));
+        }
+        for (size_t k = 1; k < got.size(); ++k)
+            CHECK_MSG(std::memcmp(&got[k], &got[0], 4) == 0, "Q2_0 row %d: SIMD path %zu gives %.9g, AVX2 %.9g", r, k,
+                      got[k], got[0]);
+    }
+    set_avx512_vnni(true);
+}
+
 }  // namespace
 
 int main() {
@@ -215,6 +242,7 @@ int main() {
         check_multi(c, lengths[4]);
         check_multi(c, lengths[5]);
     }
+    check_q2_0_paths_agree();
     CHECK(!quant_supported(GgmlType::Q8_1));
     CHECK(!quant_supported(GgmlType::IQ1_S));
     return test::exit_code();
