@@ -254,6 +254,43 @@ void test_hyper_window_bits() {
     }
 }
 
+// A GDN layer of random weights (conv taps, dt_bias, a < 0 and the norm weight too; conv kernel kGdnConv) and its
+// shape. together: the four input projections uploaded on `gpu` as one (upload_together, as prepare_weights does),
+// else each alone (make_weight uploads it); the out projection too unless out_upload is false (the caller uploads).
+// norm_offset: added to the norm weight (1: near the identity).
+constexpr int kGdnConv = 4;
+struct RandomGdn {
+    GdnWeights w;
+    Backend::GdnShape shape;
+    int cd = 0;   // 2·nk·d + nv·d: the conv channels
+};
+RandomGdn random_gdn(int H, int nk, int nv, int d, GgmlType qkv, GgmlType small, GgmlType out, bool together,
+                     bool out_upload = true, float norm_offset = 0.0f) {
+    RandomGdn g;
+    const int kd = nk * d, vd = nv * d;
+    g.cd = 2 * kd + vd;
+    GdnWeights& w = g.w;
+    w.qkv = make_weight(qkv, H, g.cd, 1, "attn_qkv", !together);
+    w.gate = make_weight(small, H, vd, 1, "attn_gate", !together);
+    w.beta = make_weight(small, H, nv, 1, "ssm_beta", !together);
+    w.alpha = make_weight(small, H, nv, 1, "ssm_alpha", !together);
+    if (together) gpu->upload_together({&w.qkv, &w.gate, &w.beta, &w.alpha});
+    w.out = make_weight(out, vd, H, 1, "ssm_out", out_upload);
+    w.conv1d = make_f32_vector(randn((size_t)g.cd * kGdnConv, 0.3f), "ssm_conv1d");
+    w.dt_bias = make_f32_vector(randn(nv), "ssm_dt.bias");
+    std::vector<float> a = randn(nv, 0.5f), norm = randn(d, 0.3f);
+    for (float& v : a) v = -std::exp(v);
+    for (float& v : norm) v += norm_offset;
+    w.a = make_f32_vector(a, "ssm_a");
+    w.norm = make_f32_vector(norm, "ssm_norm");
+    g.shape.nk = nk;
+    g.shape.nv = nv;
+    g.shape.d = d;
+    g.shape.conv_kernel = kGdnConv;
+    g.shape.rms_eps = 1e-6f;
+    return g;
+}
+
 // Backend::gdn_block: the CUDA path (four projections sharing one quantization, conv + silu + l2 norms in one kernel,
 // recurrence + gates + gated RMSNorm in one) against the CPU composition of primitive ops, on random weights (conv
 // taps, dt_bias, a, the norm weight too) and a random carried state; y, the conv history and the state S are compared.
@@ -275,30 +312,13 @@ void test_gdn_block(const std::string& suffix = "", bool expect_fused = true) {
         {2048, 16, 48, 128, GgmlType::Q4_K, GgmlType::IQ2_XS, GgmlType::IQ2_XS, false},
         {2048, 16, 48, 128, GgmlType::Q2_0, GgmlType::Q2_0, GgmlType::Q2_0, true},
     };
-    const int K = 4;
+    const int K = kGdnConv;
     const double tol = mode.empty() ? 1e-2 : 1e-4;
     for (const Case& c : cases) {
-        const int kd = c.nk * c.d, vd = c.nv * c.d, cd = 2 * kd + vd;
-        GdnWeights w;
-        w.qkv = make_weight(c.qkv, c.H, cd, 1, "attn_qkv", !c.together);
-        w.gate = make_weight(c.small, c.H, vd, 1, "attn_gate", !c.together);
-        w.beta = make_weight(c.small, c.H, c.nv, 1, "ssm_beta", !c.together);
-        w.alpha = make_weight(c.small, c.H, c.nv, 1, "ssm_alpha", !c.together);
-        if (c.together) gpu->upload_together({&w.qkv, &w.gate, &w.beta, &w.alpha});
-        w.out = make_weight(c.out, vd, c.H, 1, "ssm_out");
-        w.conv1d = make_f32_vector(randn((size_t)cd * K, 0.3f), "ssm_conv1d");
-        w.dt_bias = make_f32_vector(randn(c.nv), "ssm_dt.bias");
-        std::vector<float> a = randn(c.nv, 0.5f), norm = randn(c.d, 0.3f);
-        for (float& v : a) v = -std::exp(v);
-        for (float& v : norm) v += 1.0f;
-        w.a = make_f32_vector(a, "ssm_a");
-        w.norm = make_f32_vector(norm, "ssm_norm");
-        Backend::GdnShape shape;
-        shape.nk = c.nk;
-        shape.nv = c.nv;
-        shape.d = c.d;
-        shape.conv_kernel = K;
-        shape.rms_eps = 1e-6f;
+        const RandomGdn g = random_gdn(c.H, c.nk, c.nv, c.d, c.qkv, c.small, c.out, c.together, true, 1.0f);
+        const GdnWeights& w = g.w;
+        const Backend::GdnShape& shape = g.shape;
+        const int cd = g.cd;
         for (int T : {1, 3, 8, 40}) {
             const std::string name = std::string("gdn_block ") + ggml_type_name(c.qkv) + "/" + ggml_type_name(c.small) +
                                      " d=" + std::to_string(c.d) + (c.together ? " together" : "") + " T=" +
@@ -383,28 +403,13 @@ void test_gdn_quant_bits() {
 // gdn_block with the conv folded into the recurrence kernel (sm_90, d = 128, the published 16 key / 48 value heads
 // and 16 / 32) against the conv as its own kernel: y, S and the history the same bits; T = 1, 2, 5.
 void test_gdn_conv_fold() {
-    const int K = 4, H = 2048;
+    const int K = kGdnConv, H = 2048;
     for (const int nv : {48, 32}) {
-        const int nk = 16, d = 128, kd = nk * d, vd = nv * d, cd = 2 * kd + vd;
-        GdnWeights w;
-        w.qkv = make_weight(GgmlType::Q2_0, H, cd, 1, "attn_qkv", false);
-        w.gate = make_weight(GgmlType::Q2_0, H, vd, 1, "attn_gate", false);
-        w.beta = make_weight(GgmlType::Q2_0, H, nv, 1, "ssm_beta", false);
-        w.alpha = make_weight(GgmlType::Q2_0, H, nv, 1, "ssm_alpha", false);
-        gpu->upload_together({&w.qkv, &w.gate, &w.beta, &w.alpha});
-        w.out = make_weight(GgmlType::Q2_0, vd, H, 1, "ssm_out");
-        std::vector<float> a = randn(nv, 0.5f);
-        for (float& v : a) v = -std::exp(v);
-        w.conv1d = make_f32_vector(randn((size_t)cd * K, 0.3f), "ssm_conv1d");
-        w.dt_bias = make_f32_vector(randn(nv), "ssm_dt.bias");
-        w.a = make_f32_vector(a, "ssm_a");
-        w.norm = make_f32_vector(randn(d, 0.3f), "ssm_norm");
-        Backend::GdnShape shape;
-        shape.nk = nk;
-        shape.nv = nv;
-        shape.d = d;
-        shape.conv_kernel = K;
-        shape.rms_eps = 1e-6f;
+        const int nk = 16, d = 128, vd = nv * d;
+        const RandomGdn g = random_gdn(H, nk, nv, d, GgmlType::Q2_0, GgmlType::Q2_0, GgmlType::Q2_0, true);
+        const GdnWeights& w = g.w;
+        const Backend::GdnShape& shape = g.shape;
+        const int cd = g.cd;
         for (int T : {1, 2, 5}) {
             const std::string name = "gdn_block conv folded nv=" + std::to_string(nv) + " T=" + std::to_string(T) + mode;
             const std::vector<float> u = randn((size_t)T * H), hist = randn((size_t)(K - 1) * cd),
@@ -440,31 +445,16 @@ void test_gdn_kept_projections() {
         GgmlType qkv, small;
     };
     const Case cases[] = {{64, 2, 4, 16, GgmlType::Q8_0, GgmlType::F16}, {2048, 16, 48, 128, GgmlType::Q2_0, GgmlType::Q2_0}};
-    const int K = 4, kTokens = 4;
+    const int K = kGdnConv, kTokens = 4;
     for (CudaBackend* b : {fused, &unfused}) {
-        gpu = b;   // Dev allocates on `gpu`
+        gpu = b;   // Dev and random_gdn allocate and upload on `gpu`
         const std::string path = b == fused ? "" : " unfused";
         for (const Case& c : cases) {
-            const int kd = c.nk * c.d, vd = c.nv * c.d, cd = 2 * kd + vd;
-            GdnWeights w;
-            w.qkv = make_weight(c.qkv, c.H, cd, 1, "attn_qkv", false);
-            w.gate = make_weight(c.small, c.H, vd, 1, "attn_gate", false);
-            w.beta = make_weight(c.small, c.H, c.nv, 1, "ssm_beta", false);
-            w.alpha = make_weight(c.small, c.H, c.nv, 1, "ssm_alpha", false);
-            gpu->upload_together({&w.qkv, &w.gate, &w.beta, &w.alpha});
-            w.out = make_weight(c.qkv, vd, c.H, 1, "ssm_out");
-            std::vector<float> a = randn(c.nv, 0.5f);
-            for (float& v : a) v = -std::exp(v);
-            w.conv1d = make_f32_vector(randn((size_t)cd * K, 0.3f), "ssm_conv1d");
-            w.dt_bias = make_f32_vector(randn(c.nv), "ssm_dt.bias");
-            w.a = make_f32_vector(a, "ssm_a");
-            w.norm = make_f32_vector(randn(c.d, 0.3f), "ssm_norm");
-            Backend::GdnShape shape;
-            shape.nk = c.nk;
-            shape.nv = c.nv;
-            shape.d = c.d;
-            shape.conv_kernel = K;
-            shape.rms_eps = 1e-6f;
+            const int vd = c.nv * c.d;
+            const RandomGdn g = random_gdn(c.H, c.nk, c.nv, c.d, c.qkv, c.small, c.qkv, true);
+            const GdnWeights& w = g.w;
+            const Backend::GdnShape& shape = g.shape;
+            const int cd = g.cd;
             const std::string name = "gdn_block kept projections d=" + std::to_string(c.d) + path;
             const std::vector<float> u = randn((size_t)kTokens * c.H), hist = randn((size_t)(K - 1) * cd),
                                      S = randn((size_t)vd * c.d, 0.1f);
