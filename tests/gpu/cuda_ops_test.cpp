@@ -214,8 +214,8 @@ void test_hyper_inject_read() {
 }
 
 // A verify window's hyper read (T = 4 tokens in one call) gives each token the bits of a one-token call on its
-// streams, u and inj alike, also with the injection folded in (hyper_inject_read): the two kernels compute each token
-// as at T = 1. Every shape of test_hyper_read's Q8 cases.
+// streams, u and inj alike, also with the injection folded in (hyper_inject_read): the two one-token kernels run the
+// window's tokens side by side (gridDim.z). Every shape of test_hyper_read's Q8 cases.
 void test_hyper_window_bits() {
     const std::vector<HyperCase> cases = {
         {64, 16, GgmlType::Q2_0, GgmlType::F16},

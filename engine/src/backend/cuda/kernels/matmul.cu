@@ -330,14 +330,15 @@ bool splitk_two_warps() {
 // Split-K for one activation row (matmul_q8_splitk_kernel / matmul_plain_splitk_kernel): when the output has too
 // few rows to fill the GPU with one row per warp and the rows are long enough for a block's 128 threads.
 // STRATA_CUDA_SPLITK=0 turns it off (A/B in bench/cuda_kernels/run.sh); read once.
-// Both split-K kernels also take a verify window of up to kSplitKWindow rows, each token's sums formed as at one row.
+// Both split-K kernels also take a verify window of up to kSplitKWindow rows, each token's sums formed as at one row:
+// the shape decides, whatever P ≤ kSplitKWindow.
 constexpr int64_t kSplitKMaxRows = 8192;
 constexpr int kSplitKMinUnits = 64;   // 32-value chunks (or V-wide steps) per row
 constexpr int64_t kSplitKFusedBlocks = 1024;
 constexpr int kSplitKWindow = 4;
 bool splitk(const MatmulArgs& m, int P, int units) {
     static const bool on = env_switch("STRATA_CUDA_SPLITK", true);
-    return on && P == 1 && !m.ids && m.rows <= kSplitKMaxRows && units >= kSplitKMinUnits;
+    return on && P >= 1 && P <= kSplitKWindow && !m.ids && m.rows <= kSplitKMaxRows && units >= kSplitKMinUnits;
 }
 
 // The Q8 split-K launch for P ≤ kSplitKWindow activation rows (NT = 1 or kSplitKWindow). Its block size is chosen
@@ -492,7 +493,7 @@ void launch_q8(cudaStream_t s, const MatmulArgs& m, const float* x, ActQ8 act, i
         launch_q8_dense<F, 1, FQ>(s, m, x, act, P, y, smem);
     } else if (std::is_same_v<F, FmtQ6_K> && q6k_t1(m, P)) {   // a verify window's head: each row as at P = 1
         launch_q6k_t1<FQ>(s, m, x, act, P, y);
-    } else if (P <= kSplitKWindow && splitk(m, 1, m.n / 32)) {   // a verify window: each row as at P = 1
+    } else if (splitk(m, P, m.n / 32)) {   // a verify window: each row as at P = 1
         launch_q8_splitk<F, FQ>(s, m, x, act, P, y, smem);
     } else if (!FQ && launch_q8_staged<F>(s, m, act, P, y)) {
         // a verify window through the staged kernel, each row as at P = 1
@@ -533,7 +534,7 @@ size_t fused_smem(const MatmulArgs& m, int P) {
 template <int TY, int V>
 void launch_plain_v(cudaStream_t s, const MatmulArgs& m, const float* x, int P, float* y) {
     const unsigned gx = grid_for((size_t)m.rows, kWarps);
-    if (P > 1 && P <= kSplitKWindow && splitk(m, 1, m.n / V)) {   // a verify window: each row as at P = 1
+    if (P > 1 && splitk(m, P, m.n / V)) {   // a verify window: each row as at P = 1
         launch_kernel(matmul_plain_splitk_kernel<TY, V, kSplitKWindow>, (unsigned)m.rows, kWarps * 32, 0, s,
                       pdl_enabled(), m.w, m.row_bytes, m.rows, m.n, x, P, y);
     } else if (!m.ids && P > 1) {
