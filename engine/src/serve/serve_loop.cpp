@@ -308,13 +308,15 @@ int serve_main(TextGenerator& gen, std::istream& in, std::ostream& out, const Se
     } catch (const std::exception& e) {
         log_warn("serve", fmt("serve loop failed: ", e.what()));
     }
-    bool reader_done;
+    bool reader_stopping;
     {
         std::lock_guard lock(queue->mutex);
-        reader_done = queue->ended;
+        // After a QUIT the reader is past its last read (it may not have marked the end yet): join it, so that no
+        // thread of ours is still running while the process exits.
+        reader_stopping = queue->ended || queue->quit_read;
     }
-    // The reader may still be blocked on input (output broke first); it holds the queue by shared_ptr.
-    if (reader_done) reader.join(); else reader.detach();
+    // Otherwise the reader may still be blocked on input (output broke first); it holds the queue by shared_ptr.
+    if (reader_stopping) reader.join(); else reader.detach();
     return code;
 }
 
