@@ -19,6 +19,9 @@ from pathlib import Path
 from installer.config_writer import StrataConfig, load_config
 
 HEALTH_POLL_S = 0.5
+# The model id the APIs and the chat page report for the demo model (its GGUF's general.name is the training
+# checkpoint's folder, "ckpt").
+DEMO_MODEL_NAME = "strata-demo"
 
 
 class LaunchError(Exception):
@@ -57,6 +60,8 @@ def gateway_command(config: StrataConfig, port: int, say=print) -> list[str]:
                "--host", config.host, "--port", str(port), "--ctx", str(config.context)]
     if config.api_key:
         command += ["--api-key", config.api_key]
+    if config.demo:
+        command += ["--model-name", DEMO_MODEL_NAME]
     command += [f"--engine-arg={arg}" for arg in config.engine_args]
     if config.sampling_defaults:   # what requests get when they leave a sampling field out
         command += ["--sampling-defaults", json.dumps(config.sampling_defaults, sort_keys=True)]

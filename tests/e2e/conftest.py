@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from e2e_helpers import ARTIFACTS_DIR, DEMO_CONTEXT, DEMO_MODEL, DEMO_MTP, TEST_MODEL_CONFIG, Gateway  # noqa: E402
+from installer.launcher import DEMO_MODEL_NAME  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +31,7 @@ def gateway(engine_bin, tiny_models, artifacts_dir):
 def demo_gateway(engine_bin, artifacts_dir):
     """The shipped demo model with its MTP head drafting, as the installer starts it."""
     server = Gateway(DEMO_MODEL, Path(engine_bin), artifacts_dir / "e2e-demo-gateway.log",
-                     "--engine-arg=--mtp", f"--engine-arg={DEMO_MTP}", context=DEMO_CONTEXT)
+                     "--engine-arg=--mtp", f"--engine-arg={DEMO_MTP}", "--model-name", DEMO_MODEL_NAME,
+                     context=DEMO_CONTEXT)
     yield server
     server.close()

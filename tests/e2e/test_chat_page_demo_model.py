@@ -94,7 +94,8 @@ def test_demo_model_answers_thinks_takes_a_second_turn_and_stops(demo_gateway, e
     op, a, b, phrasing = PRODUCT
     question = facts.ARITHMETIC_PROMPTS[phrasing].format(a=a, op=op, b=b, word=facts.OP_WORDS[op])
     with open_page(demo_gateway.url) as page:
-        expect(page.locator("#model-name")).to_have_text(demo_gateway.health["model"])
+        expect(page.locator("#model-name")).to_have_text("strata-demo")
+        assert demo_gateway.health["model"] == "strata-demo"
 
         # 1. Thinking on: the reasoning streams into an open block, the answer folds it, the answer is a * b.
         page.evaluate(WATCH_THINKING)

@@ -240,6 +240,10 @@ def test_installer_makes_the_vision_model_and_the_gateway_gets_it_only_with_imag
     assert not hub.state.file_gets("mmproj-tiny-BF16.gguf")
 
 
-def test_the_demo_model_has_no_images(tmp_path):
+def test_the_demo_model_has_no_images_and_is_served_as_strata_demo(tmp_path):
     config = StrataConfig(name="demo", model="m.gguf", engine="strata", context=4096, demo=True)
-    assert config.vision_model is None and "--vision-model" not in gateway_command(config, 8080)
+    command = gateway_command(config, 8080)
+    assert config.vision_model is None and "--vision-model" not in command
+    assert command[command.index("--model-name") + 1] == "strata-demo"
+    real = StrataConfig(name="original-Q2_0", model="m.gguf", engine="strata", context=4096)
+    assert "--model-name" not in gateway_command(real, 8080)   # the GGUF's own name
