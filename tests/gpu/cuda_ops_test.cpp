@@ -254,6 +254,39 @@ void test_hyper_window_bits() {
     }
 }
 
+// The one-kernel hyper read on a thread-block cluster (STRATA_CUDA_HR_CLUSTER=1, set by the caller): the published
+// shape (H 2560, r 320: clusters of 16 with Q8_0 activation blocks, of 16 or 8 with Q8_K ones) and the test shape (H
+// 2048) take it at T = 1 and 4, hyper_read and hyper_inject_read alike, and agree with the CPU composition.
+void test_hyper_cluster_path() {
+    const std::vector<HyperCase> cases = {
+        {2560, 320, GgmlType::Q2_0, GgmlType::Q2_0},   {2560, 320, GgmlType::IQ2_XS, GgmlType::IQ4_NL},
+        {2560, 320, GgmlType::Q2_K, GgmlType::Q4_0},   {2048, 320, GgmlType::Q2_0, GgmlType::Q2_0},
+    };
+    const int n = 4;
+    for (const HyperCase& c : cases) {
+        const int nH = n * c.H;
+        const HyperWeights w = make_hyper_weights(c, n);
+        for (int T : {1, 4})
+            for (bool inject : {false, true}) {
+                const std::string name = std::string(inject ? "hyper_inject_read" : "hyper_read") + " cluster " +
+                                         ggml_type_name(c.down) + "/" + ggml_type_name(c.up) + " H=" +
+                                         std::to_string(c.H) + " T=" + std::to_string(T);
+                const int64_t before = CudaBackend::cluster_hyper_reads();
+                // p: X, inj_prev, y, u, inj
+                compare(name,
+                        {randn((size_t)T * nH), randn((size_t)T * n, 0.5f), randn((size_t)T * c.H),
+                         std::vector<float>((size_t)T * c.H), std::vector<float>((size_t)T * n)},
+                        {0, 3, 4},
+                        [&](Backend& b, auto& p) {
+                            if (inject) b.hyper_inject_read(p[0], p[1], p[2], w, T, n, c.H, 1e-6f, p[3], p[4]);
+                            else b.hyper_read(w, p[0], T, n, c.H, 1e-6f, p[3], p[4]);
+                        },
+                        2e-2);
+                report(name + " path", {(float)(CudaBackend::cluster_hyper_reads() - before)}, {1.0f}, 0.0);
+            }
+    }
+}
+
 // A GDN layer of random weights (conv taps, dt_bias, a < 0 and the norm weight too; conv kernel kGdnConv) and its
 // shape. together: the four input projections uploaded on `gpu` as one (upload_together, as prepare_weights does),
 // else each alone (make_weight uploads it); the out projection too unless out_upload is false (the caller uploads).
@@ -802,6 +835,15 @@ int main(int argc, char** argv) {
         group("hyper_read", test_hyper_read);
         group("hyper_inject_read", test_hyper_inject_read);
         group("hyper_window_bits", test_hyper_window_bits);
+        // The same checks on the one-kernel cluster path (opt-in until measured: hyper_read_cluster.cuh).
+        setenv("STRATA_CUDA_HR_CLUSTER", "1", 1);
+        mode = " cluster";
+        group("hyper_cluster_path", test_hyper_cluster_path);
+        group("hyper_read_cluster", test_hyper_read);
+        group("hyper_inject_read_cluster", test_hyper_inject_read);
+        group("hyper_window_bits_cluster", test_hyper_window_bits);
+        unsetenv("STRATA_CUDA_HR_CLUSTER");
+        mode = "";
         group("gdn_block", [] { test_gdn_block(); });
         group("gdn_block_unfused", test_gdn_block_unfused);
         group("gdn_block_quant", test_gdn_quant_bits);

@@ -176,6 +176,7 @@ void CudaBackend::hyper_inject_read(float* X, const float* inj_prev, const float
 
 int64_t CudaBackend::folded_injections() { return cuda::hyper_inject_read_folded_calls(); }
 int64_t CudaBackend::fused_hyper_reads() { return cuda::hyper_read_fused_calls(); }
+int64_t CudaBackend::cluster_hyper_reads() { return cuda::hyper_read_cluster_calls(); }
 int64_t CudaBackend::q6k_t1_matmuls() { return cuda::matmul_q6k_t1_calls(); }
 int64_t CudaBackend::t1_staged_matmuls() { return cuda::matmul_t1_staged_calls(); }
 void CudaBackend::set_prompt_mmq(int mode) { cuda::tiled_set_mmq(mode); }

@@ -5,11 +5,16 @@
 // one-token call's bits. Partial sums are added in a fixed order (no atomics): results are the same run to run.
 // hyper_inject_read folds the previous sub-block's injection X += inj ⊗ y into kernel 1's reads of X (kernel 2 writes
 // the new X back).
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
 
 #include "backend/cuda/kernels/hyper_read_common.cuh"
@@ -394,6 +399,8 @@ hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, i
     }
 }
 
+#include "backend/cuda/kernels/hyper_read_cluster.cuh"
+
 // Which path: the two kernels above (default) or the older three (STRATA_CUDA_HYPER_READ=v1).
 bool use_v1() {
     static const bool v1 = [] {
@@ -602,6 +609,7 @@ void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, v
         hyper_read_v1(s, a, X, T, scratch, u, inj);
         return;
     }
+    if (run_cluster(s, a, X, T, u, inj, PendingInject{}, nullptr)) return;
     run_two_kernels(s, a, X, T, scratch, u, inj, PendingInject{}, nullptr);
 }
 
@@ -614,10 +622,12 @@ void hyper_inject_read(cudaStream_t s, const HyperReadArgs& a, float* X, const f
         hyper_read(s, a, X, T, scratch, u, inj);
         return;
     }
-    run_two_kernels(s, a, X, T, scratch, u, inj, PendingInject{inj_prev, y, nullptr}, X);
+    if (!run_cluster(s, a, X, T, u, inj, PendingInject{inj_prev, y, nullptr}, X))
+        run_two_kernels(s, a, X, T, scratch, u, inj, PendingInject{inj_prev, y, nullptr}, X);
     g_folded.fetch_add(1, std::memory_order_relaxed);
 }
 
 int64_t hyper_inject_read_folded_calls() { return g_folded.load(); }
+int64_t hyper_read_cluster_calls() { return g_cluster.load(); }
 
 }  // namespace strata::cuda

@@ -125,6 +125,8 @@ void hyper_inject_read(cudaStream_t s, const HyperReadArgs& a, float* X, const f
 int64_t hyper_inject_read_folded_calls();   // hyper_inject_read calls that folded the injection, since start
 void hyper_read_upload_tables();    // once per process (this file's copies of the i-quant tables)
 int64_t hyper_read_fused_calls();   // calls that took the fused path, since start
+int64_t hyper_read_cluster_calls(); // hyper_read / hyper_inject_read calls that took the cluster kernel
+                                    // (STRATA_CUDA_HR_CLUSTER, hyper_read_cluster.cuh), since start
 
 // ---- causal_conv.cu ---- w [C, K] as f32; tmp: (K−1)·dil·C floats of scratch for the history update.
 void causal_conv(cudaStream_t s, const float* x, int T, int C, const float* w, int K, int dil, float* hist, float* tmp,
