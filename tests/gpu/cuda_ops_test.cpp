@@ -771,7 +771,7 @@ void test_kv_formats(KvType kv) {
                 for (int i = 0; i < keys; ++i) pos[i] = i;
                 for (int t = 0; t < T; ++t) flat[t + 1] = flat[t] + n0 + t + 1;
                 const std::string name = std::string("kv_") + kv_type_name(kv) + " hd=" + std::to_string(hd) +
-                                         " T=" + std::to_string(T) + " keys=" + std::to_string(keys);
+                                         " T=" + std::to_string(T) + " keys=" + std::to_string(keys) + mode;
                 // p: q, K rows, V rows, K cache, V cache, positions, offsets, output
                 const std::vector<std::vector<float>> in = {
                     randn((size_t)T * nh * hd), randn((size_t)keys * kvw), randn((size_t)keys * kvw),
@@ -858,6 +858,13 @@ int main(int argc, char** argv) {
         group("attention_cells", test_attention_cells);
         group("kv_f16", [] { test_kv_formats(KvType::f16); });
         group("kv_q8", [] { test_kv_formats(KvType::q8); });
+        // f16 / q8 lanes reading consecutive columns (opt-in until measured: attention.cu's Contiguous)
+        setenv("STRATA_CUDA_KV_CONTIGUOUS", "1", 1);
+        mode = " contiguous";
+        group("kv_f16_contiguous", [] { test_kv_formats(KvType::f16); });
+        group("kv_q8_contiguous", [] { test_kv_formats(KvType::q8); });
+        unsetenv("STRATA_CUDA_KV_CONTIGUOUS");
+        mode = "";
         unfused_gpu.reset();
         weights.clear();
     } catch (const std::exception& e) {

@@ -36,27 +36,84 @@ struct Partials {
     float2* ml = nullptr;    // [kMaxPartials] (m, l)
 };
 
-// A key or value cache in one of the formats of backend/kv_format.h, read as f32: at(cell, col) is element col of
-// position cell's row (--kv f32, f16, q8).
+// A key or value cache in one of the formats of backend/kv_format.h, read as f32 (--kv f32, f16, q8). A lane holds E
+// of a head's hd ≤ 32·E columns: kv_col(lane, e, hd) says which, lane + 32·e by default. Contiguous<KvF16 / KvQ8>
+// (STRATA_CUDA_KV_CONTIGUOUS=1, opt-in until measured) takes E consecutive columns a lane where hd = 32·E, so that
+// load reads a lane's row piece as 4-byte words (q8 at hd 256: 8 values and one scale in 3 loads instead of 16): a
+// different order of the q·k sums, within float rounding. kv_row: x[e] = element col0 + kv_col(lane, e, hd) of a
+// row, 0 past hd.
 struct KvF32 {
     const float* p;
     size_t row;   // floats a row
+    template <int E> static constexpr bool kContiguous = false;
     __device__ __forceinline__ float at(size_t cell, int col) const { return p[cell * row + col]; }
 };
 struct KvF16 {
     const __half* p;
-    size_t row;   // fp16 values a row
+    size_t row;   // fp16 values a row (even: rows stay 4-byte aligned)
+    template <int E> static constexpr bool kContiguous = false;
+    template <int E> static constexpr bool kCanContiguous = E % 2 == 0;   // half2 loads
     __device__ __forceinline__ float at(size_t cell, int col) const { return __half2float(p[cell * row + col]); }
+    template <int E>
+    __device__ __forceinline__ void load(size_t cell, int c, float (&x)[E]) const {   // c: the lane's first column
+        const __half2* h = reinterpret_cast<const __half2*>(p + cell * row + c);
+#pragma unroll
+        for (int i = 0; i < E / 2; ++i) {
+            const float2 f = __half22float2(h[i]);
+            x[2 * i] = f.x;
+            x[2 * i + 1] = f.y;
+        }
+    }
 };
 struct KvQ8 {
     const uint8_t* p;
     size_t row_bytes;   // the row stride (padded to 4 bytes)
     int width;          // values a row: its fp16 scales follow them
+    template <int E> static constexpr bool kContiguous = false;
+    template <int E> static constexpr bool kCanContiguous = E % 4 == 0 && kKvQ8Group % E == 0;   // words, one scale
     __device__ __forceinline__ float at(size_t cell, int col) const {
         const uint8_t* r = p + cell * row_bytes;
         return (float)(int8_t)r[col] * __half2float(reinterpret_cast<const __half*>(r + width)[col / kKvQ8Group]);
     }
+    template <int E>
+    __device__ __forceinline__ void load(size_t cell, int c, float (&x)[E]) const {
+        const uint8_t* r = p + cell * row_bytes;
+        const float d = __half2float(reinterpret_cast<const __half*>(r + width)[c / kKvQ8Group]);
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(r + c);
+#pragma unroll
+        for (int i = 0; i < E / 4; ++i) {
+            const uint32_t v = w[i];
+#pragma unroll
+            for (int b = 0; b < 4; ++b) x[4 * i + b] = (float)(int8_t)(v >> (8 * b)) * d;
+        }
+    }
 };
+
+// A KV format read with E consecutive columns a lane where it can (see above).
+template <class KV>
+struct Contiguous : KV {
+    template <int E> static constexpr bool kContiguous = KV::template kCanContiguous<E>;
+};
+
+// Column of a head that lane's e-th value is (see the KV structs above).
+template <class KV, int E>
+__device__ __forceinline__ int kv_col(int lane, int e, int hd) {
+    return KV::template kContiguous<E> && hd == 32 * E ? lane * E + e : lane + 32 * e;
+}
+template <class KV, int E>
+__device__ __forceinline__ void kv_row(const KV& kv, size_t cell, int col0, int lane, int hd, float (&x)[E]) {
+    if constexpr (KV::template kContiguous<E>) {
+        if (hd == 32 * E) {
+            kv.template load<E>(cell, col0 + lane * E, x);
+            return;
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int j = lane + 32 * e;
+        x[e] = j < hd ? kv.at(cell, col0 + j) : 0.0f;
+    }
+}
 
 // Online softmax of one warp over cells c0, c0 + step, … < c1 (positions cl[c], or c when cl is null), with
 // kCellsPerStep of them loaded before reducing so their loads overlap. col0: the kv head's first column in a row.
@@ -72,13 +129,9 @@ __device__ __forceinline__ void softmax_cells(const float (&qv)[E], const KV& K,
         for (int u = 0; u < kCellsPerStep; ++u) {
             const int cu = c + u * step;
             valid[u] = cu < c1;
-            const size_t p = !valid[u] ? 0 : cl ? (size_t)cl[cu] : (size_t)cu;
-#pragma unroll
-            for (int e = 0; e < E; ++e) {
-                const int j = lane + 32 * e;
-                kx[u][e] = valid[u] && j < hd ? K.at(p, col0 + j) : 0.0f;
-                vx[u][e] = valid[u] && j < hd ? V.at(p, col0 + j) : 0.0f;
-            }
+            const size_t p = !valid[u] ? 0 : cl ? (size_t)cl[cu] : (size_t)cu;   // (cell 0 stands in: masked below)
+            kv_row<KV, E>(K, p, col0, lane, hd, kx[u]);
+            kv_row<KV, E>(V, p, col0, lane, hd, vx[u]);
         }
         float d[kCellsPerStep], m_new = m;
 #pragma unroll
@@ -131,7 +184,7 @@ attention_kernel(const float* q, const KV K, const KV V, int nh, int nkv, int hd
     float qv[E], acc[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-        const int j = lane + 32 * e;
+        const int j = kv_col<KV, E>(lane, e, hd);
         qv[e] = j < hd ? q[(size_t)th * hd + j] : 0.0f;
         acc[e] = 0.0f;
     }
@@ -143,7 +196,7 @@ attention_kernel(const float* q, const KV K, const KV V, int nh, int nkv, int hd
     }
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-        const int j = lane + 32 * e;
+        const int j = kv_col<KV, E>(lane, e, hd);
         if (j < hd) s_acc[warp][j] = acc[e];
     }
     __syncthreads();
@@ -184,7 +237,7 @@ attention_grouped_kernel(const float* q, const KV K, const KV V, int nh, int nkv
     float qv[E], acc[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-        const int j = lane + 32 * e;
+        const int j = kv_col<KV, E>(lane, e, hd);
         qv[e] = j < hd ? q[(size_t)th * hd + j] : 0.0f;
         acc[e] = 0.0f;
     }
@@ -194,14 +247,14 @@ attention_grouped_kernel(const float* q, const KV K, const KV V, int nh, int nkv
     if (chunks == 1) {
 #pragma unroll
         for (int e = 0; e < E; ++e) {
-            const int j = lane + 32 * e;
+            const int j = kv_col<KV, E>(lane, e, hd);
             if (j < hd) o[(size_t)th * hd + j] = acc[e] / l;
         }
         return;
     }
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-        const int j = lane + 32 * e;
+        const int j = kv_col<KV, E>(lane, e, hd);
         if (j < hd) part.acc[slot * kMaxHd + j] = acc[e];
     }
     if (lane == 0) part.ml[slot] = make_float2(m, l);
@@ -357,12 +410,19 @@ void attention(cudaStream_t s, const float* q, const float* K, const float* V, i
         else launch<8>(s, q, k, v, T, nh, nkv, hd, off, cells, n0, chunks, g, o);
     };
     const size_t width = (size_t)nkv * hd;
+    // STRATA_CUDA_KV_CONTIGUOUS=1: f16 / q8 lanes read consecutive columns (Contiguous above). Read at every call.
+    const char* contiguous_env = std::getenv("STRATA_CUDA_KV_CONTIGUOUS");
+    const bool contiguous = contiguous_env && std::string(contiguous_env) == "1";
     if (kv == KvType::f16) {
-        run(KvF16{reinterpret_cast<const __half*>(K), width}, KvF16{reinterpret_cast<const __half*>(V), width});
+        const KvF16 k{reinterpret_cast<const __half*>(K), width}, v{reinterpret_cast<const __half*>(V), width};
+        if (contiguous) run(Contiguous<KvF16>{k}, Contiguous<KvF16>{v});
+        else run(k, v);
     } else if (kv == KvType::q8) {
         const size_t row_bytes = 4 * kv_row_floats(KvType::q8, width);
-        run(KvQ8{reinterpret_cast<const uint8_t*>(K), row_bytes, (int)width},
-            KvQ8{reinterpret_cast<const uint8_t*>(V), row_bytes, (int)width});
+        const KvQ8 k{reinterpret_cast<const uint8_t*>(K), row_bytes, (int)width},
+            v{reinterpret_cast<const uint8_t*>(V), row_bytes, (int)width};
+        if (contiguous) run(Contiguous<KvQ8>{k}, Contiguous<KvQ8>{v});
+        else run(k, v);
     } else {
         run(KvF32{K, width}, KvF32{V, width});
     }
