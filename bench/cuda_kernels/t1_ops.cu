@@ -1,11 +1,13 @@
 // µs per call of the small decode ops at the full model's shapes (H 2560, 4 streams, r 320, 512 experts top-10) for
 // T = 1, 2, 8: hyper_read, route_topk, rms_norm, hyper_inject, each the current kernel and the one it replaced
-// (t1_variants.h); hyper_read also with its second kernel as a programmatic dependent launch. Also checks that the
+// (t1_variants.h); hyper_read also with its second kernel as a programmatic dependent launch and as the one-kernel
+// cluster path (STRATA_CUDA_HR_CLUSTER, T ≤ 4). Also checks that the
 // two agree and that the current one repeats bit for bit. Writes JSON.
 // usage: t1_ops OUT.json [ITERS]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -207,6 +209,12 @@ void bench_hyper_read(GgmlType down_t, GgmlType up_t, bool with_inj) {
             set(-1);
         };
         if (T == 1 && !is_plain) switch_ab("one-pass", cuda::hyper_read_set_one_pass);   // kernel 1's prologue
+        // the one-kernel cluster path (hyper_read_cluster.cuh) against the two kernels
+        if (T <= 4 && !is_plain)
+            switch_ab("cluster", [](int on) {
+                if (on > 0) setenv("STRATA_CUDA_HR_CLUSTER", "1", 1);
+                else unsetenv("STRATA_CUDA_HR_CLUSTER");
+            });
         CK(cudaFree(X));
         CK(cudaFree(u));
         CK(cudaFree(inj));
