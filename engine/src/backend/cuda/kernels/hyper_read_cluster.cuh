@@ -271,6 +271,22 @@ int cluster_request() {
     return k == 1 || k == 8 || k == 16 ? k : 0;
 }
 
+// T clusters of C blocks of kClusterThreads with `smem` bytes each on stream s (attr: the cluster size, kept by cfg).
+cudaLaunchConfig_t cluster_config(int C, int T, size_t smem, cudaStream_t s, cudaLaunchAttribute& attr) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(C * T));
+    cfg.blockDim = dim3(kClusterThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = (unsigned)C;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+
 // Whether the device runs at least one cluster of C blocks of this kernel with `smem` bytes each (asked once per
 // kernel, size and shared memory; the attributes are set on the way).
 bool cluster_fits(const void* kernel, int C, size_t smem) {
@@ -288,17 +304,8 @@ bool cluster_fits(const void* kernel, int C, size_t smem) {
         // the device's maximum, so that another shape's smaller request cannot lower it under this one
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
         if (C > 8) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3((unsigned)C);
-        cfg.blockDim = dim3(kClusterThreads);
-        cfg.dynamicSmemBytes = smem;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = (unsigned)C;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        cudaLaunchAttribute attr;
+        const cudaLaunchConfig_t cfg = cluster_config(C, 1, smem, nullptr, attr);
         int clusters = 0;
         const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
         if (e != cudaSuccess) (void)cudaGetLastError();   // an unsupported size: not an error of the pass
@@ -335,18 +342,8 @@ bool run_cluster(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, 
                         if (launched || (want != 1 && want != C)) continue;
                         const ClusterLayout L = cluster_layout(C, a.n, a.H, a.r, R, blk, blk_up, a.down_rb, a.up_rb);
                         if (!L.total || !cluster_fits(kernel, C, L.total)) continue;
-                        cudaLaunchConfig_t cfg = {};
-                        cfg.gridDim = dim3((unsigned)(C * T));
-                        cfg.blockDim = dim3(kClusterThreads);
-                        cfg.dynamicSmemBytes = L.total;
-                        cfg.stream = s;
-                        cudaLaunchAttribute attr[1];
-                        attr[0].id = cudaLaunchAttributeClusterDimension;
-                        attr[0].val.clusterDim.x = (unsigned)C;
-                        attr[0].val.clusterDim.y = 1;
-                        attr[0].val.clusterDim.z = 1;
-                        cfg.attrs = attr;
-                        cfg.numAttrs = 1;
+                        cudaLaunchAttribute attr;
+                        const cudaLaunchConfig_t cfg = cluster_config(C, T, L.total, s, attr);
                         CUDA_CHECK(cudaLaunchKernelEx(&cfg, hr_cluster_kernel<FD, FU>, X, pi, X_out, a.norm,
                                                       a.norm_len, a.n, a.H, a.eps, a.down, a.inject, a.down_rb, a.r,
                                                       R, a.up, a.up_rb, L, u, inj));
