@@ -26,6 +26,8 @@
 #              executables) against build-gpu/engine/strata, interleaved (SETTINGS, REPEAT as the script)
 #   kernelsab  tests/gpu/kernel_times.py (Nsight, 6 passes) of $PREBUILT/engine/strata_base, then of the head build with
 #              each kernel's change against the base's
+#   kernelsenv tests/gpu/kernel_times.py (Nsight, 6 passes) of the head build as it is, then with the environment
+#              AB_ENV (e.g. AB_ENV="STRATA_CUDA_HR_CLUSTER=1"), each kernel's change against the first
 #   winmem     compute-sanitizer memcheck of cuda_ops_test's window_bits groups (the kernels of verify windows)
 #   kv         cuda_ops_test --only kv_f16 / kv_q8, tiny-model parity with STRATA_KV=f16 and q8 (both backends' KV
 #              in that format), expert-cache parity with q8
@@ -104,6 +106,7 @@ for spec in "$@"; do
     detail)  cmd=(env OUT=$dir bash tests/gpu/kernel_detail.sh build-gpu "$MODEL") ;;
     phases)  cmd=(bash -c "build-gpu/engine/staged_phases 200 && build-gpu/engine/kernel_boundary 1000") ;;
     kernels) cmd=(python3 tests/gpu/kernel_times.py --strata build-gpu/engine/strata --model "$MODEL" --out $dir/kernel_times.json) ;;
+    kernelsenv) cmd=(bash -c "python3 tests/gpu/kernel_times.py --passes 6 --strata build-gpu/engine/strata --model $MODEL --out $dir/kernel_times_off.json | head -1 && env ${AB_ENV:-} python3 tests/gpu/kernel_times.py --passes 6 --strata build-gpu/engine/strata --model $MODEL --out $dir/kernel_times_on.json --against $dir/kernel_times_off.json") ;;
     kernelsab) cmd=(bash -c "python3 tests/gpu/kernel_times.py --passes 6 --strata ${PREBUILT:-build-gpu}/engine/strata_base --model $MODEL --out $dir/kernel_times_base.json | head -1 && python3 tests/gpu/kernel_times.py --passes 6 --strata build-gpu/engine/strata --model $MODEL --out $dir/kernel_times.json --against $dir/kernel_times_base.json") ;;
     head)    cmd=(bash -c "for g in matmul_q6k_rows argmax_rows fused_quant_bits; do build-gpu/engine/cuda_ops_test --only \$g | grep -E 'FAIL|checks'; done; build-gpu/engine/cuda_matmul_speed --head; STRATA_CUDA_Q6K_T1=0 build-gpu/engine/cuda_matmul_speed --head; python3 tests/gpu/serve_greedy_check.py --strata build-gpu/engine/strata --models .gpu-models") ;;
     decode)  cmd=(env OUT=$dir SYN_MODEL=$MODEL BUDGET_S=$(( limit - 30 )) bash bench/decode/run_h200.sh build-gpu ${DECODE_ARGS:-}) ;;
