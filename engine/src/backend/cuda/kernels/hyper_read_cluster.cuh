@@ -5,8 +5,8 @@
 // helpers it reuses (PendingInject, load_x4, unit_stats_quad, quantize_quad).
 //
 // Block b of a cluster of C (cluster rank b, token z = blockIdx.x / C):
-//   0. starts 16-byte async copies of its weights into shared memory: down / inject rows b·rows_a … (whole rows, all
-//      n·H inputs) and the up rows of its columns j0 = b·cols_b … for every stream;
+//   0. starts 16-byte async copies of its weights into shared memory, two groups: down / inject rows b·rows_a …
+//      (whole rows, all n·H inputs), then the up rows of its columns j0 = b·cols_b … for every stream;
 //   1. blocks b < P normalise chunk b of the n·H inputs (pc of them, inside one stream or whole streams): x·w and each
 //      32-input unit's Σx² and max |x·w|; cluster barrier; each stream's Σx² from the chunks' shared memory (chunk
 //      order), 1/rms, the chunk's Q8 form (quantize_act's arithmetic) and its f32 xn; with a pending injection
@@ -23,7 +23,7 @@
 // rounding, and within cuda_ops_test's tolerance of the CPU composition.
 // (Its headers, cooperative_groups.h, map, mutex and tuple, are included at the top of hyper_read.cu.)
 
-constexpr int kClusterThreads = 512;
+constexpr int kClusterThreads = 1024;   // one block an SM (its shared memory): 32 warps to hide latency
 constexpr int kClusterMaxChunk = 4096;   // inputs a prologue chunk at most (two float4s a thread)
 constexpr int kClusterQuads = kClusterMaxChunk / 4 / kClusterThreads;
 
@@ -130,6 +130,7 @@ hr_cluster_kernel(const float* X, PendingInject pi, float* X_out, const float* _
             const uint8_t* src = row < r ? down + (size_t)row * down_rb : inject + (size_t)(row - r) * down_rb;
             cp_async16(w_a + (size_t)k * down_rb + 16 * (size_t)wd, src + 16 * (size_t)wd);
         }
+        cp_async_commit();   // group 1: the down rows (waited for before step 2's dots)
         const int j0 = b * L.cols_b;
         const int seg_words = (int)((size_t)L.cols_b * up_rb / 16);   // one stream's rows j0 … j0 + cols_b
         for (int i = tid; i < n * seg_words; i += blockDim.x) {
@@ -137,7 +138,7 @@ hr_cluster_kernel(const float* X, PendingInject pi, float* X_out, const float* _
             cp_async16(w_b + (size_t)s * L.cols_b * up_rb + 16 * (size_t)wd,
                        up + ((size_t)s * H + j0) * up_rb + 16 * (size_t)wd);
         }
-        cp_async_commit();
+        cp_async_commit();   // group 2: the up rows (still arriving during step 2)
     }
 
     // 1. The prologue of chunk b: x·w and the units' statistics, then (after every chunk's Σx²) the Q8 form.
@@ -195,7 +196,7 @@ hr_cluster_kernel(const float* X, PendingInject pi, float* X_out, const float* _
                 cluster.map_shared_rank(reinterpret_cast<int4*>(own_q), i / words)[i % words];
         for (int i = tid; i < L.P * nd; i += blockDim.x) xd[i] = cluster.map_shared_rank(own_d, i / nd)[i % nd];
     }
-    cp_async_wait<0>();
+    cp_async_wait<1>();   // this thread's down rows are in; then everyone's
     __syncthreads();
     {
         constexpr int kSub = FD::QK / 32;
@@ -235,6 +236,7 @@ hr_cluster_kernel(const float* X, PendingInject pi, float* X_out, const float* _
             const float d = quantize_act_block<B>(v, lane, aq + ab * B);
             if (lane == 0) ad[ab] = d;
         }
+        cp_async_wait<0>();   // the up rows too
         if (inj && b == 0 && tid < n) {
             const int i = r + tid;
             const float d = *cluster.map_shared_rank(res + i % L.rows_a, i / L.rows_a);
