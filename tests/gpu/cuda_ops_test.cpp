@@ -256,7 +256,8 @@ void test_hyper_window_bits() {
 
 // The one-kernel hyper read on a thread-block cluster (STRATA_CUDA_HR_CLUSTER=1, set by the caller): the published
 // shape (H 2560, r 320: clusters of 16 with Q8_0 activation blocks, of 16 or 8 with Q8_K ones) and the test shape (H
-// 2048) take it at T = 1 and 4, hyper_read and hyper_inject_read alike, and agree with the CPU composition.
+// 2048) take it at T = 1 and 4, hyper_read and hyper_inject_read alike, and agree with the CPU composition; the u's
+// Q8_0 form it also writes equals quantize_act's.
 void test_hyper_cluster_path() {
     const std::vector<HyperCase> cases = {
         {2560, 320, GgmlType::Q2_0, GgmlType::Q2_0},   {2560, 320, GgmlType::IQ2_XS, GgmlType::IQ4_NL},
@@ -284,6 +285,20 @@ void test_hyper_cluster_path() {
                         2e-2);
                 report(name + " path", {(float)(CudaBackend::cluster_hyper_reads() - before)}, {1.0f}, 0.0);
             }
+        // u's Q8_0 form, which the cluster kernel writes and the backend keeps for the next matmul of u: that matmul
+        // (a Q2_0 one, Q8_0 activations) gives the bits of the same matmul of a copy of u, quantized afresh.
+        const Weight& next = make_weight(GgmlType::Q2_0, c.H, 64, 1, "hc_next");
+        for (int T : {1, 4}) {
+            Dev dX(randn((size_t)T * nH)), du((size_t)T * c.H), dinj((size_t)T * n), kept((size_t)T * 64),
+                fresh((size_t)T * 64);
+            gpu->hyper_read(w, dX, T, n, c.H, 1e-6f, du, dinj);
+            gpu->matmul(next, du, T, kept);
+            Dev ucopy(du.get());
+            gpu->matmul(next, ucopy, T, fresh);
+            report_same_bits(std::string("hyper_read cluster u q8 ") + ggml_type_name(c.down) + "/" +
+                                 ggml_type_name(c.up) + " H=" + std::to_string(c.H) + " T=" + std::to_string(T),
+                             kept.get(), fresh.get());
+        }
     }
 }
 

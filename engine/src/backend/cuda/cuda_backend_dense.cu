@@ -156,8 +156,8 @@ void CudaBackend::hyper_read(const HyperWeights& w, const float* X, int T, int n
     }
     Impl::Buf scratch(*impl_, cuda::hyper_read_scratch_bytes(a, T));
     Impl& im = *impl_;
-    cuda::hyper_read(im.stream, a, X, T, scratch.p, u, inj);
-    im.done("hyper_read");
+    const cuda::ActQ8 q8 = im.u_q8_buffers(T, H);
+    im.done("hyper_read", im.adopt_act(u, T, H, 32, q8, cuda::hyper_read(im.stream, a, X, T, scratch.p, u, inj, q8)));
 }
 
 void CudaBackend::hyper_inject_read(float* X, const float* inj_prev, const float* y, const HyperWeights& w, int T,
@@ -170,8 +170,9 @@ void CudaBackend::hyper_inject_read(float* X, const float* inj_prev, const float
     }
     Impl::Buf scratch(*impl_, cuda::hyper_read_scratch_bytes(a, T));
     Impl& im = *impl_;
-    cuda::hyper_inject_read(im.stream, a, X, inj_prev, y, T, scratch.p, u, inj);
-    im.done("hyper_inject_read");
+    const cuda::ActQ8 q8 = im.u_q8_buffers(T, H);
+    const bool quantized = cuda::hyper_inject_read(im.stream, a, X, inj_prev, y, T, scratch.p, u, inj, q8);
+    im.done("hyper_inject_read", im.adopt_act(u, T, H, 32, q8, quantized));
 }
 
 int64_t CudaBackend::folded_injections() { return cuda::hyper_inject_read_folded_calls(); }

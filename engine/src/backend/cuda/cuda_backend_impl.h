@@ -281,6 +281,26 @@ struct CudaBackend::Impl {
         cuda::swiglu(stream, h, up.as<float>(), (size_t)P * g.rows, h);
     }
 
+    // Buffers for u's Q8_0 form from the hyper read (only while its cluster path is asked for: the path that writes
+    // them), else none.
+    cuda::ActQ8 u_q8_buffers(int rows, int n) {
+        if (!cuda::hyper_read_cluster_requested() || n % 32) return {};
+        return cuda::ActQ8{static_cast<int8_t*>(scratch->get((size_t)rows * n)),
+                           static_cast<float*>(scratch->get((size_t)rows * (n / 32) * sizeof(float)))};
+    }
+    // After an op that wrote x's quantized form (blocks of blk) into q (written true): that form is act_cache now, for
+    // the matmuls that read x next (the op then calls done(op, true)); else q's buffers go back. Returns written.
+    bool adopt_act(const float* x, int rows, int n, int blk, cuda::ActQ8 q, bool written) {
+        if (!written) {
+            scratch->put(q.q);
+            scratch->put(q.d);
+            return false;
+        }
+        drop_act_cache();
+        act_cache = ActCache{x, rows, n, blk, act_epoch, q.q, q.d};
+        return true;
+    }
+
     // Marks the cached input stale when [y, y + n) overlaps it.
     void wrote(const void* y, size_t bytes) {
         const ActCache& c = act_cache;

@@ -604,27 +604,33 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int
 }  // namespace
 
 
-void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj) {
+bool hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj,
+                ActQ8 u_q8) {
     if (!two_kernel_path(X, T)) {
         hyper_read_v1(s, a, X, T, scratch, u, inj);
-        return;
+        return false;
     }
-    if (run_cluster(s, a, X, T, u, inj, PendingInject{}, nullptr)) return;
+    bool quantized = false;
+    if (run_cluster(s, a, X, T, u, inj, PendingInject{}, nullptr, u_q8, &quantized)) return quantized;
     run_two_kernels(s, a, X, T, scratch, u, inj, PendingInject{}, nullptr);
+    return false;
 }
 
-void hyper_inject_read(cudaStream_t s, const HyperReadArgs& a, float* X, const float* inj_prev, const float* y, int T,
-                       void* scratch, float* u, float* inj) {
+bool hyper_read_cluster_requested() { return cluster_request() != 0; }
+
+bool hyper_inject_read(cudaStream_t s, const HyperReadArgs& a, float* X, const float* inj_prev, const float* y, int T,
+                       void* scratch, float* u, float* inj, ActQ8 u_q8) {
     const bool fold = two_kernel_path(X, T) && a.H % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
                       inject_fold_on();
     if (!fold) {
         hyper_inject(s, X, inj_prev, y, T, a.n, a.H);
-        hyper_read(s, a, X, T, scratch, u, inj);
-        return;
+        return hyper_read(s, a, X, T, scratch, u, inj, u_q8);
     }
-    if (!run_cluster(s, a, X, T, u, inj, PendingInject{inj_prev, y, nullptr}, X))
+    bool quantized = false;
+    if (!run_cluster(s, a, X, T, u, inj, PendingInject{inj_prev, y, nullptr}, X, u_q8, &quantized))
         run_two_kernels(s, a, X, T, scratch, u, inj, PendingInject{inj_prev, y, nullptr}, X);
     g_folded.fetch_add(1, std::memory_order_relaxed);
+    return quantized;
 }
 
 int64_t hyper_inject_read_folded_calls() { return g_folded.load(); }

@@ -16,8 +16,8 @@
 //      cluster barrier;
 //   3. every block reads the R dots from the cluster (a = silu(dot / n), quantized as the up format's activations;
 //      block 0 writes inj = 2σ(dot / n)), then one thread an up row (s, j) of its columns: σ(up · a) · xn[s, j], and
-//      u[j] = (1/n) Σ_s in stream order; a last cluster barrier keeps every block's shared memory alive until the
-//      others have read it.
+//      u[j] = (1/n) Σ_s in stream order (and, when asked, u's Q8_0 blocks for the matmuls that read u next); a last
+//      cluster barrier keeps every block's shared memory alive until the others have read it.
 // Each token's cluster computes it alone, so a verify window's tokens get one-token bits by construction. The sums run
 // in another order than the two kernels' (a row's dot whole instead of per chunk): the same values within float
 // rounding, and within cuda_ops_test's tolerance of the CPU composition.
@@ -37,7 +37,7 @@ struct ClusterLayout {
     int rows_a = 0;   // down / inject rows a block
     int cols_b = 0;   // columns a block in the up phase (n up rows each)
     size_t w_a = 0, w_b = 0, xq = 0, xd = 0, own_q = 0, own_d = 0, own_xn = 0, ss = 0, res = 0, aq = 0, ad = 0,
-           val = 0, total = 0;
+           val = 0, uo = 0, total = 0;
 };
 
 __host__ __device__ inline size_t align16(size_t b) { return (b + 15) & ~(size_t)15; }
@@ -80,6 +80,7 @@ ClusterLayout cluster_layout(int C, int n, int H, int r, int R, int blk, int blk
     l.aq = take((size_t)r);
     l.ad = take((size_t)(r / blk_up) * sizeof(float));
     l.val = take((size_t)l.cols_b * n * sizeof(float));
+    l.uo = take((size_t)l.cols_b * sizeof(float));
     l.total = o;
     return l;
 }
@@ -89,7 +90,8 @@ __global__ void __launch_bounds__(kClusterThreads)
 hr_cluster_kernel(const float* X, PendingInject pi, float* X_out, const float* __restrict__ w, int w_len,
                   int n, int H, float eps, const uint8_t* __restrict__ down, const uint8_t* __restrict__ inject,
                   size_t down_rb, int r, int R, const uint8_t* __restrict__ up, size_t up_rb, ClusterLayout L,
-                  float* __restrict__ u, float* inj) {   // X_out may be X, inj may be pi.inj
+                  float* __restrict__ u, float* inj, int8_t* __restrict__ uq, float* __restrict__ ud) {
+    // X_out may be X, inj may be pi.inj; uq / ud (or null): u's Q8_0 form, as quantize_act makes it
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     constexpr int BLK = FD::ABLK;
@@ -109,6 +111,7 @@ hr_cluster_kernel(const float* X, PendingInject pi, float* X_out, const float* _
     int8_t* aq = reinterpret_cast<int8_t*>(sm + L.aq);
     float* ad = reinterpret_cast<float*>(sm + L.ad);
     float* val = reinterpret_cast<float*>(sm + L.val);
+    float* uo = reinterpret_cast<float*>(sm + L.uo);
 
     cg::cluster_group cluster = cg::this_cluster();
     const int b = (int)cluster.block_rank();
@@ -119,6 +122,7 @@ hr_cluster_kernel(const float* X, PendingInject pi, float* X_out, const float* _
         if (pi.y) pi.inj += z * n, pi.y += (size_t)z * H;
         u += (size_t)z * H;
         if (inj) inj += z * n;
+        if (uq) uq += (size_t)z * H, ud += (size_t)z * (H / 32);
     }
 
     // 0. This block's weights into shared memory while the prologue runs.
@@ -257,7 +261,15 @@ hr_cluster_kernel(const float* X, PendingInject pi, float* X_out, const float* _
         for (int jl = tid; jl < ncols; jl += blockDim.x) {
             float sum = 0.0f;
             for (int k = 0; k < n; ++k) sum += val[jl * n + k];
-            u[j0 + jl] = sum / (float)n;
+            u[j0 + jl] = uo[jl] = sum / (float)n;
+        }
+        if (uq) {   // u's Q8_0 blocks of these columns (cols_b % 32 == 0): a warp a block
+            __syncthreads();
+            for (int ab = warp; ab < ncols / 32; ab += nwarps) {
+                const float v[1] = {uo[32 * ab + lane]};
+                const float d = quantize_act_block<32>(v, lane, uq + j0 + 32 * ab);
+                if (lane == 0) ud[(j0 + 32 * ab) / 32] = d;
+            }
         }
     }
     cluster.sync();   // no block leaves while another still reads its shared memory
@@ -318,9 +330,10 @@ bool cluster_fits(const void* kernel, int C, size_t smem) {
 }
 
 // The cluster kernel for T ≤ kWindowTokens tokens when STRATA_CUDA_HR_CLUSTER asks for it and the shape, formats and
-// alignment allow it; false: the caller runs the two kernels. With pi.y (hyper_inject_read) X_out is X.
+// alignment allow it; false: the caller runs the two kernels. With pi.y (hyper_inject_read) X_out is X. u_q8 (q and
+// d set): u's Q8_0 form is written there too where a block's columns are whole blocks of 32 (*u_q8_written).
 bool run_cluster(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, float* u, float* inj, PendingInject pi,
-                 float* X_out) {
+                 float* X_out, ActQ8 u_q8, bool* u_q8_written) {
     const int want = cluster_request();
     if (!want || T < 1 || T > kWindowTokens || a.f32_act || !a.norm || !a.down || !a.up) return false;
     if (inj && !a.inject) return false;
@@ -346,9 +359,12 @@ bool run_cluster(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, 
                         if (!L.total || !cluster_fits(kernel, C, L.total)) continue;
                         cudaLaunchAttribute attr;
                         const cudaLaunchConfig_t cfg = cluster_config(C, T, L.total, s, attr);
+                        const bool q8 = u_q8.q && u_q8.d && L.cols_b % 32 == 0;
                         CUDA_CHECK(cudaLaunchKernelEx(&cfg, hr_cluster_kernel<FD, FU>, X, pi, X_out, a.norm,
                                                       a.norm_len, a.n, a.H, a.eps, a.down, a.inject, a.down_rb, a.r,
-                                                      R, a.up, a.up_rb, L, u, inj));
+                                                      R, a.up, a.up_rb, L, u, inj, q8 ? u_q8.q : nullptr,
+                                                      q8 ? u_q8.d : nullptr));
+                        if (u_q8_written) *u_q8_written = q8;
                         launched = true;
                     }
                 }
