@@ -62,8 +62,12 @@ for model in $MODELS; do
     args=(generate --model "$model" --prompt-ids 1,2,3,4,5 -n 8 --ignore-eos --threads 2)
     linux=$(STRATA_ISA=$isa "$LINUX_ENGINE" "${args[@]}" --logits-out "$TMP/linux.bin" 2>"$TMP/linux.err") || {
       echo "$(basename "$model") $isa: the Linux build failed"; cat "$TMP/linux.err"; exit 1; }
+    # A run that fails is run once more, reported (see the --serve check below); a second failure fails the check.
     win=$(STRATA_ISA=$isa run_exe strata.exe "${args[@]}" --logits-out "$TMP/win.bin" 2>"$TMP/win.err") || {
-      rc=$?; echo "$(basename "$model") $isa: strata.exe exited with $rc"; cat "$TMP/win.err"; exit 1; }
+      rc=$?; echo "$(basename "$model") $isa: strata.exe exited with $rc; its stderr:"; tail -n 20 "$TMP/win.err"
+      echo "running it again"; "$(dirname "$WINE")/wineserver" -w
+      win=$(STRATA_ISA=$isa run_exe strata.exe "${args[@]}" --logits-out "$TMP/win.bin" 2>"$TMP/win.err") || {
+        rc=$?; echo "$(basename "$model") $isa: strata.exe exited with $rc again"; cat "$TMP/win.err"; exit 1; }; }
     logits=$("$PY" -c "
 import numpy as np, sys
 a, b = np.fromfile(sys.argv[1], np.float32), np.fromfile(sys.argv[2], np.float32)
