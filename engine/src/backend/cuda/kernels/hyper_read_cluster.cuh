@@ -310,9 +310,8 @@ bool cluster_fits(const void* kernel, int C, size_t smem) {
     const auto key = std::make_tuple(kernel, C, smem);
     if (const auto it = known.find(key); it != known.end()) return it->second;
     bool ok = false;
-    int dev = 0, major = 0, optin = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 &&
+    int dev = 0, optin = 0;
+    if (device_cc_major() >= 9 && cudaGetDevice(&dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
         smem <= (size_t)optin) {
         // the device's maximum, so that another shape's smaller request cannot lower it under this one
