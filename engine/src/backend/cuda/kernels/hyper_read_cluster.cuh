@@ -311,11 +311,14 @@ bool cluster_fits(const void* kernel, int C, size_t smem) {
     if (const auto it = known.find(key); it != known.end()) return it->second;
     bool ok = false;
     int dev = 0, optin = 0;
+    cudaFuncAttributes fa = {};
     if (device_cc_major() >= 9 && cudaGetDevice(&dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
-        smem <= (size_t)optin) {
-        // the device's maximum, so that another shape's smaller request cannot lower it under this one
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+        cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && smem + fa.sharedSizeBytes <= (size_t)optin) {
+        // all the dynamic shared memory a block can have beside the kernel's static arrays, so that another shape's
+        // smaller request cannot lower it under this one
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        optin - (int)fa.sharedSizeBytes));
         if (C > 8) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
         cudaLaunchAttribute attr;
         const cudaLaunchConfig_t cfg = cluster_config(C, 1, smem, nullptr, attr);
