@@ -6,7 +6,8 @@
 //
 // Block b of a cluster of C (cluster rank b, token z = blockIdx.x / C):
 //   0. starts 16-byte async copies of its weights into shared memory, two groups: down / inject rows b·rows_a …
-//      (whole rows, all n·H inputs), then the up rows of its columns j0 = b·cols_b … for every stream;
+//      (whole rows, all n·H inputs), then the up rows of its columns j0 = b·cols_b … for every stream (where they do
+//      not fit, the up rows and then the down rows too are read from global memory, asked into L2 here instead);
 //   1. blocks b < P normalise chunk b of the n·H inputs (pc of them, inside one stream or whole streams): x·w and each
 //      32-input unit's Σx² and max |x·w|; cluster barrier; each stream's Σx² from the chunks' shared memory (chunk
 //      order), 1/rms, the chunk's Q8 form (quantize_act's arithmetic) and its f32 xn; with a pending injection
@@ -36,6 +37,8 @@ struct ClusterLayout {
     int pc = 0;       // inputs a chunk
     int rows_a = 0;   // down / inject rows a block
     int cols_b = 0;   // columns a block in the up phase (n up rows each)
+    bool stage_a = true, stage_b = true;   // the block's down / up rows copied into shared memory (else read from
+                                           // global memory, asked into L2 at the start)
     size_t w_a = 0, w_b = 0, xq = 0, xd = 0, own_q = 0, own_d = 0, own_xn = 0, ss = 0, res = 0, aq = 0, ad = 0,
            val = 0, uo = 0, total = 0;
 };
@@ -45,8 +48,11 @@ __host__ __device__ inline size_t align16(size_t b) { return (b + 15) & ~(size_t
 // The split of n·H inputs, R down / inject rows and H up columns over C blocks; total = 0 when it does not fit.
 // Every block copies whole down rows (down_rb a multiple of 16) and, for each stream, cols_b = H / C contiguous up
 // rows (cols_b · up_rb and H · up_rb multiples of 16: Q2_0's 90-byte rows of r = 320 qualify in runs of 160).
-ClusterLayout cluster_layout(int C, int n, int H, int r, int R, int blk, int blk_up, size_t down_rb, size_t up_rb) {
+ClusterLayout cluster_layout(int C, int n, int H, int r, int R, int blk, int blk_up, size_t down_rb, size_t up_rb,
+                             bool stage_a, bool stage_b) {
     ClusterLayout l;
+    l.stage_a = stage_a;
+    l.stage_b = stage_b;
     const int nH = n * H;
     if (H % C || down_rb % 16 || ((size_t)(H / C) * up_rb) % 16 || ((size_t)H * up_rb) % 16) return l;
     for (int p = C; p >= 1 && !l.P; --p) {
@@ -68,8 +74,8 @@ ClusterLayout cluster_layout(int C, int n, int H, int r, int R, int blk, int blk
         o = align16(o + bytes);
         return at;
     };
-    l.w_a = take((size_t)l.rows_a * down_rb);
-    l.w_b = take((size_t)n * l.cols_b * up_rb);
+    l.w_a = take(stage_a ? (size_t)l.rows_a * down_rb : 0);
+    l.w_b = take(stage_b ? (size_t)n * l.cols_b * up_rb : 0);
     l.xq = take((size_t)nH);
     l.xd = take((size_t)(nH / blk) * sizeof(float));
     l.own_q = take((size_t)l.pc);
@@ -125,22 +131,30 @@ hr_cluster_kernel(const float* X, PendingInject pi, float* X_out, const float* _
         if (uq) uq += (size_t)z * H, ud += (size_t)z * (H / 32);
     }
 
-    // 0. This block's weights into shared memory while the prologue runs.
+    // Row `row` of the down matrix, or inject row row − r.
+    const auto down_row = [&](int row) {
+        return row < r ? down + (size_t)row * down_rb : inject + (size_t)(row - r) * down_rb;
+    };
+
+    // 0. This block's weights into shared memory while the prologue runs (or into L2 where they are not staged).
     {
         const int row0 = b * L.rows_a, nrows = max(0, min(L.rows_a, R - row0));
         const int words = (int)(down_rb / 16);
-        for (int i = tid; i < nrows * words; i += blockDim.x) {
-            const int k = i / words, wd = i % words, row = row0 + k;
-            const uint8_t* src = row < r ? down + (size_t)row * down_rb : inject + (size_t)(row - r) * down_rb;
-            cp_async16(w_a + (size_t)k * down_rb + 16 * (size_t)wd, src + 16 * (size_t)wd);
+        for (int k = 0; k < nrows && !L.stage_a; ++k)   // a whole row is contiguous; the inject rows follow r
+            prefetch_l2_lines(down_row(row0 + k), down_rb, tid, blockDim.x);
+        for (int i = tid; i < nrows * words && L.stage_a; i += blockDim.x) {
+            const int k = i / words, wd = i % words;
+            cp_async16(w_a + (size_t)k * down_rb + 16 * (size_t)wd, down_row(row0 + k) + 16 * (size_t)wd);
         }
         cp_async_commit();   // group 1: the down rows (waited for before step 2's dots)
         const int j0 = b * L.cols_b;
-        const int seg_words = (int)((size_t)L.cols_b * up_rb / 16);   // one stream's rows j0 … j0 + cols_b
-        for (int i = tid; i < n * seg_words; i += blockDim.x) {
+        const size_t seg = (size_t)L.cols_b * up_rb;   // one stream's rows j0 … j0 + cols_b, contiguous
+        const int seg_words = (int)(seg / 16);
+        for (int s = 0; s < n && !L.stage_b; ++s)
+            prefetch_l2_lines(up + ((size_t)s * H + j0) * up_rb, seg, tid, blockDim.x);
+        for (int i = tid; i < n * seg_words && L.stage_b; i += blockDim.x) {
             const int s = i / seg_words, wd = i % seg_words;
-            cp_async16(w_b + (size_t)s * L.cols_b * up_rb + 16 * (size_t)wd,
-                       up + ((size_t)s * H + j0) * up_rb + 16 * (size_t)wd);
+            cp_async16(w_b + (size_t)s * seg + 16 * (size_t)wd, up + ((size_t)s * H + j0) * up_rb + 16 * (size_t)wd);
         }
         cp_async_commit();   // group 2: the up rows (still arriving during step 2)
     }
@@ -206,7 +220,7 @@ hr_cluster_kernel(const float* X, PendingInject pi, float* X_out, const float* _
         constexpr int kSub = FD::QK / 32;
         const int units = nH / 32, row0 = b * L.rows_a;
         for (int k = warp; k < L.rows_a && row0 + k < R; k += nwarps) {
-            const uint8_t* wr = w_a + (size_t)k * down_rb;
+            const uint8_t* wr = L.stage_a ? w_a + (size_t)k * down_rb : down_row(row0 + k);
             float acc[1] = {0.0f};
             for (int uu = lane; uu < units; uu += 32) {
                 const auto act = [&](int, int (&a)[8]) -> float {
@@ -251,8 +265,9 @@ hr_cluster_kernel(const float* X, PendingInject pi, float* X_out, const float* _
         for (int i = tid; i < ncols * n; i += blockDim.x) {   // i = jl·n + s
             const int jl = i / n, s = i % n;
             float acc[1] = {0.0f};
-            up_row_dot<FU, true, false, 1, 1>(w_b + ((size_t)s * L.cols_b + jl) * up_rb, r, 0, 1, nullptr, aq, ad,
-                                              acc);
+            const uint8_t* wr = L.stage_b ? w_b + ((size_t)s * L.cols_b + jl) * up_rb
+                                          : up + ((size_t)s * H + j0 + jl) * up_rb;
+            up_row_dot<FU, true, false, 1, 1>(wr, r, 0, 1, nullptr, aq, ad, acc);
             const int c = s * H + j0 + jl;   // the input this up row weights
             const float xv = *cluster.map_shared_rank(own_xn + c % L.pc, c / L.pc);
             val[i] = 1.0f / (1.0f + expf(-acc[0])) * xv;
@@ -355,9 +370,12 @@ bool run_cluster(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, 
                 using FU = decltype(fu);
                 if constexpr (FU::ABLK == 32) {
                     const void* kernel = reinterpret_cast<const void*>(hr_cluster_kernel<FD, FU>);
-                    for (int C : {16, 8}) {
+                    // the largest cluster the device places, staging as many of the block's rows as fit
+                    for (int C : {16, 8})
+                    for (int staged : {3, 1, 0}) {   // bit 1: down rows, bit 2: up rows
                         if (launched || (want != 1 && want != C)) continue;
-                        const ClusterLayout L = cluster_layout(C, a.n, a.H, a.r, R, blk, blk_up, a.down_rb, a.up_rb);
+                        const ClusterLayout L = cluster_layout(C, a.n, a.H, a.r, R, blk, blk_up, a.down_rb, a.up_rb,
+                                                               staged & 1, staged & 2);
                         if (!L.total || !cluster_fits(kernel, C, L.total)) continue;
                         cudaLaunchAttribute attr;
                         const cudaLaunchConfig_t cfg = cluster_config(C, T, L.total, s, attr);
