@@ -227,13 +227,12 @@ struct CudaBackend::Impl {
     const bool moe_fq = env_switch("STRATA_CUDA_MOE_FQ", true);
 
     // The input of the decode MoE kernels (cuda::moe_decode / moe_shexp_decode): null, so that the gate/up kernel's
-    // blocks quantize their row of x themselves (the same bits, one launch fewer), unless x's quantization is
-    // already cached; else quantized(x).
+    // blocks quantize their row of x themselves (the same bits, one launch fewer; Q2_0 then dots in its permuted
+    // order), also when x's quantization is cached (only the cluster hyper read leaves the MoE input's form cached:
+    // STRATA_CUDA_HR_CLUSTER must not change the MoE kernels an A/B of it compares); else quantized(x).
     cuda::ActQ8 moe_act(const float* x, int rows, int n, int blk) {
-        const ActCache& c = act_cache;
-        const bool cached = c.q && c.epoch == act_epoch && c.x == x && c.rows == rows && c.n == n && c.blk == blk;
         const size_t smem = (size_t)n + (size_t)(n / blk) * 8;   // the int8 values, scales and Σs (moe_decode)
-        if (moe_fq && !cached && n % blk == 0 && smem <= 40 * 1024) return cuda::ActQ8{};
+        if (moe_fq && n % blk == 0 && smem <= 40 * 1024) return cuda::ActQ8{};
         return quantized(x, rows, n, blk);
     }
 
