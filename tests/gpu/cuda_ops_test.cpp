@@ -271,7 +271,7 @@ void test_hyper_cluster_path() {
             for (bool inject : {false, true}) {
                 const std::string name = std::string(inject ? "hyper_inject_read" : "hyper_read") + " cluster " +
                                          ggml_type_name(c.down) + "/" + ggml_type_name(c.up) + " H=" +
-                                         std::to_string(c.H) + " T=" + std::to_string(T);
+                                         std::to_string(c.H) + " T=" + std::to_string(T) + mode;
                 const int64_t before = CudaBackend::cluster_hyper_reads();
                 // p: X, inj_prev, y, u, inj
                 compare(name,
@@ -296,7 +296,8 @@ void test_hyper_cluster_path() {
             Dev ucopy(du.get());
             gpu->matmul(next, ucopy, T, fresh);
             report_same_bits(std::string("hyper_read cluster u q8 ") + ggml_type_name(c.down) + "/" +
-                                 ggml_type_name(c.up) + " H=" + std::to_string(c.H) + " T=" + std::to_string(T),
+                                 ggml_type_name(c.up) + " H=" + std::to_string(c.H) + " T=" + std::to_string(T) +
+                                 mode,
                              kept.get(), fresh.get());
         }
     }
@@ -854,6 +855,13 @@ int main(int argc, char** argv) {
         setenv("STRATA_CUDA_HR_CLUSTER", "1", 1);
         mode = " cluster";
         group("hyper_cluster_path", test_hyper_cluster_path);
+        for (const char* stage : {"1", "0"}) {   // the rows read from global memory instead (smaller shared memory)
+            setenv("STRATA_CUDA_HR_CLUSTER_STAGE", stage, 1);
+            mode = std::string(" cluster stage ") + stage;
+            group("hyper_cluster_path_unstaged", test_hyper_cluster_path);
+        }
+        unsetenv("STRATA_CUDA_HR_CLUSTER_STAGE");
+        mode = " cluster";
         group("hyper_read_cluster", test_hyper_read);
         group("hyper_inject_read_cluster", test_hyper_inject_read);
         group("hyper_window_bits_cluster", test_hyper_window_bits);

@@ -300,6 +300,13 @@ int cluster_request() {
     return k == 1 || k == 8 || k == 16 ? k : 0;
 }
 
+// STRATA_CUDA_HR_CLUSTER_STAGE (tests): 3 / 1 / 0 = stage both phases' rows, the down rows only, none; unset: the
+// most that fits. Read at every call.
+int stage_request() {
+    const char* v = std::getenv("STRATA_CUDA_HR_CLUSTER_STAGE");
+    return v ? std::atoi(v) : -1;
+}
+
 // T clusters of C blocks of kClusterThreads with `smem` bytes each on stream s (attr: the cluster size, kept by cfg).
 cudaLaunchConfig_t cluster_config(int C, int T, size_t smem, cudaStream_t s, cudaLaunchAttribute& attr) {
     cudaLaunchConfig_t cfg = {};
@@ -361,7 +368,7 @@ bool run_cluster(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, 
     if (!aligned(a.down) || !aligned(a.up) || (a.inject && !aligned(a.inject)) ||
         !aligned(X) || !aligned(a.norm) || a.norm_len % 4 || a.H % 4 || (pi.y && !aligned(pi.y)))
         return false;
-    const int R = a.r + (a.inject ? a.n : 0);
+    const int R = a.r + (a.inject ? a.n : 0), stage = stage_request();
     bool launched = false;
     with_hr_format(a.down_type, [&](auto fd) {
         using FD = decltype(fd);
@@ -373,7 +380,7 @@ bool run_cluster(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, 
                     // the largest cluster the device places, staging as many of the block's rows as fit
                     for (int C : {16, 8})
                     for (int staged : {3, 1, 0}) {   // bit 1: down rows, bit 2: up rows
-                        if (launched || (want != 1 && want != C)) continue;
+                        if (launched || (want != 1 && want != C) || (stage >= 0 && stage != staged)) continue;
                         const ClusterLayout L = cluster_layout(C, a.n, a.H, a.r, R, blk, blk_up, a.down_rb, a.up_rb,
                                                                staged & 1, staged & 2);
                         if (!L.total || !cluster_fits(kernel, C, L.total)) continue;
