@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     files.add_argument("--no-mtp", action="store_true", help="skip the MTP draft head (no speculative decoding)")
     files.add_argument("--speculate", action="store_true",
                        help="run the engine with the MTP head drafting tokens (off by default: at the real model's "
-                            "size a drafted window still costs 4-5 plain tokens, bench/results/2026-12-05-h100-spec)")
+                            "size a drafted window of 4 still costs 3.1 plain passes on a GPU, "
+                            "bench/results/2026-12-05-onetoken-windows)")
     files.add_argument("--mtp-type", choices=["q8_0", "bf16"], default="q8_0",
                        help="the MTP head's weight type (default q8_0, the smaller file)")
     files.add_argument("--engine", type=Path, help="use this engine binary instead of building one")
