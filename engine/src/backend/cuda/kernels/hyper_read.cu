@@ -17,6 +17,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "backend/cuda/kernels/hyper_read_cluster_layout.h"
 #include "backend/cuda/kernels/hyper_read_common.cuh"
 #include "backend/cuda/kernels/hyper_read_v1.cuh"
 #include "backend/cuda/kernels/kernels.h"
