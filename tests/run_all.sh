@@ -4,7 +4,7 @@
 #   2. installs Debian's chromium for the page tests if missing,
 #   3. builds the engine (Release, CPU) and an AddressSanitizer/UBSan build, and compiles the CUDA sources for
 #      sm_90 when nvcc is present (so they cannot rot; there is no GPU here to run them) and runs their host-side
-#      checks (decode_host_test, dot_host_test, hyper_cluster_layout_test),
+#      checks (decode_host_test, dot_host_test),
 #   4. cross-compiles strata.exe for Windows (MinGW-w64) and checks it under wine against the Linux build,
 #   5. runs ctest on both builds, pytest on everything, and the file-error tests again on the sanitizer build.
 set -euo pipefail
@@ -37,13 +37,11 @@ cmake --build build-asan -j "$JOBS"
 if command -v nvcc >/dev/null 2>&1 && ls engine/src/backend/cuda/*.cu >/dev/null 2>&1; then
   step "Engine: CUDA sources for sm_90 (compiled; the host-run checks of the CUDA decoders and dots)"
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  cmake --build build-cuda -j "$JOBS" --target strata decode_host_test dot_host_test hyper_cluster_layout_test
+  cmake --build build-cuda -j "$JOBS" --target strata decode_host_test dot_host_test
   # No GPU here: these run the CUDA block decoders, the integer chunk dots and the tensor-core tile math (mma
-  # emulated from the PTX fragment layouts) on the host, against the CPU's kernels, and check the cluster hyper
-  # read's work split and shared-memory layout on the published shapes.
+  # emulated from the PTX fragment layouts) on the host, against the CPU's kernels.
   build-cuda/engine/decode_host_test | tail -1
   build-cuda/engine/dot_host_test | tail -1
-  build-cuda/engine/hyper_cluster_layout_test | tail -1
 fi
 
 step "Engine: Windows cross-compile (MinGW-w64) and a run under wine"

@@ -1,7 +1,6 @@
 // µs per call of the small decode ops at the full model's shapes (H 2560, 4 streams, r 320, 512 experts top-10) for
 // T = 1, 2, 8: hyper_read, route_topk, rms_norm, hyper_inject, each the current kernel and the one it replaced
-// (t1_variants.h); hyper_read also with its second kernel as a programmatic dependent launch and as the one-kernel
-// cluster path (STRATA_CUDA_HR_CLUSTER, T ≤ 4). Also checks that the
+// (t1_variants.h); hyper_read also with its second kernel as a programmatic dependent launch. Also checks that the
 // two agree and that the current one repeats bit for bit. Writes JSON.
 // usage: t1_ops OUT.json [ITERS]
 #include <algorithm>
@@ -209,12 +208,6 @@ void bench_hyper_read(GgmlType down_t, GgmlType up_t, bool with_inj) {
             set(-1);
         };
         if (T == 1 && !is_plain) switch_ab("one-pass", cuda::hyper_read_set_one_pass);   // kernel 1's prologue
-        // the one-kernel cluster path (hyper_read_cluster.cuh) against the two kernels
-        if (T <= 4 && !is_plain)
-            switch_ab("cluster", [](int on) {
-                if (on > 0) setenv("STRATA_CUDA_HR_CLUSTER", "1", 1);
-                else unsetenv("STRATA_CUDA_HR_CLUSTER");
-            });
         CK(cudaFree(X));
         CK(cudaFree(u));
         CK(cudaFree(inj));
@@ -288,7 +281,11 @@ void bench_hyper_inject() {
         // X accumulates: restored before each compared call (the timed calls let it grow, which costs nothing).
         bench("hyper_inject", "n=4 H=2560", T, 1e-6, [&] { cuda::hyper_inject_v1(stream, X, inj, y, T, kN, kH); },
               [&] { cuda::hyper_inject(stream, X, inj, y, T, kN, kH); }, [&] { return download(X, nX); },
-              [&] { CK(cudaMemcpy(X, x0.data(), nX * sizeof(float), cudaMemcpyHostToDevice)); });
+              [&] {   // on the timed stream: a pageable cudaMemcpy may return before its copy lands, and the
+                      // legacy stream does not order it before this non-blocking stream's next kernel
+                  CK(cudaMemcpyAsync(X, x0.data(), nX * sizeof(float), cudaMemcpyHostToDevice, stream));
+                  CK(cudaStreamSynchronize(stream));
+              });
         CK(cudaFree(X));
         CK(cudaFree(inj));
         CK(cudaFree(y));

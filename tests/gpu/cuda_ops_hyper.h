@@ -1,6 +1,6 @@
 // cuda_ops_test's hyper-connection groups: hyper_read and hyper_inject_read against the CPU composition (the two
-// kernels, the older three, the composed path), a verify window's bits against one-token calls, and the opt-in
-// one-kernel cluster path (hyper_read_cluster.cuh). Included by cuda_ops_test.cpp only (after cuda_ops_harness.h).
+// kernels, the older three, the composed path) and a verify window's bits against one-token calls. Included by
+// cuda_ops_test.cpp only (after cuda_ops_harness.h).
 #pragma once
 #include <array>
 #include <deque>
@@ -154,55 +154,6 @@ inline void test_hyper_window_bits() {
                                      ggml_type_name(c.down) + "/" + ggml_type_name(c.up) + " H=" + std::to_string(c.H);
             const char* outs[3] = {" u", " inj", " X"};
             for (int o = 0; o < 3; ++o) report_same_bits(name + outs[o], window[o], one[o]);
-        }
-    }
-}
-
-// The one-kernel hyper read on a thread-block cluster (STRATA_CUDA_HR_CLUSTER=1, set by the caller): the published
-// shape (H 2560, r 320: clusters of 16 with Q8_0 activation blocks, of 16 or 8 with Q8_K ones) and the test shape (H
-// 2048) take it at T = 1 and 4, hyper_read and hyper_inject_read alike, and agree with the CPU composition; the u's
-// Q8_0 form it also writes equals quantize_act's.
-inline void test_hyper_cluster_path() {
-    const std::vector<HyperCase> cases = {
-        {2560, 320, GgmlType::Q2_0, GgmlType::Q2_0},   {2560, 320, GgmlType::IQ2_XS, GgmlType::IQ4_NL},
-        {2560, 320, GgmlType::Q2_K, GgmlType::Q4_0},   {2048, 320, GgmlType::Q2_0, GgmlType::Q2_0},
-    };
-    const int n = 4;
-    for (const HyperCase& c : cases) {
-        const int nH = n * c.H;
-        const HyperWeights w = make_hyper_weights(c, n);
-        for (int T : {1, 4})
-            for (bool inject : {false, true}) {
-                const std::string name = std::string(inject ? "hyper_inject_read" : "hyper_read") + " cluster " +
-                                         ggml_type_name(c.down) + "/" + ggml_type_name(c.up) + " H=" +
-                                         std::to_string(c.H) + " T=" + std::to_string(T) + mode;
-                const int64_t before = CudaBackend::cluster_hyper_reads();
-                // p: X, inj_prev, y, u, inj
-                compare(name,
-                        {randn((size_t)T * nH), randn((size_t)T * n, 0.5f), randn((size_t)T * c.H),
-                         std::vector<float>((size_t)T * c.H), std::vector<float>((size_t)T * n)},
-                        {0, 3, 4},
-                        [&](Backend& b, auto& p) {
-                            if (inject) b.hyper_inject_read(p[0], p[1], p[2], w, T, n, c.H, 1e-6f, p[3], p[4]);
-                            else b.hyper_read(w, p[0], T, n, c.H, 1e-6f, p[3], p[4]);
-                        },
-                        2e-2);
-                report(name + " path", {(float)(CudaBackend::cluster_hyper_reads() - before)}, {1.0f}, 0.0);
-            }
-        // u's Q8_0 form, which the cluster kernel writes and the backend keeps for the next matmul of u: that matmul
-        // (a Q2_0 one, Q8_0 activations) gives the bits of the same matmul of a copy of u, quantized afresh.
-        const Weight& next = make_weight(GgmlType::Q2_0, c.H, 64, 1, "hc_next");
-        for (int T : {1, 4}) {
-            Dev dX(randn((size_t)T * nH)), du((size_t)T * c.H), dinj((size_t)T * n), kept((size_t)T * 64),
-                fresh((size_t)T * 64);
-            gpu->hyper_read(w, dX, T, n, c.H, 1e-6f, du, dinj);
-            gpu->matmul(next, du, T, kept);
-            Dev ucopy(du.get());
-            gpu->matmul(next, ucopy, T, fresh);
-            report_same_bits(std::string("hyper_read cluster u q8 ") + ggml_type_name(c.down) + "/" +
-                                 ggml_type_name(c.up) + " H=" + std::to_string(c.H) + " T=" + std::to_string(T) +
-                                 mode,
-                             kept.get(), fresh.get());
         }
     }
 }

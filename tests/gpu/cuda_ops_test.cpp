@@ -681,22 +681,6 @@ int main(int argc, char** argv) {
         group("kv_q8_contiguous", [] { test_kv_formats(KvType::q8); });
         unsetenv("STRATA_CUDA_KV_CONTIGUOUS");
         mode = "";
-        // The same checks on the one-kernel cluster path (opt-in until measured: hyper_read_cluster.cuh).
-        setenv("STRATA_CUDA_HR_CLUSTER", "1", 1);
-        mode = " cluster";
-        group("hyper_cluster_path", test_hyper_cluster_path);
-        for (const char* stage : {"1", "0"}) {   // the rows read from global memory instead (smaller shared memory)
-            setenv("STRATA_CUDA_HR_CLUSTER_STAGE", stage, 1);
-            mode = std::string(" cluster stage ") + stage;
-            group("hyper_cluster_path_unstaged", test_hyper_cluster_path);
-        }
-        unsetenv("STRATA_CUDA_HR_CLUSTER_STAGE");
-        mode = " cluster";
-        group("hyper_read_cluster", test_hyper_read);
-        group("hyper_inject_read_cluster", test_hyper_inject_read);
-        group("hyper_window_bits_cluster", test_hyper_window_bits);
-        unsetenv("STRATA_CUDA_HR_CLUSTER");
-        mode = "";
         unfused_gpu.reset();
         weights.clear();
     } catch (const std::exception& e) {

@@ -85,7 +85,6 @@ public:
                            float eps, float* u, float* inj) override;
     static int64_t fused_hyper_reads();   // hyper_read calls (all CUDA backends) that took the three-kernel path
     static int64_t folded_injections();   // hyper_inject_read calls (all CUDA backends) that folded the injection
-    static int64_t cluster_hyper_reads(); // hyper reads on the one-kernel cluster path (STRATA_CUDA_HR_CLUSTER)
     static int64_t q6k_t1_matmuls();      // Q6_K one-row matmuls (the head) that took their staged kernel
     static int64_t t1_staged_matmuls();   // one-row matmuls of many rows that took matmul_q8_staged_kernel
     // Prompt-sized matmuls on the tensor-core kernels (kernels/matmul_mmq.cuh): on (1; 2: without super-block integer

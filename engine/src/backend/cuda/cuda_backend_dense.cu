@@ -156,8 +156,8 @@ void CudaBackend::hyper_read(const HyperWeights& w, const float* X, int T, int n
     }
     Impl::Buf scratch(*impl_, cuda::hyper_read_scratch_bytes(a, T));
     Impl& im = *impl_;
-    const cuda::ActQ8 q8 = im.u_q8_buffers(T, H);
-    im.done("hyper_read", im.adopt_act(u, T, H, 32, q8, cuda::hyper_read(im.stream, a, X, T, scratch.p, u, inj, q8)));
+    cuda::hyper_read(im.stream, a, X, T, scratch.p, u, inj);
+    im.done("hyper_read");
 }
 
 void CudaBackend::hyper_inject_read(float* X, const float* inj_prev, const float* y, const HyperWeights& w, int T,
@@ -170,14 +170,12 @@ void CudaBackend::hyper_inject_read(float* X, const float* inj_prev, const float
     }
     Impl::Buf scratch(*impl_, cuda::hyper_read_scratch_bytes(a, T));
     Impl& im = *impl_;
-    const cuda::ActQ8 q8 = im.u_q8_buffers(T, H);
-    const bool quantized = cuda::hyper_inject_read(im.stream, a, X, inj_prev, y, T, scratch.p, u, inj, q8);
-    im.done("hyper_inject_read", im.adopt_act(u, T, H, 32, q8, quantized));
+    cuda::hyper_inject_read(im.stream, a, X, inj_prev, y, T, scratch.p, u, inj);
+    im.done("hyper_inject_read");
 }
 
 int64_t CudaBackend::folded_injections() { return cuda::hyper_inject_read_folded_calls(); }
 int64_t CudaBackend::fused_hyper_reads() { return cuda::hyper_read_fused_calls(); }
-int64_t CudaBackend::cluster_hyper_reads() { return cuda::hyper_read_cluster_calls(); }
 int64_t CudaBackend::q6k_t1_matmuls() { return cuda::matmul_q6k_t1_calls(); }
 int64_t CudaBackend::t1_staged_matmuls() { return cuda::matmul_t1_staged_calls(); }
 void CudaBackend::set_prompt_mmq(int mode) { cuda::tiled_set_mmq(mode); }

@@ -227,12 +227,13 @@ struct CudaBackend::Impl {
     const bool moe_fq = env_switch("STRATA_CUDA_MOE_FQ", true);
 
     // The input of the decode MoE kernels (cuda::moe_decode / moe_shexp_decode): null, so that the gate/up kernel's
-    // blocks quantize their row of x themselves (the same bits, one launch fewer; Q2_0 then dots in its permuted
-    // order), also when x's quantization is cached (only the cluster hyper read leaves the MoE input's form cached:
-    // STRATA_CUDA_HR_CLUSTER must not change the MoE kernels an A/B of it compares); else quantized(x).
+    // blocks quantize their row of x themselves (the same bits, one launch fewer), unless x's quantization is
+    // already cached; else quantized(x).
     cuda::ActQ8 moe_act(const float* x, int rows, int n, int blk) {
+        const ActCache& c = act_cache;
+        const bool cached = c.q && c.epoch == act_epoch && c.x == x && c.rows == rows && c.n == n && c.blk == blk;
         const size_t smem = (size_t)n + (size_t)(n / blk) * 8;   // the int8 values, scales and Σs (moe_decode)
-        if (moe_fq && n % blk == 0 && smem <= 40 * 1024) return cuda::ActQ8{};
+        if (moe_fq && !cached && n % blk == 0 && smem <= 40 * 1024) return cuda::ActQ8{};
         return quantized(x, rows, n, blk);
     }
 
@@ -278,26 +279,6 @@ struct CudaBackend::Impl {
         matmul_rows(g, x, act_rows, P, h);
         matmul_rows(u, x, act_rows, P, up.as<float>());
         cuda::swiglu(stream, h, up.as<float>(), (size_t)P * g.rows, h);
-    }
-
-    // Buffers for u's Q8_0 form from the hyper read (only while its cluster path is asked for: the path that writes
-    // them), else none.
-    cuda::ActQ8 u_q8_buffers(int rows, int n) {
-        if (!cuda::hyper_read_cluster_requested() || n % 32) return {};
-        return cuda::ActQ8{static_cast<int8_t*>(scratch->get((size_t)rows * n)),
-                           static_cast<float*>(scratch->get((size_t)rows * (n / 32) * sizeof(float)))};
-    }
-    // After an op that wrote x's quantized form (blocks of blk) into q (written true): that form is act_cache now, for
-    // the matmuls that read x next (the op then calls done(op, true)); else q's buffers go back. Returns written.
-    bool adopt_act(const float* x, int rows, int n, int blk, cuda::ActQ8 q, bool written) {
-        if (!written) {
-            scratch->put(q.q);
-            scratch->put(q.d);
-            return false;
-        }
-        drop_act_cache();
-        act_cache = ActCache{x, rows, n, blk, act_epoch, q.q, q.d};
-        return true;
     }
 
     // Marks the cached input stale when [y, y + n) overlaps it.

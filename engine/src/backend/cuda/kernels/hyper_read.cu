@@ -5,19 +5,13 @@
 // one-token call's bits. Partial sums are added in a fixed order (no atomics): results are the same run to run.
 // hyper_inject_read folds the previous sub-block's injection X += inj ⊗ y into kernel 1's reads of X (kernel 2 writes
 // the new X back).
-#include <cooperative_groups.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <tuple>
 #include <type_traits>
 
-#include "backend/cuda/kernels/hyper_read_cluster_layout.h"
 #include "backend/cuda/kernels/hyper_read_common.cuh"
 #include "backend/cuda/kernels/hyper_read_v1.cuh"
 #include "backend/cuda/kernels/kernels.h"
@@ -400,8 +394,6 @@ hr_mix_kernel(const float* __restrict__ part, int chunks, int R, int r, int n, i
     }
 }
 
-#include "backend/cuda/kernels/hyper_read_cluster.cuh"
-
 // Which path: the two kernels above (default) or the older three (STRATA_CUDA_HYPER_READ=v1).
 bool use_v1() {
     static const bool v1 = [] {
@@ -605,36 +597,27 @@ void run_two_kernels(cudaStream_t s, const HyperReadArgs& a, const float* X, int
 }  // namespace
 
 
-bool hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj,
-                ActQ8 u_q8) {
+void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj) {
     if (!two_kernel_path(X, T)) {
         hyper_read_v1(s, a, X, T, scratch, u, inj);
-        return false;
+        return;
     }
-    bool quantized = false;
-    if (run_cluster(s, a, X, T, u, inj, PendingInject{}, nullptr, u_q8, &quantized)) return quantized;
     run_two_kernels(s, a, X, T, scratch, u, inj, PendingInject{}, nullptr);
-    return false;
 }
 
-bool hyper_read_cluster_requested() { return cluster_request() != 0; }
-
-bool hyper_inject_read(cudaStream_t s, const HyperReadArgs& a, float* X, const float* inj_prev, const float* y, int T,
-                       void* scratch, float* u, float* inj, ActQ8 u_q8) {
+void hyper_inject_read(cudaStream_t s, const HyperReadArgs& a, float* X, const float* inj_prev, const float* y, int T,
+                       void* scratch, float* u, float* inj) {
     const bool fold = two_kernel_path(X, T) && a.H % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
                       inject_fold_on();
     if (!fold) {
         hyper_inject(s, X, inj_prev, y, T, a.n, a.H);
-        return hyper_read(s, a, X, T, scratch, u, inj, u_q8);
+        hyper_read(s, a, X, T, scratch, u, inj);
+        return;
     }
-    bool quantized = false;
-    if (!run_cluster(s, a, X, T, u, inj, PendingInject{inj_prev, y, nullptr}, X, u_q8, &quantized))
-        run_two_kernels(s, a, X, T, scratch, u, inj, PendingInject{inj_prev, y, nullptr}, X);
+    run_two_kernels(s, a, X, T, scratch, u, inj, PendingInject{inj_prev, y, nullptr}, X);
     g_folded.fetch_add(1, std::memory_order_relaxed);
-    return quantized;
 }
 
 int64_t hyper_inject_read_folded_calls() { return g_folded.load(); }
-int64_t hyper_read_cluster_calls() { return g_cluster.load(); }
 
 }  // namespace strata::cuda

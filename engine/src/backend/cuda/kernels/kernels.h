@@ -116,21 +116,15 @@ struct HyperReadArgs {
 };
 bool hyper_read_supported(const HyperReadArgs& a, int T);
 size_t hyper_read_scratch_bytes(const HyperReadArgs& a, int T);
-// u_q8 (q [T, H] and d [T, H / 32] set): where the path can (the cluster path, STRATA_CUDA_HR_CLUSTER), u's Q8_0 form
-// as quantize_act makes it, bit for bit, is written there too; returns whether it was.
-bool hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj,
-                ActQ8 u_q8 = {});
-bool hyper_read_cluster_requested();   // STRATA_CUDA_HR_CLUSTER asks for the cluster path (read at every call)
+void hyper_read(cudaStream_t s, const HyperReadArgs& a, const float* X, int T, void* scratch, float* u, float* inj);
 // hyper_inject(X, inj_prev, y) then hyper_read of the new X: on the two-kernel path (T ≤ 4, X and y 16-byte aligned,
 // H % 4 == 0) the injection is folded into the read's first kernel (no launch of its own); else the two ops.
 // inj_prev may be inj. Scratch: hyper_read_scratch_bytes.
-bool hyper_inject_read(cudaStream_t s, const HyperReadArgs& a, float* X, const float* inj_prev, const float* y, int T,
-                       void* scratch, float* u, float* inj, ActQ8 u_q8 = {});
+void hyper_inject_read(cudaStream_t s, const HyperReadArgs& a, float* X, const float* inj_prev, const float* y, int T,
+                       void* scratch, float* u, float* inj);
 int64_t hyper_inject_read_folded_calls();   // hyper_inject_read calls that folded the injection, since start
 void hyper_read_upload_tables();    // once per process (this file's copies of the i-quant tables)
 int64_t hyper_read_fused_calls();   // calls that took the fused path, since start
-int64_t hyper_read_cluster_calls(); // hyper_read / hyper_inject_read calls that took the cluster kernel
-                                    // (STRATA_CUDA_HR_CLUSTER, hyper_read_cluster.cuh), since start
 
 // ---- causal_conv.cu ---- w [C, K] as f32; tmp: (K−1)·dil·C floats of scratch for the history update.
 void causal_conv(cudaStream_t s, const float* x, int T, int C, const float* w, int K, int dil, float* hist, float* tmp,
