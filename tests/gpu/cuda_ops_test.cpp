@@ -673,14 +673,6 @@ int main(int argc, char** argv) {
         group("attention_cells", test_attention_cells);
         group("kv_f16", [] { test_kv_formats(KvType::f16); });
         group("kv_q8", [] { test_kv_formats(KvType::q8); });
-        // The opt-in paths not yet measured come last, so that a fault in one of them cannot hide the checks above.
-        // f16 / q8 lanes reading consecutive columns (opt-in until measured: attention.cu's Contiguous)
-        setenv("STRATA_CUDA_KV_CONTIGUOUS", "1", 1);
-        mode = " contiguous";
-        group("kv_f16_contiguous", [] { test_kv_formats(KvType::f16); });
-        group("kv_q8_contiguous", [] { test_kv_formats(KvType::q8); });
-        unsetenv("STRATA_CUDA_KV_CONTIGUOUS");
-        mode = "";
         unfused_gpu.reset();
         weights.clear();
     } catch (const std::exception& e) {

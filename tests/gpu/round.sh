@@ -27,7 +27,7 @@
 #   kernelsab  tests/gpu/kernel_times.py (Nsight, 6 passes) of $PREBUILT/engine/strata_base, then of the head build with
 #              each kernel's change against the base's
 #   kernelsenv tests/gpu/kernel_times.py (Nsight, 6 passes) of the head build as it is, then with the environment
-#              AB_ENV (e.g. AB_ENV="STRATA_CUDA_KV_CONTIGUOUS=1"), each kernel's change against the first
+#              AB_ENV (e.g. AB_ENV="STRATA_CUDA_PDL=0"), each kernel's change against the first
 #   winmem     compute-sanitizer memcheck of cuda_ops_test's window_bits groups (the kernels of verify windows)
 #   kv         cuda_ops_test --only kv_f16 / kv_q8, tiny-model parity with STRATA_KV=f16 and q8 (both backends' KV
 #              in that format), expert-cache parity with q8

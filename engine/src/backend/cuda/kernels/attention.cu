@@ -37,11 +37,11 @@ struct Partials {
 };
 
 // A key or value cache in one of the formats of backend/kv_format.h, read as f32 (--kv f32, f16, q8). A lane holds E
-// of a head's hd ≤ 32·E columns: kv_col(lane, e, hd) says which, lane + 32·e by default. Contiguous<KvF16 / KvQ8>
-// (STRATA_CUDA_KV_CONTIGUOUS=1, opt-in until measured) takes E consecutive columns a lane where hd = 32·E, so that
-// load reads a lane's row piece as 4-byte words (q8 at hd 256: 8 values and one scale in 3 loads instead of 16): a
-// different order of the q·k sums, within float rounding. kv_row: x[e] = element col0 + kv_col(lane, e, hd) of a
-// row, 0 past hd.
+// of a head's hd ≤ 32·E columns: kv_col(lane, e, hd) says which. f32 lanes take lane + 32·e (coalesced floats); f16
+// and q8 lanes take E consecutive columns where hd = 32·E, so that load reads a lane's row piece as 4-byte words (q8
+// at hd 256: 8 values and one scale in 3 loads instead of 16; 2026-12-05 r116 on an H100, 32K context: decode 171.9 /
+// 174.5 -> 200.6 / 199.2 tok/s, the 32K prompt 945 / 1,028 -> 1,540 tok/s). kv_row: x[e] = element col0 +
+// kv_col(lane, e, hd) of a row, 0 past hd.
 struct KvF32 {
     const float* p;
     size_t row;   // floats a row
@@ -51,8 +51,7 @@ struct KvF32 {
 struct KvF16 {
     const __half* p;
     size_t row;   // fp16 values a row (even: rows stay 4-byte aligned)
-    template <int E> static constexpr bool kContiguous = false;
-    template <int E> static constexpr bool kCanContiguous = E % 2 == 0;   // half2 loads
+    template <int E> static constexpr bool kContiguous = E % 2 == 0;   // half2 loads
     __device__ __forceinline__ float at(size_t cell, int col) const { return __half2float(p[cell * row + col]); }
     template <int E>
     __device__ __forceinline__ void load(size_t cell, int c, float (&x)[E]) const {   // c: the lane's first column
@@ -69,8 +68,7 @@ struct KvQ8 {
     const uint8_t* p;
     size_t row_bytes;   // the row stride (padded to 4 bytes)
     int width;          // values a row: its fp16 scales follow them
-    template <int E> static constexpr bool kContiguous = false;
-    template <int E> static constexpr bool kCanContiguous = E % 4 == 0 && kKvQ8Group % E == 0;   // words, one scale
+    template <int E> static constexpr bool kContiguous = E % 4 == 0 && kKvQ8Group % E == 0;   // words, one scale
     __device__ __forceinline__ float at(size_t cell, int col) const {
         const uint8_t* r = p + cell * row_bytes;
         return (float)(int8_t)r[col] * __half2float(reinterpret_cast<const __half*>(r + width)[col / kKvQ8Group]);
@@ -87,12 +85,6 @@ struct KvQ8 {
             for (int b = 0; b < 4; ++b) x[4 * i + b] = (float)(int8_t)(v >> (8 * b)) * d;
         }
     }
-};
-
-// A KV format read with E consecutive columns a lane where it can (see above).
-template <class KV>
-struct Contiguous : KV {
-    template <int E> static constexpr bool kContiguous = KV::template kCanContiguous<E>;
 };
 
 // Column of a head that lane's e-th value is (see the KV structs above).
@@ -410,19 +402,12 @@ void attention(cudaStream_t s, const float* q, const float* K, const float* V, i
         else launch<8>(s, q, k, v, T, nh, nkv, hd, off, cells, n0, chunks, g, o);
     };
     const size_t width = (size_t)nkv * hd;
-    // STRATA_CUDA_KV_CONTIGUOUS=1: f16 / q8 lanes read consecutive columns (Contiguous above). Read at every call.
-    const char* contiguous_env = std::getenv("STRATA_CUDA_KV_CONTIGUOUS");
-    const bool contiguous = contiguous_env && std::string(contiguous_env) == "1";
     if (kv == KvType::f16) {
-        const KvF16 k{reinterpret_cast<const __half*>(K), width}, v{reinterpret_cast<const __half*>(V), width};
-        if (contiguous) run(Contiguous<KvF16>{k}, Contiguous<KvF16>{v});
-        else run(k, v);
+        run(KvF16{reinterpret_cast<const __half*>(K), width}, KvF16{reinterpret_cast<const __half*>(V), width});
     } else if (kv == KvType::q8) {
         const size_t row_bytes = 4 * kv_row_floats(KvType::q8, width);
-        const KvQ8 k{reinterpret_cast<const uint8_t*>(K), row_bytes, (int)width},
-            v{reinterpret_cast<const uint8_t*>(V), row_bytes, (int)width};
-        if (contiguous) run(Contiguous<KvQ8>{k}, Contiguous<KvQ8>{v});
-        else run(k, v);
+        run(KvQ8{reinterpret_cast<const uint8_t*>(K), row_bytes, (int)width},
+            KvQ8{reinterpret_cast<const uint8_t*>(V), row_bytes, (int)width});
     } else {
         run(KvF32{K, width}, KvF32{V, width});
     }
