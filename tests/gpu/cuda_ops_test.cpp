@@ -408,6 +408,57 @@ void test_small_ops() {
     compare("fill", {randn(100)}, {0}, [&](Backend& b, auto& p) { b.fill(p[0] + 3, 2.5f, 90); }, 0.0);
 }
 
+// QSA's heads in one launch (qsa_heads.cu) against the CPU's deinterleave, rms_norm and rope, and the same bits as
+// the CUDA backend issuing those ops one by one (Backend::qsa_heads); the output gate likewise. The model's head sizes
+// (queries and keys 256, indexer queries 128), partial and whole rotation, with and without the indexer.
+void test_qsa_heads() {
+    const int nh = 6, nkv = 2, hd = 256, ni = 4, di = 128;
+    auto norm = [&](int n, const char* name) {
+        std::vector<float> w = randn(n, 0.3f);
+        for (float& v : w) v += 1.0f;
+        return &make_f32_vector(w, name);
+    };
+    const Weight *qn = norm(hd, "q_norm"), *kn = norm(hd, "k_norm"), *in = norm(di, "idx_q_norm");
+    for (int T : {1, 3, 40})
+        for (int n_rot : {64, 128})
+            for (bool indexer : {true, false}) {
+                std::vector<int32_t> pos(T);
+                for (int t = 0; t < T; ++t) pos[t] = 3 + 7 * t + (t % 2) * 1000;
+                const std::string name = "qsa_heads T=" + std::to_string(T) + " rot=" + std::to_string(n_rot) +
+                                         (indexer ? "" : " no indexer");
+                // p: qg, q, gate, k, qi, pos
+                const std::vector<std::vector<float>> in_v = {
+                    randn((size_t)T * nh * 2 * hd), std::vector<float>((size_t)T * nh * hd),
+                    std::vector<float>((size_t)T * nh * hd), randn((size_t)T * nkv * hd), randn((size_t)T * ni * di),
+                    int_bits(pos)};
+                auto op = [&](Backend& b, auto& p) {
+                    b.qsa_heads(p[0], p[1], p[2], p[3], p[4], *qn, *kn, indexer ? in : nullptr, T, nh, nkv, hd, ni, di,
+                                1e-6f, n_rot, 1e6f, as_ints(p[5]));
+                };
+                const int64_t before = CudaBackend::fused_qsa_heads();
+                compare(name, in_v, {1, 2, 3, 4}, op, 1e-5);
+                report(name + " one launch", {(float)(CudaBackend::fused_qsa_heads() - before)}, {1.0f}, 0.0);
+                std::deque<Dev> fused, ops;
+                for (const auto& v : in_v) fused.emplace_back(v), ops.emplace_back(v);
+                gpu->qsa_heads(fused[0], fused[1], fused[2], fused[3], fused[4], *qn, *kn, indexer ? in : nullptr, T,
+                               nh, nkv, hd, ni, di, 1e-6f, n_rot, 1e6f, as_ints(fused[5]));
+                gpu->Backend::qsa_heads(ops[0], ops[1], ops[2], ops[3], ops[4], *qn, *kn, indexer ? in : nullptr, T,
+                                        nh, nkv, hd, ni, di, 1e-6f, n_rot, 1e6f, as_ints(ops[5]));
+                const char* outs[4] = {" q", " gate", " k", " qi"};
+                for (int o = 1; o <= 4; ++o)
+                    report_same_bits(name + " == the ops" + outs[o - 1], fused[o].get(), ops[o].get());
+            }
+    for (size_t n : {(size_t)1536, (size_t)40 * 1536 + 3}) {
+        const std::vector<float> o = randn(n), g = randn(n, 3.0f);
+        compare("sigmoid_gate n=" + std::to_string(n), {o, g}, {0},
+                [&](Backend& b, auto& p) { b.sigmoid_gate(p[0], p[1], n); }, 1e-6);
+        Dev fo(o), fg(g), uo(o), ug(g);
+        gpu->sigmoid_gate(fo, fg, n);
+        gpu->Backend::sigmoid_gate(uo, ug, n);
+        report_same_bits("sigmoid_gate n=" + std::to_string(n) + " == unary, mul", fo.get(), uo.get());
+    }
+}
+
 void test_conv_gdn_rope_attention() {
     for (int dil : {1, 3})
         for (int T : {1, 5}) {
@@ -665,6 +716,7 @@ int main(int argc, char** argv) {
         group("gdn_conv_fold", test_gdn_conv_fold);
         group("gdn_kept_projections", test_gdn_kept_projections);
         group("conv_gdn_rope_attention", test_conv_gdn_rope_attention);
+        group("qsa_heads", test_qsa_heads);
         group("act_reuse", test_act_reuse);
         group("fused_quant_bits", test_fused_quant_bits);
         group("matmul_window_bits", test_matmul_window_bits);

@@ -169,6 +169,17 @@ public:
     // the t section is never read). With the three rows equal it computes rope's values bit for bit.
     virtual void rope_multi(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos3, int sec_h,
                             int sec_w) = 0;
+    // QSA's heads before attention, at text positions (MODEL.md §8): per head of qg [T, nh·2·hd] ([hd query | hd
+    // gate]) the query goes to q [T, nh·hd] and the gate to gate [T, nh·hd]; then q, k [T, nkv·hd] and, with qi_norm
+    // not null, the indexer's queries qi [T, ni·di] (both in place) are RMS-normed per head (weights q_norm, k_norm,
+    // qi_norm) and rotated (rope, pos in the backend's memory). The default (model/block_qsa.cpp) issues deinterleave,
+    // rms_norm and rope in that order; a GPU backend may fuse them, with the same values.
+    virtual void qsa_heads(const float* qg, float* q, float* gate, float* k, float* qi, const Weight& q_norm,
+                           const Weight& k_norm, const Weight* qi_norm, int T, int nh, int nkv, int hd, int ni, int di,
+                           float eps, int n_rot, float theta, const int32_t* pos);
+    // o ⊙= σ(gate) over n values (QSA's output gate); gate is scratch and may be overwritten. The default issues
+    // unary(sigmoid) into gate, then mul.
+    virtual void sigmoid_gate(float* o, float* gate, size_t n);
     // dst[pos[t]·width …] = src[t·width …] for t < T: rows written at positions held in the backend's memory (the
     // KV cache append of a pass whose position is not baked into its graph). src [T, width].
     virtual void scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) = 0;

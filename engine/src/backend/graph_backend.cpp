@@ -19,7 +19,7 @@ enum Op : int {
     kSliceCols, kConcatCols, kDeinterleave, kMeanRows, kRepeatStreams, kPleGate, kHyperMix, kHyperInject,
     kHyperRead, kCausalConv, kGdnRecurrent, kGdnBlock, kRope, kScatterRows, kPoolKeyBlocks, kAttentionCells,
     kRouteTopk, kMoeExperts, kSharedExpert, kRopeMulti, kMoeWithShared, kArgmaxRows, kHyperInjectRead,
-    kSelectCells, kIndexerScores, kWriteKv,
+    kSelectCells, kIndexerScores, kWriteKv, kQsaHeads, kSigmoidGate,
 };
 // Executable graphs kept (least recently used dropped first). The expert-cache path splits a pass into ~49 runs per
 // window size, and speculation adds windows of 2 … 4 tokens and the MTP head's passes: a few hundred in use.
@@ -430,6 +430,22 @@ void GraphBackend::scatter_rows(float* dst, const float* src, int T, int width, 
 void GraphBackend::write_kv(float* cache, const float* src, int T, int width, const int32_t* pos) {
     record(kWriteKv, [=, this] { inner_->write_kv(cache, src, T, width, pos); }, (const void*)cache, (const void*)src, T,
            width, (const void*)pos);
+}
+
+void GraphBackend::qsa_heads(const float* qg, float* q, float* gate, float* k, float* qi, const Weight& q_norm,
+                             const Weight& k_norm, const Weight* qi_norm, int T, int nh, int nkv, int hd, int ni, int di,
+                             float eps, int n_rot, float theta, const int32_t* pos) {
+    record(kQsaHeads,
+           [=, this, &q_norm, &k_norm] {
+               inner_->qsa_heads(qg, q, gate, k, qi, q_norm, k_norm, qi_norm, T, nh, nkv, hd, ni, di, eps, n_rot, theta,
+                                 pos);
+           },
+           (const void*)qg, (const void*)q, (const void*)gate, (const void*)k, (const void*)qi, q_norm, k_norm,
+           (const void*)qi_norm, T, nh, nkv, hd, ni, di, eps, n_rot, theta, (const void*)pos);
+}
+
+void GraphBackend::sigmoid_gate(float* o, float* gate, size_t n) {
+    record(kSigmoidGate, [=, this] { inner_->sigmoid_gate(o, gate, n); }, (const void*)o, (const void*)gate, n);
 }
 
 void GraphBackend::pool_key_blocks(const float* kraw, float* kblock, const int32_t* pos, int T, int cr, int di,

@@ -92,6 +92,10 @@ public:
     void gdn_block(const GdnWeights& w, const GdnShape& s, const float* u, int T, float* conv_hist, float* S,
                    float* y, GdnProjections keep = {}) override;
     void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) override;
+    void qsa_heads(const float* qg, float* q, float* gate, float* k, float* qi, const Weight& q_norm,
+                   const Weight& k_norm, const Weight* qi_norm, int T, int nh, int nkv, int hd, int ni, int di, float eps,
+                   int n_rot, float theta, const int32_t* pos) override;
+    void sigmoid_gate(float* o, float* gate, size_t n) override;
     void rope_multi(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos3, int sec_h,
                     int sec_w) override;
     void scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) override;

@@ -33,11 +33,20 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
         if (mrope) be.rope_multi(x, T, heads, dim, hp.n_rot, hp.rope_theta, mrope->pos3, mrope->sec_h, mrope->sec_w);
         else be.rope(x, T, heads, dim, hp.n_rot, hp.rope_theta, pos);
     };
-    be.deinterleave(qg, T, nh, hd, hd, q, gate);              // per head: [hd query | hd gate]
-    be.rms_norm(q, &w.q_norm, T, nh * hd, hd, hp.rms_eps, q);
-    rope(q, nh, hd);
-    be.rms_norm(k_new, &w.k_norm, T, kvw, hd, hp.rms_eps, k_new);
-    rope(k_new, nkv, hd);
+    if (mrope) {
+        be.deinterleave(qg, T, nh, hd, hd, q, gate);              // per head: [hd query | hd gate]
+        be.rms_norm(q, &w.q_norm, T, nh * hd, hd, hp.rms_eps, q);
+        rope(q, nh, hd);
+        be.rms_norm(k_new, &w.k_norm, T, kvw, hd, hp.rms_eps, k_new);
+        rope(k_new, nkv, hd);
+        if (cr > 0) {
+            be.rms_norm(qi, &w.idx_q_norm, T, ni * di, di, hp.rms_eps, qi);
+            rope(qi, ni, di);
+        }
+    } else {
+        be.qsa_heads(qg, q, gate, k_new, qi, w.q_norm, w.k_norm, cr > 0 ? &w.idx_q_norm : nullptr, T, nh, nkv, hd, ni,
+                     di, hp.rms_eps, hp.n_rot, hp.rope_theta, pos);
+    }
     be.write_kv(st.k_cache, k_new, T, kvw, pos);
     be.write_kv(st.v_cache, v_new, T, kvw, pos);
 
@@ -45,8 +54,6 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
     const int kb = cr > 0 ? hp.indexer_top_k / cr : 0;
     const bool select = cr > 0 && (P + T) / cr > kb;
     if (cr > 0) {
-        be.rms_norm(qi, &w.idx_q_norm, T, ni * di, di, hp.rms_eps, qi);
-        rope(qi, ni, di);
         // Raw indexer keys, then the pooled key of every block these tokens complete (mean, norm, RoPE at the
         // block's first position).
         be.scatter_rows(st.idx_kraw, ki, T, di, pos);
@@ -99,9 +106,27 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
         const int bound = (P + T + kCellBoundStep - 1) / kCellBoundStep * kCellBoundStep;
         be.attention_cells(q, st.k_cache, st.v_cache, T, nh, nkv, hd, upload_ints(be, d_off, off), nullptr, bound, o);
     }
-    be.unary(Unary::sigmoid, gate, (size_t)T * nh * hd, 1.0f, gate);
-    be.mul(o, gate, (size_t)T * nh * hd, o);
+    be.sigmoid_gate(o, gate, (size_t)T * nh * hd);
     be.matmul(w.out, o, T, y);
+}
+
+void Backend::qsa_heads(const float* qg, float* q, float* gate, float* k, float* qi, const Weight& q_norm,
+                        const Weight& k_norm, const Weight* qi_norm, int T, int nh, int nkv, int hd, int ni, int di,
+                        float eps, int n_rot, float theta, const int32_t* pos) {
+    deinterleave(qg, T, nh, hd, hd, q, gate);
+    rms_norm(q, &q_norm, T, nh * hd, hd, eps, q);
+    rope(q, T, nh, hd, n_rot, theta, pos);
+    rms_norm(k, &k_norm, T, nkv * hd, hd, eps, k);
+    rope(k, T, nkv, hd, n_rot, theta, pos);
+    if (qi_norm) {
+        rms_norm(qi, qi_norm, T, ni * di, di, eps, qi);
+        rope(qi, T, ni, di, n_rot, theta, pos);
+    }
+}
+
+void Backend::sigmoid_gate(float* o, float* gate, size_t n) {
+    unary(Unary::sigmoid, gate, n, 1.0f, gate);
+    mul(o, gate, n, o);
 }
 
 }  // namespace strata

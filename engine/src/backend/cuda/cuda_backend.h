@@ -112,6 +112,12 @@ public:
     void rope(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos) override;
     void rope_multi(float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos3, int sec_h,
                     int sec_w) override;
+    // One launch (kernels/qsa_heads.cu) where the shapes allow and STRATA_CUDA_QSA_HEADS is not 0; the ops otherwise.
+    void qsa_heads(const float* qg, float* q, float* gate, float* k, float* qi, const Weight& q_norm,
+                   const Weight& k_norm, const Weight* qi_norm, int T, int nh, int nkv, int hd, int ni, int di, float eps,
+                   int n_rot, float theta, const int32_t* pos) override;
+    void sigmoid_gate(float* o, float* gate, size_t n) override;
+    static int64_t fused_qsa_heads();   // qsa_heads calls (all CUDA backends) that took the one launch
     void scatter_rows(float* dst, const float* src, int T, int width, const int32_t* pos) override;
     void write_kv(float* cache, const float* src, int T, int width, const int32_t* pos) override;
     void pool_key_blocks(const float* kraw, float* kblock, const int32_t* pos, int T, int cr, int di,

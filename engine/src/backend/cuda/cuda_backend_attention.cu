@@ -1,8 +1,57 @@
-// CudaBackend's attention ops: KV row writes (scatter_rows), pooled indexer keys, attention over dense or listed
-// cells, indexer scores and cell selection.
+// CudaBackend's attention ops: the heads' norms and rotation (qsa_heads), KV row writes (scatter_rows), pooled
+// indexer keys, attention over dense or listed cells, indexer scores, cell selection and the output gate.
+#include <atomic>
+
 #include "backend/cuda/cuda_backend_impl.h"
+#include "common/env.h"
 
 namespace strata {
+
+namespace {
+std::atomic<int64_t> g_fused_qsa_heads{0};
+}  // namespace
+
+void CudaBackend::qsa_heads(const float* qg, float* q, float* gate, float* k, float* qi, const Weight& q_norm,
+                            const Weight& k_norm, const Weight* qi_norm, int T, int nh, int nkv, int hd, int ni, int di,
+                            float eps, int n_rot, float theta, const int32_t* pos) {
+    static const bool fused = env_switch("STRATA_CUDA_QSA_HEADS", true);
+    Impl::OpScope prof_op(*impl_, "qsa_heads");
+    auto heads = [&](const float* src, float* dst, const Weight* norm, int n, int d) {
+        cuda::QsaHeadsArgs::Heads h;
+        if (!norm) return h;
+        h.src = src;
+        h.dst = dst;
+        h.norm = impl_->dev_f32(*norm);
+        h.norm_len = (int)(norm->ne[0] * norm->n_rows());
+        h.n = n;
+        h.hd = d;
+        return h;
+    };
+    cuda::QsaHeadsArgs a;
+    a.q = heads(qg, q, &q_norm, nh, hd);
+    a.k = heads(k, k, &k_norm, nkv, hd);
+    a.qi = heads(qi, qi, qi_norm, ni, di);
+    a.gate = gate;
+    a.pos = pos;
+    a.T = T;
+    a.n_rot = n_rot;
+    a.eps = eps;
+    a.theta = theta;
+    if (fused && cuda::qsa_heads(impl_->stream, a)) {
+        g_fused_qsa_heads.fetch_add(1, std::memory_order_relaxed);
+        impl_->done("qsa_heads");
+        return;
+    }
+    Backend::qsa_heads(qg, q, gate, k, qi, q_norm, k_norm, qi_norm, T, nh, nkv, hd, ni, di, eps, n_rot, theta, pos);
+}
+
+int64_t CudaBackend::fused_qsa_heads() { return g_fused_qsa_heads.load(); }
+
+void CudaBackend::sigmoid_gate(float* o, float* gate, size_t n) {
+    Impl::OpScope prof_op(*impl_, "sigmoid_gate");
+    cuda::sigmoid_gate(impl_->stream, o, gate, n);
+    impl_->done("sigmoid_gate");
+}
 
 void CudaBackend::write_kv(float* cache, const float* src, int T, int width, const int32_t* pos) {
     if (kv_type() == KvType::f32) return scatter_rows(cache, src, T, width, pos);

@@ -1,4 +1,4 @@
-// The small data-movement and elementwise ops (fill, unary, mul, add, scale, add_row/mul_row, slice_cols,
+// The small data-movement and elementwise ops (fill, unary, mul, sigmoid_gate, add, scale, add_row/mul_row, slice_cols,
 // concat_cols, deinterleave, mean_rows, repeat_streams) and the two MoE helpers (swiglu, moe_combine): one thread per output
 // element, grid-stride loops; argmax_rows: a block a row, or for one long row (the logits) many blocks and the
 // last one to finish.
@@ -41,6 +41,10 @@ __global__ void unary_kernel(int f, const float* x, size_t n, float scale, float
 
 __global__ void mul_kernel(const float* a, const float* b, size_t n, float* y) {
     STRATA_GRID_LOOP(i, n) y[i] = a[i] * b[i];
+}
+
+__global__ void sigmoid_gate_kernel(float* o, const float* gate, size_t n) {
+    STRATA_GRID_LOOP(i, n) o[i] = o[i] * apply_unary((int)Unary::sigmoid, gate[i] * 1.0f);   // unary's, then mul's
 }
 
 __global__ void add_kernel(float* y, const float* x, size_t n) {
@@ -245,6 +249,12 @@ void unary(cudaStream_t s, Unary f, const float* x, size_t n, float scale, float
 void mul(cudaStream_t s, const float* a, const float* b, size_t n, float* y) {
     if (!n) return;
     mul_kernel<<<blocks(n), kThreads, 0, s>>>(a, b, n, y);
+    CUDA_CHECK_LAUNCH();
+}
+
+void sigmoid_gate(cudaStream_t s, float* o, const float* gate, size_t n) {
+    if (!n) return;
+    sigmoid_gate_kernel<<<blocks(n), kThreads, 0, s>>>(o, gate, n);
     CUDA_CHECK_LAUNCH();
 }
 

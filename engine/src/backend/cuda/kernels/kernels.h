@@ -177,6 +177,26 @@ void gdn_recurrent_gated(cudaStream_t s, const GdnGatedArgs& a, int T, float* S,
 
 // ---- rope.cu ---- positions pos[t] on the device, or pos0 + t when pos is null.
 void rope(cudaStream_t s, float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos, int pos0);
+
+// ---- qsa_heads.cu ---- Backend::qsa_heads in one launch, with the bits of deinterleave, rms_norm and rope; false
+// (nothing launched) where a head is not a whole number of 16-byte-aligned float4s, longer than 512 or its norm weight
+// not one head long: the caller issues the ops one by one.
+struct QsaHeadsArgs {
+    struct Heads {
+        const float* src = nullptr;   // queries: qg [T, n·2·hd]; keys, indexer queries: dst itself
+        float* dst = nullptr;         // [T, n·hd]
+        const float* norm = nullptr;  // norm_len values
+        int n = 0, hd = 0, norm_len = 0;
+    };
+    Heads q, k, qi;   // qi.n = 0: no indexer queries
+    float* gate = nullptr;   // [T, q.n·q.hd]
+    const int32_t* pos = nullptr;
+    int T = 0, n_rot = 0;
+    float eps = 0.0f, theta = 0.0f;
+};
+bool qsa_heads(cudaStream_t s, const QsaHeadsArgs& a);
+// o ⊙= σ(gate), the bits of unary(sigmoid) then mul (elementwise.cu).
+void sigmoid_gate(cudaStream_t s, float* o, const float* gate, size_t n);
 // Backend::rope_multi: rope's arithmetic with frequency j's position read from row A(j) of pos3 [3, T] (device).
 void rope_multi(cudaStream_t s, float* x, int T, int n_heads, int hd, int n_rot, float theta, const int32_t* pos3,
                 int sec_h, int sec_w);

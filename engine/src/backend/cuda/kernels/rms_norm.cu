@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/head_math.cuh"
 #include "backend/cuda/kernels/kernels.h"
 #include "backend/cuda/kernels/t1_variants.h"
 
@@ -40,29 +41,19 @@ __global__ void norm_vec_kernel(const float* x, const float* w, int w_len, int w
     const float4* x4 = (const float4*)(x + g0);
     const int nv = group / 4;
     float4 v[NV];
-    float ss = 0.0f;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
         const int j = threadIdx.x + i * blockDim.x;
         v[i] = j < nv ? x4[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
     }
-    ss = block_sum(ss);
+    const float ss = block_sum(sum_squares4(v));
     const float s = MODE == 0 ? 1.0f / sqrtf(ss / group + eps) : scale / sqrtf(ss + eps);
     float4* y4 = (float4*)(y + g0);
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
         const int j = threadIdx.x + i * blockDim.x;
         if (j >= nv) break;
-        float4 o = make_float4(v[i].x * s, v[i].y * s, v[i].z * s, v[i].w * s);
-        if (MODE == 0 && w) {
-            const int c = col0 + 4 * j;
-            o.x *= w[c % w_len];
-            o.y *= w[(c + 1) % w_len];
-            o.z *= w[(c + 2) % w_len];
-            o.w *= w[(c + 3) % w_len];
-        }
-        y4[j] = o;
+        y4[j] = scale4(v[i], s, MODE == 0 ? w : nullptr, col0 + 4 * j, w_len);
     }
 }
 

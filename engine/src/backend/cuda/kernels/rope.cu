@@ -1,5 +1,6 @@
 // rope: NeoX-style rotation of the first n_rot dims of each head (pairs j and j + n_rot/2); one thread per pair.
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/head_math.cuh"
 #include "backend/cuda/kernels/kernels.h"
 
 namespace strata::cuda {
@@ -13,13 +14,8 @@ __global__ void rope_kernel(float* x, int T, int n_heads, int hd, int n_rot, flo
     const int j = (int)(i % half);
     const size_t th = i / half;                  // t·n_heads + h
     const int t = (int)(th / n_heads);
-    const float inv_freq = (float)(1.0 / pow((double)theta, (double)(2 * j) / n_rot));
-    const float angle = (float)(pos ? pos[t] : pos0 + t) * inv_freq;
-    const float c = cosf(angle), s = sinf(angle);
     float* xh = x + th * hd;
-    const float a = xh[j], b = xh[j + half];
-    xh[j] = a * c - b * s;
-    xh[j + half] = b * c + a * s;
+    rope_pair(xh[j], xh[j + half], j, n_rot, theta, pos ? pos[t] : pos0 + t, xh + j, xh + j + half);
 }
 
 // rope_kernel with the position of pair j taken from its M-RoPE axis (MODEL.md §4): row 1 (h) when j % 3 == 1 and
@@ -33,13 +29,8 @@ __global__ void rope_multi_kernel(float* x, int T, int n_heads, int hd, int n_ro
     const size_t th = i / half;                  // t·n_heads + h
     const int t = (int)(th / n_heads);
     const int axis = (j % 3 == 1 && j < 3 * sec_h) ? 1 : (j % 3 == 2 && j < 3 * sec_w) ? 2 : 0;
-    const float inv_freq = (float)(1.0 / pow((double)theta, (double)(2 * j) / n_rot));
-    const float angle = (float)pos3[(size_t)axis * T + t] * inv_freq;
-    const float c = cosf(angle), s = sinf(angle);
     float* xh = x + th * hd;
-    const float a = xh[j], b = xh[j + half];
-    xh[j] = a * c - b * s;
-    xh[j + half] = b * c + a * s;
+    rope_pair(xh[j], xh[j + half], j, n_rot, theta, pos3[(size_t)axis * T + t], xh + j, xh + j + half);
 }
 
 }  // namespace
