@@ -45,23 +45,14 @@ constexpr size_t kFusedXMax = 40 * 1024;   // shared memory for x quantized in t
 // then quantized by warp 0 with quantize_act's arithmetic into hq [pairs, rows] / hd [pairs, rows / 32]. With sh.gvec,
 // block column gridDim.x − 1 instead computes gate_out[p − P] = σ(x[p − P] · gvec) for the shared pairs (f32, the
 // shared expert's gate). FQ: aq / ad are ignored and the block quantizes its activation row of x into shared memory
-// itself (quantize_act's arithmetic, the same bits). prefetch (DownPrefetch, bits): 1 = the block's gate and up rows
-// are asked into L2 as soon as the pair's matrix is known, before x is quantized; 2 = the block's share of the pair's
-// down rows too, for the down kernel that follows (its loads then come from L2).
-struct DownRows {
-    const uint8_t* w;                  // routed: matrix ids[p] at w + ids[p]·mat_stride; or mats[p]
-    size_t row_bytes, mat_stride;
-    int rows;
-    const uint8_t* const* mats;
-};
+// itself (quantize_act's arithmetic, the same bits).
 template <class F, bool FQ, int ROWS = kGateUpRows, bool PERM_ON = true>
 __global__ void __launch_bounds__(kHBlock / ROWS * 32)
 moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, size_t row_bytes, int rows,
                        int n, size_t mat_stride, const int32_t* __restrict__ ids, int act_div, int P, SharedPairs sh,
                        const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x,
                        float* __restrict__ gate_out, int8_t* __restrict__ hq, float* __restrict__ hd,
-                       const uint8_t* const* __restrict__ mats_g, const uint8_t* const* __restrict__ mats_u,
-                       DownRows dn, int prefetch) {
+                       const uint8_t* const* __restrict__ mats_g, const uint8_t* const* __restrict__ mats_u) {
     using Q = QInt<F>;
     constexpr int kLanes = 32 / ROWS;
     __shared__ uint4 smem[GridSmem<F>::kWords];
@@ -74,7 +65,6 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
     x = pdl_dep(x);
     mats_g = pdl_dep(mats_g);
     mats_u = pdl_dep(mats_u);
-    dn.mats = pdl_dep(dn.mats);
     const int p = blockIdx.y;
     const bool shared = p >= P;   // uniform per block
     const int arow = shared ? p - P : p / act_div;
@@ -86,31 +76,15 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
         if (threadIdx.x == 0) gate_out[p - P] = 1.0f / (1.0f + expf(-d));   // as unary(sigmoid)
         return;
     }
-    const uint8_t* Wd = dn.w;   // the pair's down matrix (for prefetch bit 2)
     if (shared) {
         Wg = sh.gate;
         Wu = sh.up;
-        Wd = sh.down;
         ids = nullptr;
     } else if (mats_g) {   // matrix tables: a null pair is the CPU's (the down kernel skips it); uniform per block
         Wg = mats_g[p];
         Wu = mats_u[p];
         if (!Wg) return;
-        Wd = dn.mats ? dn.mats[p] : nullptr;
         ids = nullptr;
-    } else if (ids) {
-        Wd += (size_t)__ldg(ids + p) * dn.mat_stride;
-    }
-    const size_t block_off = (ids ? (size_t)__ldg(ids + p) * mat_stride : 0) + (size_t)blockIdx.x * kHBlock * row_bytes;
-    if (prefetch & 1) {
-        prefetch_l2_lines(Wg + block_off, kHBlock * row_bytes, threadIdx.x, blockDim.x);
-        prefetch_l2_lines(Wu + block_off, kHBlock * row_bytes, threadIdx.x, blockDim.x);
-    }
-    if ((prefetch & 2) && Wd) {   // rows r0 … r0 + per of the down matrix: this block's share of the pair's
-        const int nblk = rows / kHBlock, per = (dn.rows + nblk - 1) / nblk, r0 = blockIdx.x * per;
-        if (r0 < dn.rows)
-            prefetch_l2_lines(Wd + (size_t)r0 * dn.row_bytes, (size_t)min(per, dn.rows - r0) * dn.row_bytes,
-                              threadIdx.x, blockDim.x);
     }
     const void* grid = stage_grid<F>(smem);
     // FQ with Q8_0 blocks: one thread a block quantizes (quantize_row32_to_smem), in decode_perm's order with the
@@ -133,8 +107,9 @@ moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict
     constexpr int kSub = F::QK / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, s = lane % kLanes;
     const int local = warp * ROWS + lane / kLanes;   // row within the block's 32
+    const int row = blockIdx.x * kHBlock + local;
     const int units = n / 32, nd = n / F::ABLK;
-    const size_t off = block_off + (size_t)local * row_bytes;
+    const size_t off = (ids ? (size_t)__ldg(ids + p) * mat_stride : 0) + (size_t)row * row_bytes;
     const int8_t* xq = aq + (FQ ? 0 : (size_t)arow * n);
     const float* xd = ad + (FQ ? 0 : (size_t)arow * nd);
     float ag = 0.0f, au = 0.0f;
@@ -270,12 +245,6 @@ int env_choice(const char* name, int fallback, std::initializer_list<int> allowe
         if (a == x) return x;
     return fallback;
 }
-// STRATA_CUDA_MOE_PREFETCH: the gate/up kernel's L2 requests (bit 1 its own rows, bit 2 the down rows; default 3, 0
-// off); read once.
-int moe_prefetch() {
-    static const int bits = env_choice("STRATA_CUDA_MOE_PREFETCH", 3, {0, 1, 2, 3});
-    return bits;
-}
 int gate_up_rows() {
     static const int rows = env_choice("STRATA_CUDA_MOE_GATE_UP_ROWS", q8::kGateUpRows, {1, 2, 4});
     return rows;
@@ -332,9 +301,7 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
             auto launch = [&](auto kernel, size_t smem) {
                 launch_kernel(kernel, grid, q8::kHBlock / rows_a_warp * 32, smem, s, pdl_enabled(), gate.w, up.w,
                               gate.row_bytes, I, gate.n, gate.mat_stride, gate.ids, gate.act_div, P, sh, act.q, act.d,
-                              x, d.gates, d.hq, d.hd, gate.mats, up.mats,
-                              q8::DownRows{down.w, down.row_bytes, down.mat_stride, (int)down.rows, down.mats},
-                              moe_prefetch());
+                              x, d.gates, d.hq, d.hd, gate.mats, up.mats);
             };
             auto launch_rows = [&](auto fq, size_t smem) {
                 constexpr bool FQ = decltype(fq)::value;
