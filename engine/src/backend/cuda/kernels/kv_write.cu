@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/head_math.cuh"
 #include "backend/cuda/kernels/kernels.h"
 
 namespace strata::cuda {
@@ -63,17 +64,15 @@ __global__ void scatter_rows_q8_kernel(uint8_t* dst, const float* src, int T, in
     if (lane == 0) reinterpret_cast<__half*>(row + width)[g] = dh;
 }
 
-// The rotation of rope.cu's rope_kernel for dim k of a row y of di at position p (same inv_freq, angle, cosf/sinf
-// and products): NeoX halves on the first n_rot dims, the rest unchanged.
+// The rotation of rope.cu's rope_kernel for dim k of a row y of di at position p (head_math.cuh): NeoX halves on the
+// first n_rot dims, the rest unchanged.
 __device__ __forceinline__ float rope_dim(const float* y, int k, int n_rot, float theta, int p) {
     const int half = n_rot / 2;
     if (k >= n_rot) return y[k];
     const int j = k < half ? k : k - half;
-    const float inv_freq = (float)(1.0 / pow((double)theta, (double)(2 * j) / n_rot));
-    const float angle = (float)p * inv_freq;
-    const float c = cosf(angle), s = sinf(angle);
-    const float a = y[j], b = y[j + half];
-    return k < half ? a * c - b * s : b * c + a * s;
+    float c, s;
+    rope_cos_sin(j, n_rot, theta, p, &c, &s);
+    return k < half ? rope_lo(y[j], y[j + half], c, s) : rope_hi(y[j], y[j + half], c, s);
 }
 
 // One block per token t; tokens that complete no block return at once (the whole block: before any barrier).
@@ -98,29 +97,19 @@ __global__ void pool_key_blocks_kernel(const float* kraw, float* kblock, const i
     if (VEC) {
         const int nv = di / 4;
         float4 v[NV];
-        float ss = 0.0f;
 #pragma unroll
         for (int i = 0; i < NV; ++i) {
             const int j = threadIdx.x + i * blockDim.x;
             v[i] = j < nv ? make_float4(mean(4 * j), mean(4 * j + 1), mean(4 * j + 2), mean(4 * j + 3))
                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
         }
-        ss = block_sum(ss);
+        const float ss = block_sum(sum_squares4(v));
         const float s = 1.0f / sqrtf(ss / di + eps);
 #pragma unroll
         for (int i = 0; i < NV; ++i) {
             const int j = threadIdx.x + i * blockDim.x;
             if (j >= nv) break;
-            float4 o = make_float4(v[i].x * s, v[i].y * s, v[i].z * s, v[i].w * s);
-            if (norm) {
-                const int c = 4 * j;
-                o.x *= norm[c % norm_len];
-                o.y *= norm[(c + 1) % norm_len];
-                o.z *= norm[(c + 2) % norm_len];
-                o.w *= norm[(c + 3) % norm_len];
-            }
-            reinterpret_cast<float4*>(row)[j] = o;
+            reinterpret_cast<float4*>(row)[j] = scale4(v[i], s, norm, 4 * j, norm_len);
         }
     } else {
         float ss = 0.0f;
