@@ -59,10 +59,18 @@ export PYTHONPATH=${PYTHONPATH:-}
 START=$(date +%s)
 ( git log -1 --format='%H %s' 2>/dev/null; cat .snap/commit.txt 2>/dev/null; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
   lscpu | grep -E "Model name|^CPU\(s\)" ) > "$ROOT/machine.txt"
-[ -f "$MODEL" ] || ( time timeout 200 python3 engine/tools/make_synthetic.py "$MODEL" --experts "$SYN_EXPERTS" --workers 8 \
-                         --mtp-out "${MODEL%.gguf}-mtp.gguf" ) \
-    > "$ROOT/make_synthetic.log" 2>&1 &
-SYN_PID=$!
+# Steps on the tiny models only: they run while the synthetic model is still being written, and a round of only
+# these does not write it at all (a check-only call then ends when its checks do).
+tiny_step() { case $1 in checks|quick|devjoin|memjoin|cpupool|graphs|t1|head|phases|prompt|winmem|kv) return 0 ;; esac; return 1; }
+NEED_SYN=0
+for spec in "$@"; do tiny_step "${spec%%:*}" || NEED_SYN=1; done
+if [ $NEED_SYN = 1 ] && [ ! -f "$MODEL" ]; then
+  ( time timeout 200 python3 engine/tools/make_synthetic.py "$MODEL" --experts "$SYN_EXPERTS" --workers 8 \
+                         --mtp-out "${MODEL%.gguf}-mtp.gguf" ) > "$ROOT/make_synthetic.log" 2>&1 &
+  SYN_PID=$!
+else
+  true & SYN_PID=$!
+fi
 if [ -n "${PREBUILT:-}" ]; then
   mkdir -p build-gpu/engine && find "$PREBUILT/engine" -maxdepth 1 -type f -executable -exec cp {} build-gpu/engine/ \;
   ls build-gpu/engine > "$ROOT/build.log"
@@ -74,10 +82,7 @@ echo "round: built in $(( $(date +%s) - START )) s"
 SYN_WAITED=0
 for spec in "$@"; do
   step=${spec%%:*}; limit=${spec#*:}; [ "$limit" = "$spec" ] && limit=120
-  case $step in   # steps on the tiny models run while the synthetic model is still being written
-    checks|quick|devjoin|memjoin|cpupool|graphs|t1|head|phases|prompt|winmem|kv) ;;
-    *) [ $SYN_WAITED = 1 ] || { wait $SYN_PID; tail -3 "$ROOT/make_synthetic.log"; SYN_WAITED=1; } ;;
-  esac
+  tiny_step "$step" || [ $SYN_WAITED = 1 ] || { wait $SYN_PID; tail -3 "$ROOT/make_synthetic.log"; SYN_WAITED=1; }
   dir=$ROOT/$step; mkdir -p "$dir"
   echo "== $step (limit $limit s, at $(( $(date +%s) - START )) s)"
   case $step in
