@@ -1,7 +1,7 @@
 // Every Backend op on the CUDA backend against the CPU backend on random inputs: matmul and embed in all 21 weight
 // formats (T = 1, 2, 3, 4, 5, 8, 19 and the tiled 32, 64, 100, 257; Q8 activations and the f32-activation mode), moe_experts and shared_expert (both modes), hyper_read, hyper_inject_read and gdn_block (both modes; the conv folded into the recurrence == not, bits; a replay from kept projections == a plain call, bits), fused activation quantization == unfused (bits; the MoE kernels' too), route_topk (exact ties too), norms, elementwise ops, conv, GDN, RoPE, attention (dense and sparse
-// keep-lists), indexer scores, select_cells, the cache writes at device positions (scatter_rows, pool_key_blocks) and
-// attention_cells (dense device counts and sparse cell lists). Ids and positions live in each backend's memory. Prints one line per check and writes JSON when given a path. Needs a GPU.
+// keep-lists), indexer scores, select_cells, the cache writes at device positions (scatter_rows, pool_key_blocks),
+// QSA's heads in one launch and the output gate (qsa_heads, sigmoid_gate == the ops, bits) and attention_cells (dense device counts and sparse cell lists). Ids and positions live in each backend's memory. Prints one line per check and writes JSON when given a path. Needs a GPU.
 // The matmul groups are in cuda_ops_matmul.h, the MoE groups (experts, tensor-core prompt kernels, shared expert,
 // routing) in cuda_ops_moe.h, the hyper-connection groups in cuda_ops_hyper.h.
 // usage: cuda_ops_test [results.json] [--only GROUP]   (GROUP: part of a test group's name, e.g. gdn_block)
