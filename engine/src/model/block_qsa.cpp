@@ -33,16 +33,15 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
         if (mrope) be.rope_multi(x, T, heads, dim, hp.n_rot, hp.rope_theta, mrope->pos3, mrope->sec_h, mrope->sec_w);
         else be.rope(x, T, heads, dim, hp.n_rot, hp.rope_theta, pos);
     };
-    if (mrope) {
-        be.deinterleave(qg, T, nh, hd, hd, q, gate);              // per head: [hd query | hd gate]
-        be.rms_norm(q, &w.q_norm, T, nh * hd, hd, hp.rms_eps, q);
-        rope(q, nh, hd);
-        be.rms_norm(k_new, &w.k_norm, T, kvw, hd, hp.rms_eps, k_new);
-        rope(k_new, nkv, hd);
-        if (cr > 0) {
-            be.rms_norm(qi, &w.idx_q_norm, T, ni * di, di, hp.rms_eps, qi);
-            rope(qi, ni, di);
-        }
+    if (mrope) {   // Backend::qsa_heads' ops, with the multimodal rotation
+        auto norm_rope = [&](float* x, const Weight& norm, int heads, int dim) {
+            be.rms_norm(x, &norm, T, heads * dim, dim, hp.rms_eps, x);
+            rope(x, heads, dim);
+        };
+        be.deinterleave(qg, T, nh, hd, hd, q, gate);   // per head: [hd query | hd gate]
+        norm_rope(q, w.q_norm, nh, hd);
+        norm_rope(k_new, w.k_norm, nkv, hd);
+        if (cr > 0) norm_rope(qi, w.idx_q_norm, ni, di);
     } else {
         be.qsa_heads(qg, q, gate, k_new, qi, w.q_norm, w.k_norm, cr > 0 ? &w.idx_q_norm : nullptr, T, nh, nkv, hd, ni,
                      di, hp.rms_eps, hp.n_rot, hp.rope_theta, pos);

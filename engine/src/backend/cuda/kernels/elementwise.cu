@@ -1,7 +1,7 @@
-// The small data-movement and elementwise ops (fill, unary, mul, sigmoid_gate, add, scale, add_row/mul_row, slice_cols,
-// concat_cols, deinterleave, mean_rows, repeat_streams) and the two MoE helpers (swiglu, moe_combine): one thread per output
-// element, grid-stride loops; argmax_rows: a block a row, or for one long row (the logits) many blocks and the
-// last one to finish.
+// The small data-movement and elementwise ops (fill, unary, mul, sigmoid_gate, add, scale, add_row/mul_row,
+// slice_cols, concat_cols, deinterleave, mean_rows, repeat_streams) and the two MoE helpers (swiglu, moe_combine): one
+// thread per output element, grid-stride loops; argmax_rows: a block a row, or for one long row (the logits) many
+// blocks and the last one to finish.
 #include <climits>
 #include <cmath>
 
