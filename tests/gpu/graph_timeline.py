@@ -1,0 +1,142 @@
+"""What each kernel adds to a decode pass as it really runs: CUDA graphs replayed, programmatic dependent launches on.
+Runs `strata generate` (one prompt token, then decode steps) under Nsight Systems with every graph node traced
+(--cuda-graph-trace=node), reads the kernels' start and end times from the exported SQLite file, splits them into
+passes at the embedding kernel and, over the passes after --skip, charges each kernel with what it adds to the pass:
+
+    added = end − max(start, end of every kernel before it)      (0 when it ends inside an earlier kernel)
+
+so the kernels' added times sum to the pass's busy time, and `gap` (start − the end before it, when positive) is the
+time the GPU ran no kernel of the pass (a launch boundary, or the host: PLE rows, a piece of the pass launched late).
+Kernel Nsight Compute times (tests/gpu/kernel_times.py) are each kernel alone, replayed one at a time; these are the
+kernels in the pass's chain, with the overlap a dependent launch buys.
+
+usage: graph_timeline.py --strata BIN --model SYN.gguf --out timeline.json [--steps N] [--skip K] [--nsys nsys]
+       [--extra "--flags"] [--env "A=1 B=2"]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+
+
+def find_nsys(given: str) -> str:
+    if given and shutil.which(given):
+        return shutil.which(given)
+    for pattern in ("/usr/local/cuda*/bin/nsys", "/opt/nvidia/nsight-systems/*/bin/nsys", "/usr/local/cuda*/nsight-systems*/bin/nsys",
+                    "/opt/nvidia/nsight-systems*/bin/nsys", "/usr/lib/nsight-systems/bin/nsys"):
+        hits = sorted(glob.glob(pattern))
+        if hits:
+            return hits[-1]
+    sys.exit("nsys not found (PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-systems)")
+
+
+def short_name(name: str) -> str:
+    """The kernel's name without namespaces, template arguments and parameters."""
+    for ns in ("(anonymous namespace)::", "<unnamed>::", "unnamed>::"):
+        name = name.replace(ns, "")
+    depth, out = 0, []
+    for ch in name.split("(")[0]:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out).replace("void ", "").strip().split("::")[-1]
+
+
+def read_kernels(db: str) -> list[tuple[int, int, str]]:
+    con = sqlite3.connect(db)
+    cols = {r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")}
+    name_col = "demangledName" if "demangledName" in cols else "shortName"
+    rows = con.execute(f"SELECT k.start, k.end, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                       f"JOIN StringIds s ON s.id = k.{name_col} ORDER BY k.start").fetchall()
+    con.close()
+    return [(int(a), int(b), short_name(n)) for a, b, n in rows]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--strata", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--nsys", default="nsys")
+    ap.add_argument("--steps", type=int, default=48, help="decode steps")
+    ap.add_argument("--skip", type=int, default=16, help="passes left out at the start (graph capture, warm-up)")
+    ap.add_argument("--extra", default="", help="more engine flags")
+    ap.add_argument("--env", default="", help="environment for the engine, e.g. \"STRATA_CUDA_PDL=0\"")
+    ap.add_argument("--timeout", type=int, default=300)
+    a = ap.parse_args(argv)
+    nsys = find_nsys(a.nsys)
+    env = dict(os.environ)
+    for kv in a.env.split():
+        k, _, v = kv.partition("=")
+        env[k] = v
+    tmp = tempfile.mkdtemp(prefix="timeline-")
+    rep = os.path.join(tmp, "pass")
+    cmd = [nsys, "profile", "-t", "cuda", "--cuda-graph-trace=node", "--sample=none", "--cpuctxsw=none", "-o", rep,
+           "--export=sqlite", "--force-overwrite=true", a.strata, "generate", "--backend", "cuda", "--model", a.model,
+           "--prompt-ids", "1000", "-n", str(a.steps), "--ignore-eos"] + a.extra.split()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout, env=env)
+    db = rep + ".sqlite"
+    if p.returncode != 0 or not os.path.exists(db):
+        sys.exit(f"nsys failed ({p.returncode}):\n{p.stderr[-3000:]}\n{p.stdout[-2000:]}")
+    kernels = read_kernels(db)
+    starts = [i for i, (_, _, n) in enumerate(kernels) if n in ("gather_rows_kernel", "dequant_rows_kernel")
+              or "embed" in n]
+    if len(starts) < a.skip + 2:
+        sys.exit(f"{len(starts)} passes found (embedding kernels), need more than {a.skip + 1}; names: "
+                 + ", ".join(sorted({n for _, _, n in kernels}))[:2000])
+    bounds = starts + [len(kernels)]
+    passes = [kernels[bounds[i]:bounds[i + 1]] for i in range(a.skip, len(starts) - 1)]   # the last may be cut
+    per = collections.OrderedDict()
+    spans, busy, gaps = [], [], []
+    for ks in passes:
+        reach = ks[0][0]   # the latest end so far
+        b = g = 0
+        for start, end, name in ks:
+            gap = max(0, start - reach)
+            added = max(0, end - max(start, reach))
+            reach = max(reach, end)
+            c = per.setdefault(name, [0, 0, 0, 0])
+            c[0] += 1
+            c[1] += added
+            c[2] += gap
+            c[3] += end - start
+            b += added
+            g += gap
+        spans.append(reach - ks[0][0])
+        busy.append(b)
+        gaps.append(g)
+    n = len(passes)
+    us = lambda ns: round(ns / n / 1e3, 1)
+    table = sorted(({"kernel": k, "calls": round(v[0] / n, 1), "added_us": us(v[1]), "gap_before_us": us(v[2]),
+                     "span_us": us(v[3]), "added_us_per_call": round(v[1] / v[0] / 1e3, 2),
+                     "span_us_per_call": round(v[3] / v[0] / 1e3, 2)} for k, v in per.items()),
+                   key=lambda r: -(r["added_us"] + r["gap_before_us"]))
+    res = {"model": os.path.basename(a.model), "flags": a.extra, "env": a.env, "passes": n,
+           "kernels_per_pass": round(sum(len(p) for p in passes) / n, 1),
+           "pass_us": round(sum(spans) / n / 1e3, 1), "busy_us": round(sum(busy) / n / 1e3, 1),
+           "gap_us": round(sum(gaps) / n / 1e3, 1), "table": table}
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"a pass: {res['kernels_per_pass']:.0f} kernels, {res['pass_us']:.1f} us from the first kernel's start to "
+          f"the last's end: kernels {res['busy_us']:.1f} us, no kernel {res['gap_us']:.1f} us (mean of {n} passes)")
+    print(f"  {'kernel':44s} {'calls':>6s} {'added us':>9s} {'gap us':>8s} {'added/call':>10s} {'span/call':>9s}")
+    for r in table[:40]:
+        print(f"  {r['kernel'][:44]:44s} {r['calls']:6.1f} {r['added_us']:9.1f} {r['gap_before_us']:8.1f} "
+              f"{r['added_us_per_call']:10.2f} {r['span_us_per_call']:9.2f}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
