@@ -15,9 +15,9 @@
 #   kernels    tests/gpu/kernel_times.py: Nsight Compute's time of every kernel of one decode pass (synthetic model)
 #   detail     tests/gpu/kernel_detail.sh: Nsight Compute's sections (stall reasons, occupancy) of the largest kernels
 #   phases     bench/cuda_kernels: staged_phases (the staged projection step by step) and kernel_boundary
-#   timeline   tests/gpu/graph_timeline.py: Nsight Systems' times of every kernel of decode passes as they run (graphs,
-#              dependent launches): what each kernel adds to a pass, the gaps; gpu, and pc12 after a decode step
-#              (its routing profile); TIMELINE_ENV="A=1" runs both with that environment
+#   timeline   tests/gpu/graph_timeline.sh: Nsight Systems' times of every kernel of decode passes as they run (graphs,
+#              dependent launches): what each kernel adds to a pass, the gaps; gpu, pc12 after a decode step (its
+#              routing profile), and gpu with each environment of TIMELINE_AB ("A=1,B=2 C=0": two variants)
 #   t1         bench/cuda_kernels/t1_ops.sh   t1dec    tests/gpu/t1_ops_decode.sh
 #   matmul     tests/gpu/matmul_t1.sh         pool     tests/gpu/cpu_pool.sh (the pool + one hybrid decode)
 #   prompt     cuda_matmul_speed --prompt (prompt-chunk matmuls, f32 tiled and tensor-core kernels) and dot_host_test
@@ -113,7 +113,7 @@ for spec in "$@"; do
     memjoin) cmd=(bash tests/gpu/device_join_memcheck.sh build-gpu .gpu-models) ;;
     detail)  cmd=(env OUT=$dir bash tests/gpu/kernel_detail.sh build-gpu "$MODEL") ;;
     phases)  cmd=(bash -c "build-gpu/engine/staged_phases 200 && build-gpu/engine/kernel_boundary 1000") ;;
-    timeline) cmd=(bash -c "python3 tests/gpu/graph_timeline.py --strata build-gpu/engine/strata --model $MODEL --out $dir/timeline_gpu.json ${TIMELINE_ENV:+--env \"$TIMELINE_ENV\"}; [ -f $ROOT/decode/routing.profile ] && python3 tests/gpu/graph_timeline.py --strata build-gpu/engine/strata --model $MODEL --out $dir/timeline_pc12.json --extra '--expert-cache 4100-slots --cpu-workers 6 --routing-profile $ROOT/decode/routing.profile' ${TIMELINE_ENV:+--env \"$TIMELINE_ENV\"}") ;;
+    timeline) cmd=(env OUT=$dir MODEL=$MODEL PROFILE=$ROOT/decode/routing.profile bash tests/gpu/graph_timeline.sh build-gpu) ;;
     kernels) cmd=(python3 tests/gpu/kernel_times.py --strata build-gpu/engine/strata --model "$MODEL" --out $dir/kernel_times.json) ;;
     kernelsenv) cmd=(bash -c "python3 tests/gpu/kernel_times.py --passes 6 --strata build-gpu/engine/strata --model $MODEL --out $dir/kernel_times_off.json | head -1 && env ${AB_ENV:-} python3 tests/gpu/kernel_times.py --passes 6 --strata build-gpu/engine/strata --model $MODEL --out $dir/kernel_times_on.json --against $dir/kernel_times_off.json") ;;
     kernelsab) cmd=(bash -c "python3 tests/gpu/kernel_times.py --passes 6 --strata ${PREBUILT:-build-gpu}/engine/strata_base --model $MODEL --out $dir/kernel_times_base.json | head -1 && python3 tests/gpu/kernel_times.py --passes 6 --strata build-gpu/engine/strata --model $MODEL --out $dir/kernel_times.json --against $dir/kernel_times_base.json") ;;
