@@ -116,6 +116,14 @@ def main(argv=None) -> int:
         spans.append(reach - ks[0][0])
         busy.append(b)
         gaps.append(g)
+    # One pass's first kernels in order (the embedding, the first layers): start offset, span, added time.
+    last = passes[-1]
+    reach, sequence = last[0][0], []
+    for start, end, name in last[:80]:
+        sequence.append({"kernel": name, "start_us": round((start - last[0][0]) / 1e3, 2),
+                         "span_us": round((end - start) / 1e3, 2),
+                         "added_us": round(max(0, end - max(start, reach)) / 1e3, 2)})
+        reach = max(reach, end)
     n = len(passes)
     us = lambda ns: round(ns / n / 1e3, 1)
     table = sorted(({"kernel": k, "calls": round(v[0] / n, 1), "added_us": us(v[1]), "gap_before_us": us(v[2]),
@@ -125,7 +133,7 @@ def main(argv=None) -> int:
     res = {"model": os.path.basename(a.model), "flags": a.extra, "env": a.env, "passes": n,
            "kernels_per_pass": round(sum(len(p) for p in passes) / n, 1),
            "pass_us": round(sum(spans) / n / 1e3, 1), "busy_us": round(sum(busy) / n / 1e3, 1),
-           "gap_us": round(sum(gaps) / n / 1e3, 1), "table": table}
+           "gap_us": round(sum(gaps) / n / 1e3, 1), "table": table, "first_kernels_of_last_pass": sequence}
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
     print(f"a pass: {res['kernels_per_pass']:.0f} kernels, {res['pass_us']:.1f} us from the first kernel's start to "
@@ -134,6 +142,9 @@ def main(argv=None) -> int:
     for r in table[:40]:
         print(f"  {r['kernel'][:44]:44s} {r['calls']:6.1f} {r['added_us']:9.1f} {r['gap_before_us']:8.1f} "
               f"{r['added_us_per_call']:10.2f} {r['span_us_per_call']:9.2f}")
+    print("  the last pass's first kernels: start, span, added (us)")
+    for r in sequence[:50]:
+        print(f"    {r['start_us']:8.2f} {r['span_us']:7.2f} {r['added_us']:7.2f}  {r['kernel'][:60]}")
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

@@ -9,7 +9,7 @@ run() {   # name, then graph_timeline.py's arguments
   local name=$1; shift
   echo "-- timeline $name"
   python3 tests/gpu/graph_timeline.py --strata "$BUILD/engine/strata" --model "$MODEL" --out "$OUT/timeline_$name.json" "$@" |
-    head -28
+    head -80
 }
 run gpu
 [ -n "${PROFILE:-}" ] && [ -f "$PROFILE" ] &&
