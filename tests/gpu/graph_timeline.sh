@@ -19,4 +19,3 @@ for v in ${TIMELINE_AB:-}; do
   i=$((i + 1))
   run "gpu_ab$i" --env "${v//,/ }"
 done
-run gpu_again
