@@ -2,7 +2,8 @@
 # Round step `timeline`: tests/gpu/graph_timeline.py on the synthetic model: every expert on the GPU; as a 12 GB PC
 # (4,100 slots, 6 workers) when PROFILE (a decode step's routing profile) exists; then all on the GPU again with each
 # environment variant of TIMELINE_AB (space-separated, each "A=1,B=2"). Results: $OUT/timeline_*.json.
-# usage: OUT=DIR MODEL=SYN.gguf [PROFILE=routing.profile] [TIMELINE_AB="X=1 Y=0"] tests/gpu/graph_timeline.sh BUILD
+# usage: OUT=DIR MODEL=SYN.gguf [PROFILE=routing.profile] [TIMELINE_PC12=0] [TIMELINE_AB="X=1 Y=0"]
+#        tests/gpu/graph_timeline.sh BUILD
 set -u
 BUILD=${1:-build-gpu}
 run() {   # name, then graph_timeline.py's arguments
@@ -12,7 +13,7 @@ run() {   # name, then graph_timeline.py's arguments
     head -80
 }
 run gpu
-[ -n "${PROFILE:-}" ] && [ -f "$PROFILE" ] &&
+[ "${TIMELINE_PC12:-1}" = 1 ] && [ -n "${PROFILE:-}" ] && [ -f "$PROFILE" ] &&
   run pc12 --extra "--expert-cache 4100-slots --cpu-workers 6 --routing-profile $PROFILE"
 i=0
 for v in ${TIMELINE_AB:-}; do
