@@ -31,7 +31,8 @@ def find_nsys(given: str) -> str:
     if given and shutil.which(given):
         return shutil.which(given)
     for pattern in ("/usr/local/cuda*/bin/nsys", "/opt/nvidia/nsight-systems/*/bin/nsys", "/usr/local/cuda*/nsight-systems*/bin/nsys",
-                    "/opt/nvidia/nsight-systems*/bin/nsys", "/usr/lib/nsight-systems/bin/nsys"):
+                    "/opt/nvidia/nsight-systems*/bin/nsys", "/usr/lib/nsight-systems/bin/nsys",
+                    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys"):   # (the lent machine's only copy)
         hits = sorted(glob.glob(pattern))
         if hits:
             return hits[-1]
