@@ -36,10 +36,7 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
         impl_->hybrid->count_routing(w, d_ids, P, impl_->stream);   // a routing profile only: counted on the device
     } else if (impl_->hybrid && impl_->hybrid->handles(w) && device_join(T, k)) {
         // Decode-sized: the plan picks each pair's matrix (slot, zero-copy host memory, or the CPU's) on the GPU.
-        // x is quantized first: the gate/up kernel must follow the plan's last kernel directly (AfterStage).
-        const cuda::ActQ8 act = impl_->quantized(x, T, H, cuda::act_block(w.gate_exps.type));
         const auto tables = impl_->hybrid->plan_device(w, x, T, k, d_ids, d_w);
-        const auto staged = impl_->hybrid->last_stage_gate();
         auto args = [&](const Weight& e, int rows, int n, int act_div, const uint8_t* const* mats) {
             cuda::MatmulArgs m;
             m.type = e.type;
@@ -56,8 +53,8 @@ void CudaBackend::moe_experts(const MoeWeights& w, const float* x, int T, int k,
                      ggml_type_name(w.gate_exps.type), " / ", ggml_type_name(w.down_exps.type), " experts");
         const size_t bytes = cuda::moe_decode_scratch_bytes(P, I);
         Impl::Buf scratch(*impl_, bytes);
-        cuda::moe_decode(impl_->stream, ga, ua, da, act, x, d_w, T, k, scratch.p, bytes, y,
-                         cuda::AfterStage{staged.first, staged.second});
+        cuda::moe_decode(impl_->stream, ga, ua, da, impl_->quantized(x, T, H, cuda::act_block(w.gate_exps.type)), x,
+                         d_w, T, k, scratch.p, bytes, y);
         ++fused_gate_up_count;
         if (w.gate_shexp.present()) impl_->pending_join = Impl::PendingJoin{y, T};
         else impl_->hybrid->join_device(y, T);
@@ -235,20 +232,17 @@ void CudaBackend::moe_experts_with_shared(const MoeWeights& w, const float* x, i
     }
     Impl::OpScope prof_op(im, "moe_experts+shared");
     if (hybrid && !hybrid->caching()) hybrid->count_routing(w, d_ids, T * k, im.stream);   // a routing profile only
-    // x is quantized (if at all) before the plan: the gate/up kernel must follow the plan's last kernel directly.
-    const cuda::ActQ8 act = im.moe_act(x, T, H, cuda::act_block(ga.type));
-    cuda::AfterStage after;
     if (joined) {   // each pair's matrix (slot, zero-copy host memory, or the CPU's) picked on the GPU
         const auto tables = hybrid->plan_device(w, x, T, k, d_ids, d_w);
         ga.mats = tables[0];
         ua.mats = tables[1];
         da.mats = tables[2];
-        after = cuda::AfterStage{hybrid->last_stage_gate().first, hybrid->last_stage_gate().second};
     }
     const size_t bytes = cuda::moe_decode_scratch_bytes(T * (k + 1), I);
     Impl::Buf scratch(im, bytes);
     const float* gvec = reinterpret_cast<const float*>(im.dev(w.shexp_gate_inp));
-    cuda::moe_shexp_decode(im.stream, ga, ua, da, sg, su, sd, gvec, act, x, d_w, T, k, scratch.p, bytes, y, after);
+    cuda::moe_shexp_decode(im.stream, ga, ua, da, sg, su, sd, gvec, im.moe_act(x, T, H, cuda::act_block(ga.type)), x,
+                           d_w, T, k, scratch.p, bytes, y);
     ++fused_gate_up_count;
     if (joined) hybrid->join_device(y, T);   // the CPU's pairs, added on the device
     im.wrote(y, (size_t)T * H * sizeof(float));

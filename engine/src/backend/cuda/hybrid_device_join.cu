@@ -8,7 +8,6 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/hybrid_moe.h"
-#include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -296,9 +295,6 @@ std::array<const uint8_t* const*, 3> HybridMoe::plan_device(const MoeWeights& w,
     hybrid_plan(stream_, a);
     if (staged)
         hybrid_stage(stream_, state_, L.gate_bytes, L.up_bytes, L.down_bytes, prefetch_on_ ? pf_board_ : nullptr);
-    static const bool overlap = env_switch("STRATA_HYBRID_STAGE_OVERLAP", true);
-    last_stage_gate_ = {nullptr, nullptr};
-    if (staged && overlap) last_stage_gate_ = {zc_stage_[0], zc_stage_[0] + stage_stride_[0] * kStageExperts};
     return {state_->tables[0], state_->tables[1], state_->tables[2]};
 }
 

@@ -130,10 +130,6 @@ public:
     // reads; the CPU's pairs are null there and reach y through join_device.
     std::array<const uint8_t* const*, 3> plan_device(const MoeWeights& w, const float* x, int T, int k,
                                                       const int32_t* d_ids, const float* d_w);
-    // The gate staging slots [first, second) when the last plan_device ended with the stage kernel, so that the
-    // decode kernels launched next may overlap it (cuda::AfterStage); nulls otherwise or with
-    // STRATA_HYBRID_STAGE_OVERLAP=0.
-    std::pair<const uint8_t*, const uint8_t*> last_stage_gate() const { return last_stage_gate_; }
     // y[T, H] += the CPU's share of the last planned call (waits on the stream for it; nothing without CPU pairs).
     void join_device(float* y, int T);
     // At a pass boundary (Backend::begin_graph): the dispatcher has consumed every device job, landed cache moves
@@ -311,7 +307,6 @@ private:
     bool zero_copy_any_ = false;                // some layer's experts are mapped for zero-copy reads
     uint8_t* zc_stage_[3] = {nullptr, nullptr, nullptr};   // zero-copy staging slots: gate, up, down (kStageExperts each)
     size_t stage_stride_[3] = {0, 0, 0};        // their stride: the largest matrix of each kind (also the prefetch's)
-    std::pair<const uint8_t*, const uint8_t*> last_stage_gate_{nullptr, nullptr};   // last_stage_gate()
     MissShareControl share_ctl_;                // auto share (STRATA_SHARE_CONTROL=climb): fed each pass's time
     // Auto share by MissShareBalance (the default; STRATA_SHARE_CONTROL=climb: share_ctl_), fed each pass with the
     // layers that had missed experts (miss_jobs_, counted by the dispatcher), the joins that waited for the CPU

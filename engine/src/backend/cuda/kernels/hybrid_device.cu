@@ -5,7 +5,6 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/hybrid_device.h"
 #include "backend/cuda/hybrid_trace.h"
-#include "backend/cuda/kernels/common.cuh"
 #include "common/error.h"
 
 namespace strata::cuda {
@@ -251,7 +250,6 @@ hybrid_join_kernel(DeviceJoinState* state, uint8_t* ring, size_t slot_bytes, Dev
 // in flight at once, a kernel reads pinned host memory at the PCIe ceiling (tests/gpu/zero_copy_speed.cu: read10).
 __global__ void hybrid_stage_kernel(const DeviceJoinState* state, size_t gate_bytes, size_t up_bytes,
                                     size_t down_bytes, PrefetchBoard* pf) {
-    pdl_launch_dependents();   // the gate/up kernel after it may start its blocks of unstaged pairs (AfterStage)
     const int n = state->n_stage;
     if (blockIdx.x == 0 && threadIdx.x == 0) trace_stamp(state, kTrStageStart);
     const size_t bytes[3] = {gate_bytes, up_bytes, down_bytes};

@@ -46,17 +46,19 @@ constexpr size_t kFusedXMax = 40 * 1024;   // shared memory for x quantized in t
 // block column gridDim.x − 1 instead computes gate_out[p − P] = σ(x[p − P] · gvec) for the shared pairs (f32, the
 // shared expert's gate). FQ: aq / ad are ignored and the block quantizes its activation row of x into shared memory
 // itself (quantize_act's arithmetic, the same bits).
-template <class F, bool FQ, int ROWS, bool PERM_ON>
-__device__ __forceinline__ void
-moe_gate_up_block(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, size_t row_bytes, int rows,
-                  int n, size_t mat_stride, const int32_t* __restrict__ ids, int act_div, int P, SharedPairs sh,
-                  const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x,
-                  float* __restrict__ gate_out, int8_t* __restrict__ hq, float* __restrict__ hd,
-                  const uint8_t* const* __restrict__ mats_g, const uint8_t* const* __restrict__ mats_u) {
+template <class F, bool FQ, int ROWS = kGateUpRows, bool PERM_ON = true>
+__global__ void __launch_bounds__(kHBlock / ROWS * 32)
+moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, size_t row_bytes, int rows,
+                       int n, size_t mat_stride, const int32_t* __restrict__ ids, int act_div, int P, SharedPairs sh,
+                       const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x,
+                       float* __restrict__ gate_out, int8_t* __restrict__ hq, float* __restrict__ hd,
+                       const uint8_t* const* __restrict__ mats_g, const uint8_t* const* __restrict__ mats_u) {
     using Q = QInt<F>;
     constexpr int kLanes = 32 / ROWS;
     __shared__ uint4 smem[GridSmem<F>::kWords];
     __shared__ float hs[kHBlock];
+    pdl_launch_dependents();
+    pdl_wait();
     ids = pdl_dep(ids);
     aq = pdl_dep(aq);
     ad = pdl_dep(ad);
@@ -146,33 +148,6 @@ moe_gate_up_block(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu
         quantize_act_values<kHBlock>(v, lane, hq + (size_t)p * rows + (size_t)blk * kHBlock,
                                      hd + (size_t)p * (rows / kHBlock) + blk);
     }
-}
-
-// Whether block row p of the gate/up kernel reads a matrix the stage kernel copies (after: its staging slots).
-__device__ __forceinline__ bool reads_staged(int p, int P, const uint8_t* const* mats_g, AfterStage after) {
-    if (p >= P || !mats_g) return false;   // the shared expert's pairs, or no tables
-    const uint8_t* g = mats_g[p];          // the plan's table: written before the stage kernel began
-    return g >= after.lo && g < after.hi;
-}
-
-// The gate/up kernel (moe_gate_up_block above). With after.hi, the kernel before it is the hybrid stage kernel
-// (HybridMoe::plan_device, launched the ordinary way, so everything before it has ended): a block whose pair reads no
-// staged matrix computes while the stage kernel copies and waits for it at its end, so this kernel still ends after
-// that one (the down kernel's pdl_wait orders the chain as before); the staged pairs' blocks wait first.
-template <class F, bool FQ, int ROWS = kGateUpRows, bool PERM_ON = true>
-__global__ void __launch_bounds__(kHBlock / ROWS * 32)
-moe_gate_up_q8h_kernel(const uint8_t* __restrict__ Wg, const uint8_t* __restrict__ Wu, size_t row_bytes, int rows,
-                       int n, size_t mat_stride, const int32_t* __restrict__ ids, int act_div, int P, SharedPairs sh,
-                       const int8_t* __restrict__ aq, const float* __restrict__ ad, const float* __restrict__ x,
-                       float* __restrict__ gate_out, int8_t* __restrict__ hq, float* __restrict__ hd,
-                       const uint8_t* const* __restrict__ mats_g, const uint8_t* const* __restrict__ mats_u,
-                       AfterStage after) {
-    pdl_launch_dependents();
-    const bool early = after.hi && !reads_staged(blockIdx.y, P, mats_g, after);
-    if (!early) pdl_wait();
-    moe_gate_up_block<F, FQ, ROWS, PERM_ON>(Wg, Wu, row_bytes, rows, n, mat_stride, ids, act_div, P, sh, aq, ad, x,
-                                            gate_out, hq, hd, mats_g, mats_u);
-    if (early) pdl_wait();
 }
 
 // Block (b, t): output rows of token t, kDownRows per warp (32 / kDownRows lanes a row). Row r: y[t, r] = Σ_j w_j ·
@@ -315,7 +290,7 @@ DecodeScratch split_scratch(void* scratch, size_t bytes, int P, int I) {
 // quantizes x itself.
 void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
                 const float* x, const float* wts, int T, int k, const SharedPairs& sh, bool accumulate,
-                void* scratch, size_t bytes, float* y, AfterStage after = {}) {
+                void* scratch, size_t bytes, float* y) {
     const int P = T * k, pairs = P + (sh.gate ? T : 0), I = (int)gate.rows;
     const DecodeScratch d = split_scratch(scratch, bytes, pairs, I);
     with_block_format(gate.type, [&](auto f) {
@@ -326,7 +301,7 @@ void run_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, co
             auto launch = [&](auto kernel, size_t smem) {
                 launch_kernel(kernel, grid, q8::kHBlock / rows_a_warp * 32, smem, s, pdl_enabled(), gate.w, up.w,
                               gate.row_bytes, I, gate.n, gate.mat_stride, gate.ids, gate.act_div, P, sh, act.q, act.d,
-                              x, d.gates, d.hq, d.hd, gate.mats, up.mats, after);
+                              x, d.gates, d.hq, d.hd, gate.mats, up.mats);
             };
             auto launch_rows = [&](auto fq, size_t smem) {
                 constexpr bool FQ = decltype(fq)::value;
@@ -396,11 +371,10 @@ bool moe_decode_supported(const MatmulArgs& gate, const MatmulArgs& up, const Ma
 size_t moe_decode_scratch_bytes(int P, int I) { return decode_scratch_bytes(P, I); }
 
 void moe_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
-                const float* x, const float* wts, int T, int k, void* scratch, size_t scratch_bytes, float* y,
-                AfterStage after) {
+                const float* x, const float* wts, int T, int k, void* scratch, size_t scratch_bytes, float* y) {
     STRATA_CHECK(moe_decode_supported(gate, up, down, T * k), "cuda moe_decode: ", T, " tokens × ", k, " of ",
                  ggml_type_name(gate.type), " / ", ggml_type_name(down.type), " experts is not a decode-path call");
-    run_decode(s, gate, up, down, act, x, wts, T, k, SharedPairs{}, false, scratch, scratch_bytes, y, after);
+    run_decode(s, gate, up, down, act, x, wts, T, k, SharedPairs{}, false, scratch, scratch_bytes, y);
 }
 
 void shexp_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
@@ -424,12 +398,12 @@ bool moe_shexp_decode_supported(const MatmulArgs& gate, const MatmulArgs& up, co
 void moe_shexp_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down,
                       const MatmulArgs& sgate, const MatmulArgs& sup, const MatmulArgs& sdown, const float* gvec,
                       ActQ8 act, const float* x, const float* wts, int T, int k, void* scratch, size_t scratch_bytes,
-                      float* y, AfterStage after) {
+                      float* y) {
     STRATA_CHECK(moe_shexp_decode_supported(gate, up, down, sgate, sup, sdown, T, k) && gvec,
                  "cuda moe_shexp_decode: ", T, " tokens × ", k, " of ", ggml_type_name(gate.type), " / ",
                  ggml_type_name(down.type), " experts with their shared expert is not a decode-path call");
     run_decode(s, gate, up, down, act, x, wts, T, k, SharedPairs{sgate.w, sup.w, sdown.w, gvec}, false, scratch,
-               scratch_bytes, y, after);
+               scratch_bytes, y);
 }
 
 }  // namespace strata::cuda

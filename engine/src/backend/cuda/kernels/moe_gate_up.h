@@ -28,14 +28,6 @@ struct SharedPairs {
     const float* gvec = nullptr;
 };
 
-// The decode kernels launched right after the hybrid stage kernel (HybridMoe::plan_device): pairs whose gate matrix
-// lies in [lo, hi) (its staging slots) read what it copies; the gate/up kernel's other blocks run while it copies.
-// Null: the kernels wait for the kernel before them as usual.
-struct AfterStage {
-    const uint8_t* lo = nullptr;
-    const uint8_t* hi = nullptr;
-};
-
 // Whether moe_decode / shexp_decode take these matrices for P pairs: integer gate/up formats, a down format
 // multiplied with Q8_0 activations (ABLK 32: Q2_0, IQ4_NL, Q4_0, Q8_0, ...), I = gate.rows = down.n a multiple of
 // 32, gate/up alike, gate.ids == up.ids == down.ids, 0 < P ≤ kMoeDecodeMaxPairs, and STRATA_CUDA_MOE_DECODE not 0.
@@ -48,8 +40,7 @@ size_t moe_decode_scratch_bytes(int P, int I);
 // path does. y is written (no separate combine). act: x [T, n] quantized for gate's type (quantize_act), or act.q
 // null: the gate/up kernel quantizes x itself (the same bits; one launch fewer, each block re-reads x).
 void moe_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down, ActQ8 act,
-                const float* x, const float* wts, int T, int k, void* scratch, size_t scratch_bytes, float* y,
-                AfterStage after = {});
+                const float* x, const float* wts, int T, int k, void* scratch, size_t scratch_bytes, float* y);
 
 // The shared expert in two launches: y[t] += σ(x[t] · gvec) · down(silu(gate · x[t]) ⊙ (up · x[t])); one matrix each
 // (no ids, act_div 1), gvec [n] f32 on the device; act: x quantized for gate's type, or act.q null as moe_decode.
@@ -66,6 +57,6 @@ bool moe_shexp_decode_supported(const MatmulArgs& gate, const MatmulArgs& up, co
 void moe_shexp_decode(cudaStream_t s, const MatmulArgs& gate, const MatmulArgs& up, const MatmulArgs& down,
                       const MatmulArgs& sgate, const MatmulArgs& sup, const MatmulArgs& sdown, const float* gvec,
                       ActQ8 act, const float* x, const float* wts, int T, int k, void* scratch, size_t scratch_bytes,
-                      float* y, AfterStage after = {});
+                      float* y);
 
 }  // namespace strata::cuda
