@@ -38,6 +38,10 @@ if command -v nvcc >/dev/null 2>&1 && ls engine/src/backend/cuda/*.cu >/dev/null
   step "Engine: CUDA sources for sm_90 (compiled; the host-run checks of the CUDA decoders and dots)"
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
   cmake --build build-cuda -j "$JOBS" --target strata decode_host_test dot_host_test
+  # the CUPTI kernel tracer of tests/gpu/graph_timeline.py, where the toolkit has CUPTI (CMake defines it then)
+  if grep -q "strata_kernel_trace" build-cuda/build.ninja; then
+    cmake --build build-cuda -j "$JOBS" --target strata_kernel_trace
+  fi
   # No GPU here: these run the CUDA block decoders, the integer chunk dots and the tensor-core tile math (mma
   # emulated from the PTX fragment layouts) on the host, against the CPU's kernels.
   build-cuda/engine/decode_host_test | tail -1

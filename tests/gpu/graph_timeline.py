@@ -1,7 +1,8 @@
 """What each kernel adds to a decode pass as it really runs: CUDA graphs replayed, programmatic dependent launches on.
-Runs `strata generate` (one prompt token, then decode steps) under Nsight Systems with every graph node traced
-(--cuda-graph-trace=node), reads the kernels' start and end times from the exported SQLite file, splits them into
-passes at the embedding kernel and, over the passes after --skip, charges each kernel with what it adds to the pass:
+Runs `strata generate` (one prompt token, then decode steps) with a kernel tracer: --tracer LIB, our CUPTI tracer
+(tests/gpu/trace/kernel_trace.cpp, injected by the driver through CUDA_INJECTION64_PATH), or else Nsight Systems with
+every graph node traced (--cuda-graph-trace=node, its SQLite export). It splits the kernels into passes at the
+embedding kernel and, over the passes after --skip, charges each kernel with what it adds to the pass:
 
     added = end − max(start, end of every kernel before it)      (0 when it ends inside an earlier kernel)
 
@@ -10,8 +11,8 @@ time the GPU ran no kernel of the pass (a launch boundary, or the host: PLE rows
 Kernel Nsight Compute times (tests/gpu/kernel_times.py) are each kernel alone, replayed one at a time; these are the
 kernels in the pass's chain, with the overlap a dependent launch buys.
 
-usage: graph_timeline.py --strata BIN --model SYN.gguf --out timeline.json [--steps N] [--skip K] [--nsys nsys]
-       [--extra "--flags"] [--env "A=1 B=2"]
+usage: graph_timeline.py --strata BIN --model SYN.gguf --out timeline.json [--tracer libstrata_kernel_trace.so]
+       [--steps N] [--skip K] [--nsys nsys] [--extra "--flags"] [--env "A=1 B=2"]
 """
 from __future__ import annotations
 
@@ -64,33 +65,69 @@ def read_kernels(db: str) -> list[tuple[int, int, str]]:
     return [(int(a), int(b), short_name(n)) for a, b, n in rows]
 
 
+def read_trace_csv(path: str) -> list[tuple[int, int, str]]:
+    """The CUPTI tracer's file: start_ns,end_ns,stream,graph_node,name (names demangled, commas made ';')."""
+    out = []
+    with open(path) as f:
+        next(f, None)
+        for line in f:
+            parts = line.rstrip("\n").split(",", 4)
+            if len(parts) == 5:
+                out.append((int(parts[0]), int(parts[1]), short_name(parts[4].replace(";", ","))))
+    out.sort()
+    return out
+
+
+def cuda_library_dirs() -> list[str]:
+    """Where libcupti may be: the CUDA toolkits' library folders (the tracer's own RUNPATH is the build machine's)."""
+    dirs = []
+    for pattern in ("/usr/local/cuda*/targets/x86_64-linux/lib", "/usr/local/cuda*/lib64", "/usr/local/cuda*/lib"):
+        dirs += sorted(glob.glob(pattern))
+    return dirs
+
+
+def run_traced(a, env: dict, tmp: str, engine_cmd: list[str]) -> list[tuple[int, int, str]]:
+    if a.tracer:
+        csv_path = os.path.join(tmp, "kernels.csv")
+        env = dict(env, CUDA_INJECTION64_PATH=os.path.abspath(a.tracer), STRATA_KERNEL_TRACE_OUT=csv_path,
+                   LD_LIBRARY_PATH=":".join(cuda_library_dirs() + [env.get("LD_LIBRARY_PATH", "")]))
+        p = subprocess.run(engine_cmd, capture_output=True, text=True, timeout=a.timeout, env=env)
+        if p.returncode != 0 or not os.path.exists(csv_path):
+            sys.exit(f"traced run failed ({p.returncode}):\n{p.stderr[-3000:]}\n{p.stdout[-2000:]}")
+        print("  " + "".join(l for l in p.stderr.splitlines(True) if "kernel_trace" in l).strip())
+        return read_trace_csv(csv_path)
+    nsys = find_nsys(a.nsys)
+    rep = os.path.join(tmp, "pass")
+    cmd = [nsys, "profile", "-t", "cuda", "--cuda-graph-trace=node", "--sample=none", "--cpuctxsw=none", "-o", rep,
+           "--export=sqlite", "--force-overwrite=true"] + engine_cmd
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout, env=env)
+    db = rep + ".sqlite"
+    if p.returncode != 0 or not os.path.exists(db):
+        sys.exit(f"nsys failed ({p.returncode}):\n{p.stderr[-3000:]}\n{p.stdout[-2000:]}")
+    return read_kernels(db)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--strata", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--tracer", default="", help="the CUPTI tracer library (libstrata_kernel_trace.so); else nsys")
     ap.add_argument("--nsys", default="nsys")
-    ap.add_argument("--steps", type=int, default=48, help="decode steps")
+    ap.add_argument("--steps", type=int, default=160, help="decode steps")
     ap.add_argument("--skip", type=int, default=16, help="passes left out at the start (graph capture, warm-up)")
     ap.add_argument("--extra", default="", help="more engine flags")
     ap.add_argument("--env", default="", help="environment for the engine, e.g. \"STRATA_CUDA_PDL=0\"")
     ap.add_argument("--timeout", type=int, default=300)
     a = ap.parse_args(argv)
-    nsys = find_nsys(a.nsys)
     env = dict(os.environ)
     for kv in a.env.split():
         k, _, v = kv.partition("=")
         env[k] = v
     tmp = tempfile.mkdtemp(prefix="timeline-")
-    rep = os.path.join(tmp, "pass")
-    cmd = [nsys, "profile", "-t", "cuda", "--cuda-graph-trace=node", "--sample=none", "--cpuctxsw=none", "-o", rep,
-           "--export=sqlite", "--force-overwrite=true", a.strata, "generate", "--backend", "cuda", "--model", a.model,
-           "--prompt-ids", "1000", "-n", str(a.steps), "--ignore-eos"] + a.extra.split()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout, env=env)
-    db = rep + ".sqlite"
-    if p.returncode != 0 or not os.path.exists(db):
-        sys.exit(f"nsys failed ({p.returncode}):\n{p.stderr[-3000:]}\n{p.stdout[-2000:]}")
-    kernels = read_kernels(db)
+    engine_cmd = [a.strata, "generate", "--backend", "cuda", "--model", a.model, "--prompt-ids", "1000", "-n",
+                  str(a.steps), "--ignore-eos"] + a.extra.split()
+    kernels = run_traced(a, env, tmp, engine_cmd)
     starts = [i for i, (_, _, n) in enumerate(kernels) if n in ("gather_rows_kernel", "dequant_rows_kernel")
               or "embed" in n]
     if len(starts) < a.skip + 2:

@@ -9,14 +9,17 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(strata cuda_ops_test decode_host_test dot_host_test moe_decode_test cuda_matmul_speed
-                                     kernel_boundary staged_phases cpu_pool_bench t1_ops)
+                                     kernel_boundary staged_phases cpu_pool_bench t1_ops strata_kernel_trace)
 PY=${PYTHON:-.venv/bin/python}
 [ -d build-cuda ] || cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null
 ninja -C build-cuda -j "$(nproc)" "${TARGETS[@]}"
 rm -rf build-cuda/carry
 mkdir -p build-cuda/carry/engine
-for t in "${TARGETS[@]}"; do cp "build-cuda/engine/$t" build-cuda/carry/engine/; done
+for t in "${TARGETS[@]}"; do   # an executable, or a shared library (lib$t.so: the CUPTI kernel tracer)
+  if [ -f "build-cuda/engine/$t" ]; then cp "build-cuda/engine/$t" build-cuda/carry/engine/
+  else cp "build-cuda/engine/lib$t.so" build-cuda/carry/engine/; fi
+done
 strip build-cuda/carry/engine/*
 tar -C build-cuda -cf - carry | xz -9 -T"$(nproc)" > build-cuda/carry.tar.xz
 [ -d .gpu-models ] || "$PY" tests/gpu/prepare_models.py --set d

@@ -15,9 +15,10 @@
 #   kernels    tests/gpu/kernel_times.py: Nsight Compute's time of every kernel of one decode pass (synthetic model)
 #   detail     tests/gpu/kernel_detail.sh: Nsight Compute's sections (stall reasons, occupancy) of the largest kernels
 #   phases     bench/cuda_kernels: staged_phases (the staged projection step by step) and kernel_boundary
-#   timeline   tests/gpu/graph_timeline.sh: Nsight Systems' times of every kernel of decode passes as they run (graphs,
-#              dependent launches): what each kernel adds to a pass, the gaps; gpu, pc12 after a decode step (its
-#              routing profile), and gpu with each environment of TIMELINE_AB ("A=1,B=2 C=0": two variants)
+#   timeline   tests/gpu/graph_timeline.sh: every kernel of decode passes timed as they run (graphs, dependent
+#              launches; our CUPTI tracer, TARGETS must include strata_kernel_trace): what each kernel adds to a pass,
+#              the gaps; gpu, pc12 after a decode step (its routing profile), and gpu with each environment of
+#              TIMELINE_AB ("A=1,B=2 C=0": two variants)
 #   t1         bench/cuda_kernels/t1_ops.sh   t1dec    tests/gpu/t1_ops_decode.sh
 #   matmul     tests/gpu/matmul_t1.sh         pool     tests/gpu/cpu_pool.sh (the pool + one hybrid decode)
 #   prompt     cuda_matmul_speed --prompt (prompt-chunk matmuls, f32 tiled and tensor-core kernels) and dot_host_test
