@@ -27,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 
+from kernel_times import base_name   # (this folder: the script's own)
+
 
 def find_nsys(given: str) -> str:
     if given and shutil.which(given):
@@ -42,17 +44,7 @@ def find_nsys(given: str) -> str:
 
 def short_name(name: str) -> str:
     """The kernel's name without namespaces, template arguments and parameters."""
-    for ns in ("(anonymous namespace)::", "<unnamed>::", "unnamed>::"):
-        name = name.replace(ns, "")
-    depth, out = 0, []
-    for ch in name.split("(")[0]:
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif depth == 0:
-            out.append(ch)
-    return "".join(out).replace("void ", "").strip().split("::")[-1]
+    return base_name(name).split("::")[-1]
 
 
 def read_kernels(db: str) -> list[tuple[int, int, str]]:
