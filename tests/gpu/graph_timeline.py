@@ -84,8 +84,10 @@ def run_traced(a, env: dict, tmp: str, engine_cmd: list[str]) -> list[tuple[int,
         env = dict(env, CUDA_INJECTION64_PATH=os.path.abspath(a.tracer), STRATA_KERNEL_TRACE_OUT=csv_path,
                    LD_LIBRARY_PATH=":".join(cuda_library_dirs() + [env.get("LD_LIBRARY_PATH", "")]))
         p = subprocess.run(engine_cmd, capture_output=True, text=True, timeout=a.timeout, env=env)
-        if p.returncode != 0 or not os.path.exists(csv_path):
+        if not os.path.exists(csv_path) or "kernel_trace:" not in p.stderr and p.returncode != 0:
             sys.exit(f"traced run failed ({p.returncode}):\n{p.stderr[-3000:]}\n{p.stdout[-2000:]}")
+        if p.returncode != 0:   # (a tracer torn down at exit can end the process badly after the trace is written)
+            print(f"  note: the traced engine exited with {p.returncode}; its trace is read as written")
         print("  " + "".join(l for l in p.stderr.splitlines(True) if "kernel_trace" in l).strip())
         return read_trace_csv(csv_path)
     nsys = find_nsys(a.nsys)

@@ -25,6 +25,7 @@ constexpr auto kFlushEvery = std::chrono::milliseconds(100);   // completed reco
 std::FILE* g_out = nullptr;
 std::mutex g_mu;
 std::atomic<uint64_t> g_kernels{0}, g_dropped{0};
+std::atomic<bool> g_stop{false};   // the flushing thread stops at exit
 
 void check(CUptiResult r, const char* what) {
     if (r == CUPTI_SUCCESS) return;
@@ -67,6 +68,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 }
 
 void finish() {
+    g_stop = true;
     cuptiActivityFlushAll(1);
     std::lock_guard<std::mutex> lk(g_mu);
     if (!g_out) return;
@@ -91,9 +93,9 @@ extern "C" int InitializeInjection(void) {
     check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityEnable(CONCURRENT_KERNEL)");
     std::atexit(finish);
     std::thread([] {
-        for (;;) {
+        while (!g_stop) {
             std::this_thread::sleep_for(kFlushEvery);
-            cuptiActivityFlushAll(0);
+            if (!g_stop) cuptiActivityFlushAll(0);
         }
     }).detach();
     return 1;
