@@ -156,6 +156,8 @@ def main(argv=None) -> int:
                          "span_us": round((end - start) / 1e3, 2),
                          "added_us": round(max(0, end - max(start, reach)) / 1e3, 2)})
         reach = max(reach, end)
+    # start to start: the pass plus the host's time between passes (graph launches, the PLE rows, the sampling)
+    step_ns = [kernels[bounds[i + 1]][0] - kernels[bounds[i]][0] for i in range(a.skip, len(starts) - 1)]
     n = len(passes)
     us = lambda ns: round(ns / n / 1e3, 1)
     table = sorted(({"kernel": k, "calls": round(v[0] / n, 1), "added_us": us(v[1]), "gap_before_us": us(v[2]),
@@ -164,12 +166,14 @@ def main(argv=None) -> int:
                    key=lambda r: -(r["added_us"] + r["gap_before_us"]))
     res = {"model": os.path.basename(a.model), "flags": a.extra, "env": a.env, "passes": n,
            "kernels_per_pass": round(sum(len(p) for p in passes) / n, 1),
+           "step_us": round(sum(step_ns) / n / 1e3, 1),
            "pass_us": round(sum(spans) / n / 1e3, 1), "busy_us": round(sum(busy) / n / 1e3, 1),
            "gap_us": round(sum(gaps) / n / 1e3, 1), "table": table, "first_kernels_of_last_pass": sequence}
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
     print(f"a pass: {res['kernels_per_pass']:.0f} kernels, {res['pass_us']:.1f} us from the first kernel's start to "
-          f"the last's end: kernels {res['busy_us']:.1f} us, no kernel {res['gap_us']:.1f} us (mean of {n} passes)")
+          f"the last's end: kernels {res['busy_us']:.1f} us, no kernel {res['gap_us']:.1f} us (mean of {n} passes); "
+          f"{res['step_us']:.1f} us from a pass's start to the next's")
     print(f"  {'kernel':44s} {'calls':>6s} {'added us':>9s} {'gap us':>8s} {'added/call':>10s} {'span/call':>9s}")
     for r in table[:40]:
         print(f"  {r['kernel'][:44]:44s} {r['calls']:6.1f} {r['added_us']:9.1f} {r['gap_before_us']:8.1f} "

@@ -15,7 +15,7 @@ run() {   # name, then graph_timeline.py's arguments
   echo "-- timeline $name"
   python3 tests/gpu/graph_timeline.py --strata "$BUILD/engine/strata" --model "$MODEL" --out "$OUT/timeline_$name.json" \
     ${TRACER:+--tracer "$TRACER"} "$@" |
-    head -80
+    head -100
 }
 run gpu
 [ "${TIMELINE_PC12:-1}" = 1 ] && [ -n "${PROFILE:-}" ] && [ -f "$PROFILE" ] &&
