@@ -8,7 +8,7 @@ embedding kernel and, over the passes after --skip, charges each kernel with wha
 
 so the kernels' added times sum to the pass's busy time, and `gap` (start − the end before it, when positive) is the
 time the GPU ran no kernel of the pass (a launch boundary, or the host: PLE rows, a piece of the pass launched late).
-Kernel Nsight Compute times (tests/gpu/kernel_times.py) are each kernel alone, replayed one at a time; these are the
+Nsight Compute's times (tests/gpu/kernel_times.py) are each kernel alone, replayed one at a time; these are the
 kernels in the pass's chain, with the overlap a dependent launch buys.
 
 usage: graph_timeline.py --strata BIN --model SYN.gguf --out timeline.json [--tracer libstrata_kernel_trace.so]
@@ -33,13 +33,14 @@ from kernel_times import base_name   # (this folder: the script's own)
 def find_nsys(given: str) -> str:
     if given and shutil.which(given):
         return shutil.which(given)
-    for pattern in ("/usr/local/cuda*/bin/nsys", "/opt/nvidia/nsight-systems/*/bin/nsys", "/usr/local/cuda*/nsight-systems*/bin/nsys",
-                    "/opt/nvidia/nsight-systems*/bin/nsys", "/usr/lib/nsight-systems/bin/nsys",
-                    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys"):   # (the lent machine's only copy)
+    # (not Nsight Compute's host copy on the lent machine: it collects but cannot import, 2026-12-06 r121)
+    for pattern in ("/usr/local/cuda*/bin/nsys", "/opt/nvidia/nsight-systems/*/bin/nsys",
+                    "/usr/local/cuda*/nsight-systems*/bin/nsys", "/opt/nvidia/nsight-systems*/bin/nsys",
+                    "/usr/lib/nsight-systems/bin/nsys"):
         hits = sorted(glob.glob(pattern))
         if hits:
             return hits[-1]
-    sys.exit("nsys not found (PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-systems)")
+    sys.exit("nsys not found (PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-systems): give --tracer")
 
 
 SIDE_KERNELS = {"prefetch_worker_kernel"}
