@@ -18,11 +18,11 @@ with open(os.environ["STRATA_KERNEL_TRACE_OUT"], "w") as f:
     t = 0
     for p in range(30):
         f.write(f"{t + 500},{t + 40000},9,0,void (anonymous namespace)::prefetch_worker_kernel(PrefetchWorkerArgs)\n")
-        f.write(f"{t},{t + 2000},7,1,void (anonymous namespace)::dequant_rows_kernel<FmtQ4_K>(unsigned char const*; int)\n")
+        f.write(f"{t},{t + 2000},7,1,void dequant_rows_kernel<FmtQ4_K>(unsigned char const*; int)\n")
         t += 3000
         for layer in range(3):
             f.write(f"{t},{t + 8000},7,2,void (anonymous namespace)::hr_down_kernel<FmtQ2_0; 32>(float const*)\n")
-            f.write(f"{t + 7000},{t + 14000},7,3,void (anonymous namespace)::hr_mix_kernel<FmtQ2_0; 1; 0>(float const*)\n")
+            f.write(f"{t + 7000},{t + 14000},7,3,void hr_mix_kernel<FmtQ2_0; 1; 0>(float const*)\n")
             t += 15000
         t += 5000
 print("kernel_trace: 330 kernels written, 0 records dropped", file=sys.stderr)

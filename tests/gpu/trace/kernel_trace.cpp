@@ -1,5 +1,5 @@
-// A kernel tracer injected into any CUDA program (the driver loads it: CUDA_INJECTION64_PATH=libstrata_kernel_trace.so):
-// CUPTI's concurrent-kernel activity records, one line a kernel launch (graph nodes included) into the CSV file
+// A kernel tracer injected into any CUDA program (the driver loads it when CUDA_INJECTION64_PATH names
+// libstrata_kernel_trace.so): CUPTI's concurrent-kernel activity records, one line a kernel launch (graph nodes included) into the CSV file
 // STRATA_KERNEL_TRACE_OUT (default kernel_trace.csv): start_ns,end_ns,stream,graph_node,name (demangled). The
 // times are the GPU's own timestamps, so a pass replayed from CUDA graphs with programmatic dependent launches shows
 // each kernel as it really ran: tests/gpu/graph_timeline.py reads the file. For the lent machine, which has CUPTI
@@ -19,8 +19,8 @@
 namespace {
 
 constexpr size_t kBufferBytes = 8 << 20;   // one activity buffer (CUPTI asks for more as they fill)
-constexpr auto kFlushEvery = std::chrono::milliseconds(100);   // completed records reach the file at least this often:
-                                                                // at exit the CUDA context may be gone before atexit's flush
+// Completed records reach the file at least this often: at exit the CUDA context may be gone before atexit's flush.
+constexpr auto kFlushEvery = std::chrono::milliseconds(100);
 
 std::FILE* g_out = nullptr;
 std::mutex g_mu;
