@@ -1,9 +1,10 @@
 // A kernel tracer injected into any CUDA program (the driver loads it when CUDA_INJECTION64_PATH names
-// libstrata_kernel_trace.so): CUPTI's concurrent-kernel activity records, one line a kernel launch (graph nodes included) into the CSV file
-// STRATA_KERNEL_TRACE_OUT (default kernel_trace.csv): start_ns,end_ns,stream,graph_node,name (demangled). The
-// times are the GPU's own timestamps, so a pass replayed from CUDA graphs with programmatic dependent launches shows
-// each kernel as it really ran: tests/gpu/graph_timeline.py reads the file. For the lent machine, which has CUPTI
-// but no Nsight Systems able to export a trace.
+// libstrata_kernel_trace.so): CUPTI's concurrent-kernel activity records, one line a kernel launch (graph nodes
+// included) into the CSV file STRATA_KERNEL_TRACE_OUT (default kernel_trace.csv):
+// start_ns,end_ns,stream,graph_node,name (demangled). The times are the GPU's own timestamps, so a pass replayed
+// from CUDA graphs with programmatic dependent launches shows each kernel as it really ran:
+// tests/gpu/graph_timeline.py reads the file. For the lent machine, which has CUPTI but no Nsight Systems able to
+// export a trace.
 #include <cxxabi.h>
 
 #include <atomic>
