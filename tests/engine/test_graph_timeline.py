@@ -10,7 +10,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(REPO, "tests", "gpu", "graph_timeline.py")
 
 # 30 passes: the embedding (2 µs), 1 µs of nothing, then 3 layers of hr_down (8 µs) and hr_mix (7 µs, starting 1 µs
-# before hr_down ends: a dependent launch), 5 µs of host time after each pass; a prefetch worker resident per pass.
+# before hr_down ends: a dependent launch), 5 µs of host time after each pass (a 1 µs copy of the choice to the host,
+# then the next pass's 2 µs graph launch); a prefetch worker resident per pass.
 FAKE_ENGINE = r'''#!/usr/bin/env python3
 import os, sys
 with open(os.environ["STRATA_KERNEL_TRACE_OUT"], "w") as f:
@@ -24,8 +25,10 @@ with open(os.environ["STRATA_KERNEL_TRACE_OUT"], "w") as f:
             f.write(f"{t},{t + 8000},7,2,void (anonymous namespace)::hr_down_kernel<FmtQ2_0; 32>(float const*)\n")
             f.write(f"{t + 7000},{t + 14000},7,3,void hr_mix_kernel<FmtQ2_0; 1; 0>(float const*)\n")
             t += 15000
+        f.write(f"{t - 500},{t + 500},7,0,[memcpy DtoH] 4\n")
         t += 5000
-print("kernel_trace: 330 kernels written, 0 records dropped", file=sys.stderr)
+        f.write(f"{t - 3000},{t - 1000},4294967295,0,[api] cudaGraphLaunch\n")
+print("kernel_trace: 330 kernels and 60 copies, fills and runtime calls written, 0 records dropped", file=sys.stderr)
 '''
 
 
@@ -51,3 +54,12 @@ def test_timeline_of_a_written_trace(tmp_path):
     assert res["side_kernels"] == {"prefetch_worker_kernel": {"launches": 30, "span_us_mean": 39.5}}
     assert [k["kernel"] for k in res["first_kernels_of_last_pass"][:3]] == \
         ["dequant_rows_kernel", "hr_down_kernel", "hr_mix_kernel"]
+    # between passes: the copy and the launch, from the last kernel's end (6 µs before the next pass)
+    assert res["between_passes_us"] == 6.0
+    assert res["events_per_pass"] == [{"event": "[api] cudaGraphLaunch", "calls": 1.0, "us": 2.0},
+                                      {"event": "[memcpy DtoH]", "calls": 1.0, "us": 1.0}]
+    before = res["largest_gaps_of_last_pass"][0]
+    assert before["where"] == "before the pass" and before["gap_us"] == 6.0
+    assert before["events"] == [{"event": "[memcpy DtoH] 4", "start_us": 0.5, "us": 1.0},
+                                {"event": "[api] cudaGraphLaunch", "start_us": 3.0, "us": 2.0}]
+    assert [g["gap_us"] for g in res["largest_gaps_of_last_pass"][1:]] == [1.0, 1.0, 1.0]

@@ -8,6 +8,9 @@ embedding kernel and, over the passes after --skip, charges each kernel with wha
 
 so the kernels' added times sum to the pass's busy time, and `gap` (start − the end before it, when positive) is the
 time the GPU ran no kernel of the pass (a launch boundary, or the host: PLE rows, a piece of the pass launched late).
+With our tracer the file also holds the GPU's copies and fills and the host's CUDA runtime calls: the JSON then has
+their time a pass, the gap between passes, and every event inside the last pass's largest gaps (what the GPU and
+the host did while no kernel ran).
 Nsight Compute's times (tests/gpu/kernel_times.py) are each kernel alone, replayed one at a time; these are the
 kernels in the pass's chain, with the overlap a dependent launch buys.
 
@@ -61,17 +64,41 @@ def read_kernels(db: str) -> list[tuple[int, int, str]]:
     return [(int(a), int(b), short_name(n)) for a, b, n in rows]
 
 
-def read_trace_csv(path: str) -> list[tuple[int, int, str]]:
-    """The CUPTI tracer's file: start_ns,end_ns,stream,graph_node,name (names demangled, commas made ';')."""
-    out = []
+def read_trace_csv(path: str) -> tuple[list[tuple[int, int, str]], list[tuple[int, int, str]]]:
+    """The CUPTI tracer's file: start_ns,end_ns,stream,graph_node,name (names demangled, commas made ';'). Returns
+    the kernels and the other records (copies and fills "[memcpy HtoD] BYTES" / "[memset] BYTES", the host's runtime
+    calls "[api] NAME"), each sorted by start."""
+    kernels, others = [], []
     with open(path) as f:
         next(f, None)
         for line in f:
             parts = line.rstrip("\n").split(",", 4)
-            if len(parts) == 5:
-                out.append((int(parts[0]), int(parts[1]), short_name(parts[4].replace(";", ","))))
-    out.sort()
-    return out
+            if len(parts) != 5:
+                continue
+            name = parts[4].replace(";", ",")
+            if name.startswith("["):
+                others.append((int(parts[0]), int(parts[1]), name))
+            else:
+                kernels.append((int(parts[0]), int(parts[1]), short_name(name)))
+    kernels.sort()
+    others.sort()
+    return kernels, others
+
+
+def event_kind(name: str) -> str:
+    """An other record's name without its byte count: "[memcpy HtoD]", "[memset]", "[api] cudaGraphLaunch"."""
+    return name if name.startswith("[api]") else name.split("]")[0] + "]"
+
+
+def events_in(others: list[tuple[int, int, str]], t0: int, t1: int, limit: int = 40) -> list[dict]:
+    """The records overlapping [t0, t1]: start offset from t0 and duration in us."""
+    out = []
+    for start, end, name in others:
+        if start > t1:
+            break
+        if end >= t0:
+            out.append({"event": name, "start_us": round((start - t0) / 1e3, 2), "us": round((end - start) / 1e3, 2)})
+    return out[-limit:]
 
 
 def cuda_library_dirs() -> list[str]:
@@ -82,7 +109,8 @@ def cuda_library_dirs() -> list[str]:
     return dirs
 
 
-def run_traced(a, env: dict, tmp: str, engine_cmd: list[str]) -> list[tuple[int, int, str]]:
+def run_traced(a, env: dict, tmp: str, engine_cmd: list[str]):
+    """(kernels, other records): the latter only from our tracer."""
     if a.tracer:
         csv_path = os.path.join(tmp, "kernels.csv")
         env = dict(env, CUDA_INJECTION64_PATH=os.path.abspath(a.tracer), STRATA_KERNEL_TRACE_OUT=csv_path,
@@ -102,7 +130,7 @@ def run_traced(a, env: dict, tmp: str, engine_cmd: list[str]) -> list[tuple[int,
     db = rep + ".sqlite"
     if p.returncode != 0 or not os.path.exists(db):
         sys.exit(f"nsys failed ({p.returncode}):\n{p.stderr[-3000:]}\n{p.stdout[-2000:]}")
-    return read_kernels(db)
+    return read_kernels(db), []
 
 
 def main(argv=None) -> int:
@@ -125,7 +153,7 @@ def main(argv=None) -> int:
     tmp = tempfile.mkdtemp(prefix="timeline-")
     engine_cmd = [a.strata, "generate", "--backend", "cuda", "--model", a.model, "--prompt-ids", "1000", "-n",
                   str(a.steps), "--ignore-eos"] + a.extra.split()
-    kernels = run_traced(a, env, tmp, engine_cmd)
+    kernels, others = run_traced(a, env, tmp, engine_cmd)
     # Kernels resident beside the pass (the 12 GB PC's prefetch worker, on its own stream for a whole pass) are not
     # in its chain: counted apart.
     side = [k for k in kernels if k[2] in SIDE_KERNELS]
@@ -168,6 +196,28 @@ def main(argv=None) -> int:
     step_ns = [kernels[bounds[i + 1]][0] - kernels[bounds[i]][0] for i in range(a.skip, len(starts) - 1)]
     n = len(passes)
     us = lambda ns: round(ns / n / 1e3, 1)
+    # Between passes and in the last pass's largest gaps: the copies, fills and runtime calls (our tracer only)
+    t_first, t_last = kernels[bounds[a.skip]][0], kernels[bounds[len(starts) - 1]][0]
+    host = collections.OrderedDict()
+    for start, end, name in others:
+        if t_first <= start < t_last:
+            c = host.setdefault(event_kind(name), [0, 0])
+            c[0] += 1
+            c[1] += end - start
+    events = sorted(({"event": k, "calls": round(v[0] / len(passes), 2), "us": round(v[1] / len(passes) / 1e3, 1)}
+                     for k, v in host.items()), key=lambda r: -r["us"])
+    between = [kernels[bounds[i + 1]][0] - max(e for _, e, _ in passes[i - a.skip]) for i in range(a.skip, len(starts) - 1)]
+    largest = []
+    if others:
+        prev_end = max(e for _, e, _ in passes[-2])
+        windows = [(last[0][0] - prev_end, prev_end, last[0][0], "before the pass")]
+        reach = last[0][0]
+        for start, end, name in last:
+            if start > reach:
+                windows.append((start - reach, reach, start, f"before {name}"))
+            reach = max(reach, end)
+        for gap, t0, t1, where in sorted(windows, reverse=True)[:4]:
+            largest.append({"where": where, "gap_us": round(gap / 1e3, 1), "events": events_in(others, t0, t1)})
     table = sorted(({"kernel": k, "calls": round(v[0] / n, 1), "added_us": us(v[1]), "gap_before_us": us(v[2]),
                      "span_us": us(v[3]), "added_us_per_call": round(v[1] / v[0] / 1e3, 2),
                      "span_us_per_call": round(v[3] / v[0] / 1e3, 2)} for k, v in per.items()),
@@ -181,6 +231,8 @@ def main(argv=None) -> int:
                                    "span_us_mean": round(sum(k[1] - k[0] for k in side if k[2] == name) / 1e3 /
                                                          max(1, sum(1 for k in side if k[2] == name)), 1)}
                             for name in sorted({k[2] for k in side})},
+           "between_passes_us": round(sum(between) / len(between) / 1e3, 1),
+           "events_per_pass": events, "largest_gaps_of_last_pass": largest,
            "table": table, "first_kernels_of_last_pass": sequence}
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
@@ -193,6 +245,15 @@ def main(argv=None) -> int:
     for r in table[:40]:
         print(f"  {r['kernel'][:44]:44s} {r['calls']:6.1f} {r['added_us']:9.1f} {r['gap_before_us']:8.1f} "
               f"{r['added_us_per_call']:10.2f} {r['span_us_per_call']:9.2f}")
+    if events:
+        print(f"  between passes (the last kernel's end to the next pass's first start): {res['between_passes_us']} us")
+        print(f"  {'copies, fills, runtime calls a pass':44s} {'calls':>6s} {'us':>9s}")
+        for r in events[:20]:
+            print(f"  {r['event'][:44]:44s} {r['calls']:6.2f} {r['us']:9.1f}")
+        for w in largest:
+            print(f"  gap {w['where']} ({w['gap_us']} us): start, us of each event")
+            for e in w["events"][:25]:
+                print(f"    {e['start_us']:8.2f} {e['us']:8.2f}  {e['event'][:60]}")
     print("  the last pass's first kernels: start, span, added (us)")
     for r in sequence[:50]:
         print(f"    {r['start_us']:8.2f} {r['span_us']:7.2f} {r['added_us']:7.2f}  {r['kernel'][:60]}")
