@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "tests", "gpu", "graph_timeline.py")
 
@@ -14,6 +16,14 @@ SCRIPT = os.path.join(REPO, "tests", "gpu", "graph_timeline.py")
 # then the next pass's 2 µs graph launch); a prefetch worker resident per pass.
 FAKE_ENGINE = r'''#!/usr/bin/env python3
 import os, sys
+serve = "--serve" in sys.argv   # as the engine: READY, then the request, then QUIT after DONE
+if serve:
+    print("INFO version=0.1.0", flush=True)
+    print("READY", flush=True)
+    gen = sys.stdin.readline().split()
+    assert gen[0] == "GEN" and gen[1] == "160" and len(gen[-1].split(",")) == 16, gen
+else:
+    assert sys.argv[1] == "generate", sys.argv
 with open(os.environ["STRATA_KERNEL_TRACE_OUT"], "w") as f:
     f.write("start_ns,end_ns,stream,graph_node,name\n")
     t = 0
@@ -28,11 +38,15 @@ with open(os.environ["STRATA_KERNEL_TRACE_OUT"], "w") as f:
         f.write(f"{t - 500},{t + 500},7,0,[memcpy DtoH] 4\n")
         t += 5000
         f.write(f"{t - 3000},{t - 1000},4294967295,0,[api] cudaGraphLaunch\n")
+if serve:
+    print("DONE 160 stop=length", flush=True)
+    assert sys.stdin.readline().strip() == "QUIT"
 print("kernel_trace: 330 kernels and 60 copies, fills and runtime calls written, 0 records dropped", file=sys.stderr)
 '''
 
 
-def test_timeline_of_a_written_trace(tmp_path):
+@pytest.mark.parametrize("driver", [[], ["--generate"]])
+def test_timeline_of_a_written_trace(tmp_path, driver):
     engine = tmp_path / "strata"
     engine.write_text(FAKE_ENGINE)
     engine.chmod(0o755)
@@ -40,7 +54,7 @@ def test_timeline_of_a_written_trace(tmp_path):
     tracer.write_bytes(b"")
     out = tmp_path / "timeline.json"
     p = subprocess.run([sys.executable, SCRIPT, "--strata", str(engine), "--model", "syn.gguf", "--out", str(out),
-                        "--tracer", str(tracer), "--skip", "5"], capture_output=True, text=True, timeout=60)
+                        "--tracer", str(tracer), "--skip", "5"] + driver, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr + p.stdout
     res = json.loads(out.read_text())
     assert res["passes"] == 24   # 30 found, 5 skipped, the last left out (it may be cut)

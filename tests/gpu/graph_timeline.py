@@ -1,5 +1,6 @@
 """What each kernel adds to a decode pass as it really runs: CUDA graphs replayed, programmatic dependent launches on.
-Runs `strata generate` (one prompt token, then decode steps) with a kernel tracer: --tracer LIB, our CUPTI tracer
+Runs the engine as the gateway does (`strata --serve`, one GEN of a 16-token prompt and --steps new tokens, greedy
+chosen on the GPU; --generate: `strata generate`, which copies every step's logits to the host) with a kernel tracer: --tracer LIB, our CUPTI tracer
 (tests/gpu/trace/kernel_trace.cpp, injected by the driver through CUDA_INJECTION64_PATH), or else Nsight Systems with
 every graph node traced (--cuda-graph-trace=node, its SQLite export). It splits the kernels into passes at the
 embedding kernel and, over the passes after --skip, charges each kernel with what it adds to the pass:
@@ -109,13 +110,40 @@ def cuda_library_dirs() -> list[str]:
     return dirs
 
 
-def run_traced(a, env: dict, tmp: str, engine_cmd: list[str]):
+def run_engine(cmd: list[str], env: dict, timeout: int, gen_line: str, tmp: str) -> subprocess.CompletedProcess:
+    """cmd to its end; with gen_line (a serve engine) that request once READY, then QUIT after its DONE or ERR."""
+    if not gen_line:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    err_path = os.path.join(tmp, "engine.err")
+    out = []
+    with open(err_path, "w") as err:
+        p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        try:
+            for line in p.stdout:
+                out.append(line)
+                if line.startswith("READY"):
+                    p.stdin.write(gen_line + "\n")
+                    p.stdin.flush()
+                elif line.startswith(("DONE", "ERR")):
+                    p.stdin.write("QUIT\n")
+                    p.stdin.flush()
+                    break
+            rest, _ = p.communicate(timeout=timeout)
+            out.append(rest or "")
+        except (subprocess.TimeoutExpired, BrokenPipeError):
+            p.kill()
+            p.wait()
+    with open(err_path) as f:
+        return subprocess.CompletedProcess(cmd, p.returncode, "".join(out), f.read())
+
+
+def run_traced(a, env: dict, tmp: str, engine_cmd: list[str], gen_line: str = ""):
     """(kernels, other records): the latter only from our tracer."""
     if a.tracer:
         csv_path = os.path.join(tmp, "kernels.csv")
         env = dict(env, CUDA_INJECTION64_PATH=os.path.abspath(a.tracer), STRATA_KERNEL_TRACE_OUT=csv_path,
                    LD_LIBRARY_PATH=":".join(cuda_library_dirs() + [env.get("LD_LIBRARY_PATH", "")]))
-        p = subprocess.run(engine_cmd, capture_output=True, text=True, timeout=a.timeout, env=env)
+        p = run_engine(engine_cmd, env, a.timeout, gen_line, tmp)
         if not os.path.exists(csv_path) or "kernel_trace:" not in p.stderr and p.returncode != 0:
             sys.exit(f"traced run failed ({p.returncode}):\n{p.stderr[-3000:]}\n{p.stdout[-2000:]}")
         if p.returncode != 0:   # (a tracer torn down at exit can end the process badly after the trace is written)
@@ -126,7 +154,7 @@ def run_traced(a, env: dict, tmp: str, engine_cmd: list[str]):
     rep = os.path.join(tmp, "pass")
     cmd = [nsys, "profile", "-t", "cuda", "--cuda-graph-trace=node", "--sample=none", "--cpuctxsw=none", "-o", rep,
            "--export=sqlite", "--force-overwrite=true"] + engine_cmd
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout, env=env)
+    p = run_engine(cmd, env, a.timeout, gen_line, tmp)
     db = rep + ".sqlite"
     if p.returncode != 0 or not os.path.exists(db):
         sys.exit(f"nsys failed ({p.returncode}):\n{p.stderr[-3000:]}\n{p.stdout[-2000:]}")
@@ -145,15 +173,22 @@ def main(argv=None) -> int:
     ap.add_argument("--extra", default="", help="more engine flags")
     ap.add_argument("--env", default="", help="environment for the engine, e.g. \"STRATA_CUDA_PDL=0\"")
     ap.add_argument("--timeout", type=int, default=300)
+    ap.add_argument("--generate", action="store_true", help="`strata generate` instead of a serve request")
     a = ap.parse_args(argv)
     env = dict(os.environ)
     for kv in a.env.split():
         k, _, v = kv.partition("=")
         env[k] = v
     tmp = tempfile.mkdtemp(prefix="timeline-")
-    engine_cmd = [a.strata, "generate", "--backend", "cuda", "--model", a.model, "--prompt-ids", "1000", "-n",
-                  str(a.steps), "--ignore-eos"] + a.extra.split()
-    kernels, others = run_traced(a, env, tmp, engine_cmd)
+    if a.generate:
+        engine_cmd = [a.strata, "generate", "--backend", "cuda", "--model", a.model, "--prompt-ids", "1000", "-n",
+                      str(a.steps), "--ignore-eos"] + a.extra.split()
+        gen_line = ""
+    else:   # (a stop id among the random model's tokens ends the request early: fewer passes, said below)
+        engine_cmd = [a.strata, "--serve", "--backend", "cuda", "--model", a.model, "--ctx", str(a.steps + 64)]
+        engine_cmd += a.extra.split()
+        gen_line = f"GEN {a.steps} " + ",".join(str(1000 + 37 * i) for i in range(16))
+    kernels, others = run_traced(a, env, tmp, engine_cmd, gen_line)
     # Kernels resident beside the pass (the 12 GB PC's prefetch worker, on its own stream for a whole pass) are not
     # in its chain: counted apart.
     side = [k for k in kernels if k[2] in SIDE_KERNELS]
