@@ -4,7 +4,8 @@
 # xz-compressed into build-cuda/carry.tar.xz (~10-12 MB of the 64 MiB a call carries). Also writes the tiny models
 # (.gpu-models, tests/gpu/prepare_models.py --set d) and the gguf wheel (.whl) the round uses when they are missing.
 # Then, on the device: tar xJf build-cuda/carry.tar.xz -C build-cuda && PREBUILT=build-cuda/carry bash tests/gpu/round.sh ...
-# usage: tests/gpu/pack_prebuilt.sh [TARGET ...]   (default: the round's usual executables)
+# usage: [BASE=STRATA] tests/gpu/pack_prebuilt.sh [TARGET ...]   (default: the round's usual executables; BASE: an
+#        older engine build carried as engine/strata_base, for round.sh's abbin step)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TARGETS=("$@")
@@ -20,6 +21,7 @@ for t in "${TARGETS[@]}"; do   # an executable, or a shared library (lib$t.so: t
   if [ -f "build-cuda/engine/$t" ]; then cp "build-cuda/engine/$t" build-cuda/carry/engine/
   else cp "build-cuda/engine/lib$t.so" build-cuda/carry/engine/; fi
 done
+[ -z "${BASE:-}" ] || cp "$BASE" build-cuda/carry/engine/strata_base
 strip build-cuda/carry/engine/*
 tar -C build-cuda -cf - carry | xz -9 -T"$(nproc)" > build-cuda/carry.tar.xz
 [ -d .gpu-models ] || "$PY" tests/gpu/prepare_models.py --set d

@@ -9,8 +9,19 @@
 
 namespace strata {
 
+std::vector<int32_t> qsa_query_offsets(const Hparams& hp, int cr, int P, int T) {
+    const int kb = cr > 0 ? hp.indexer_top_k / cr : 0;
+    const bool select = cr > 0 && (P + T) / cr > kb;
+    std::vector<int32_t> off(T + 1, 0);
+    for (int t = 0; t < T; ++t) {
+        const int M = P + t + 1, nb = select ? M / cr : 0;
+        off[t + 1] = off[t] + (nb > kb ? kb * cr + (M - nb * cr) : M);
+    }
+    return off;
+}
+
 void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& st, int cr, const float* u, int T,
-               int P, const int32_t* pos, float* y, const QsaRope* mrope) {
+               int P, const int32_t* pos, float* y, const QsaRope* mrope, const int32_t* offsets) {
     const int nh = hp.n_head, nkv = hp.n_head_kv, hd = hp.head_dim, kvw = nkv * hd;
     const int ni = hp.indexer_n_head, di = hp.indexer_head_dim;
     Scratch qg(be, (size_t)T * nh * 2 * hd), q(be, (size_t)T * nh * hd), gate(be, (size_t)T * nh * hd),
@@ -78,18 +89,13 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
 
     float* o = qg;   // [T, nh·hd] in qg's memory ([T, nh·2·hd]), dead since the deinterleave: a prompt chunk's
                      // activations bound its size on a small card (bench/results/2026-12-05-vm-prompt-memory)
+    Scratch d_off(be, offsets ? 1 : T + 1);
+    const int32_t* off_dev = offsets ? offsets : upload_ints(be, d_off, qsa_query_offsets(hp, cr, P, T));
     if (select) {
-        // Query t: kb·cr chosen keys plus the tail past its complete blocks, or all M keys within the budget.
-        std::vector<int32_t> off(T + 1, 0);
-        for (int t = 0; t < T; ++t) {
-            const int M = P + t + 1, nb = M / cr;
-            off[t + 1] = off[t] + (nb > kb ? kb * cr + (M - nb * cr) : M);
-        }
         // Sizes rounded up so that the scratch taken after these stays at the same addresses from pass to pass
         // (a GPU backend's graphs of the rest of the pass then repeat; see GraphBackend).
         const int stride = (P + T) / cr, stride_cap = (stride + 255) / 256 * 256;
-        Scratch scores(be, (size_t)T * stride_cap), d_off(be, T + 1), cells(be, (size_t)T * (kb * cr + cr));
-        const int32_t* off_dev = upload_ints(be, d_off, off);
+        Scratch scores(be, (size_t)T * stride_cap), cells(be, (size_t)T * (kb * cr + cr));
         // Every query's block scores in one op (those of a query within the budget are not read); positions from
         // memory, the row stride rounded up: a decode pass's op repeats for 256 blocks.
         be.indexer_scores(qi, st.idx_kblock, T, pos, cr, ni, di, 1.0f / std::sqrt((float)di), scores, stride_cap);
@@ -99,11 +105,8 @@ void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& 
     } else {
         // Query t sees keys 0 … P + t: counts on the device, the bound rounded up so that it changes every
         // kCellBoundStep tokens rather than every pass.
-        std::vector<int32_t> off(T + 1, 0);
-        for (int t = 0; t < T; ++t) off[t + 1] = off[t] + P + t + 1;
-        Scratch d_off(be, T + 1);
         const int bound = (P + T + kCellBoundStep - 1) / kCellBoundStep * kCellBoundStep;
-        be.attention_cells(q, st.k_cache, st.v_cache, T, nh, nkv, hd, upload_ints(be, d_off, off), nullptr, bound, o);
+        be.attention_cells(q, st.k_cache, st.v_cache, T, nh, nkv, hd, off_dev, nullptr, bound, o);
     }
     be.sigmoid_gate(o, gate, (size_t)T * nh * hd);
     be.matmul(w.out, o, T, y);

@@ -87,10 +87,17 @@ struct QsaRope {
     int sec_h = 0, sec_w = 0;                                      // rope.dimension_sections [1], [2]
 };
 
+// Query t of a pass of T tokens at cache rows P … P+T−1 attends to cells off[t] … off[t+1] − 1 (T + 1 offsets): every
+// key up to its row, or (cr > 0 and more complete blocks than the budget's) the kb·cr keys the indexer chooses and the
+// tail past its complete blocks. The same for every QSA layer of one compress ratio.
+std::vector<int32_t> qsa_query_offsets(const Hparams& hp, int cr, int P, int T);
+
 // QSA attention: y [T, H] from u [T, H] for tokens at cache rows P … P+T−1 (also in the backend's memory as pos [T]);
 // cr = 0 means dense attention. RoPE at the rows' index (text), or at mrope's positions when it is not null.
+// offsets: qsa_query_offsets(hp, cr, P, T) in the backend's memory (a pass uploads them once for all its layers: each
+// upload is a copy in the device's chain of work), or null to upload them here.
 void qsa_block(Backend& be, const Hparams& hp, const QsaWeights& w, LayerState& st, int cr, const float* u, int T,
-               int P, const int32_t* pos, float* y, const QsaRope* mrope = nullptr);
+               int P, const int32_t* pos, float* y, const QsaRope* mrope = nullptr, const int32_t* offsets = nullptr);
 
 // MoE with shared expert: y [T, H] from u [T, H].
 void moe_block(Backend& be, const Hparams& hp, const MoeWeights& w, const float* u, int T, float* y);

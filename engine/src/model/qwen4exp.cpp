@@ -78,12 +78,25 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
     // inside the graph's scope (GraphBackend hands the same addresses to every pass of a shape).
     GraphScope graph(be_, T <= kGraphMaxTokens);
     Scratch X(be_, (size_t)T * nH), u(be_, (size_t)T * H), y(be_, (size_t)T * H),
-        inj(be_, (size_t)T * n), logits(be_, std::max<size_t>(1, (size_t)logit_rows * hp_.n_vocab)), d_ids(be_, T),
-        d_pos(be_, T), d_pos3(be_, mm ? (size_t)3 * T : 1), choice(be_, std::max(1, logit_rows));
-    const int32_t* pos_dev = upload_ints(be_, d_pos, pos);
+        inj(be_, (size_t)T * n), logits(be_, std::max<size_t>(1, (size_t)logit_rows * hp_.n_vocab)),
+        d_ints(be_, (size_t)3 * T + 1), d_pos3(be_, mm ? (size_t)3 * T : 1), choice(be_, std::max(1, logit_rows));
+    // One upload for the pass's ids, positions and the QSA layers' query offsets (each upload is a copy in the
+    // device's chain of work): [ids T | pos T | offsets T + 1], the offsets of the first QSA layer's compress ratio.
+    int qsa_cr = -1;
+    for (int il = 0; il < hp_.n_layer && qsa_cr < 0; ++il)
+        if (!w_.layers[il].recurrent) qsa_cr = hp_.compress_ratios[il];
+    std::vector<int32_t> pass_ints(ids, ids + T);
+    pass_ints.insert(pass_ints.end(), pos.begin(), pos.end());
+    if (qsa_cr >= 0) {
+        const std::vector<int32_t> off = qsa_query_offsets(hp_, qsa_cr, P, T);
+        pass_ints.insert(pass_ints.end(), off.begin(), off.end());
+    }
+    const int32_t* ids_dev = upload_ints(be_, d_ints, pass_ints);
+    const int32_t* pos_dev = ids_dev + T;
+    const int32_t* qsa_off_dev = qsa_cr >= 0 ? pos_dev + T : nullptr;
     {
         Scratch e(be_, (size_t)T * H);   // the embeddings: needed only until they fill the streams
-        be_.embed(w_.token_embd, upload_ints(be_, d_ids, std::vector<int32_t>(ids, ids + T)), T, e);
+        be_.embed(w_.token_embd, ids_dev, T, e);
         if (media && media->rows)   // image rows replace the placeholders' embeddings (runs of consecutive rows)
             for (int t = 0; t < T;) {
                 if (!media->rows[t]) { ++t; continue; }
@@ -127,7 +140,8 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
             gdn_block(be_, hp_, L.gdn, st, u, T, y,
                       out.replay ? Backend::GdnProjections{out.replay->proj_[il], out.replay->max_tokens_, true}
                                  : Backend::GdnProjections{});
-        else qsa_block(be_, hp_, L.qsa, st, hp_.compress_ratios[il], u, T, P, pos_dev, y, mm ? &mrope : nullptr);
+        else qsa_block(be_, hp_, L.qsa, st, hp_.compress_ratios[il], u, T, P, pos_dev, y, mm ? &mrope : nullptr,
+                       hp_.compress_ratios[il] == qsa_cr ? qsa_off_dev : nullptr);
 
         hyper_inject_read(be_, hp_, L.hc_ffn, X, inj, y, T, u, inj);
         moe_block(be_, hp_, L.moe, u, T, y);
