@@ -136,6 +136,9 @@ int main() {
     setenv("STRATA_GRAPH_SPLIT", "0", 1);
 #endif
     GraphBackend whole(std::make_unique<NoGraphsCapture>());
+    // the split's spelling: commas or colons (a decode bench setting's value cannot hold commas)
+    CHECK(GraphBackend::parse_split("32:192:400") == (std::vector<size_t>{32, 192, 400}));
+    CHECK(GraphBackend::parse_split("32,192") == (std::vector<size_t>{32, 192}));
     check_same(run(whole, path), "one piece a pass");
     const GraphBackend::Counts w = whole.counts();
     std::printf("one piece a pass: %lld seen before, %lld new\n", (long long)w.launches, (long long)w.captures);

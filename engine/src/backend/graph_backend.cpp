@@ -41,12 +41,12 @@ GraphBackend::GraphBackend(std::unique_ptr<Backend> inner) : inner_(std::move(in
     split_at_ = parse_split(split ? split : "32,192");
 }
 
-// "32,192" -> {32, 192}: increasing op counts; "0" or an empty list: no split.
+// "32,192" (or "32:192") -> {32, 192}: increasing op counts; "0" or an empty list: no split.
 std::vector<size_t> GraphBackend::parse_split(const std::string& spec) {
     std::vector<size_t> at;
     size_t pos = 0;
     while (pos < spec.size()) {
-        size_t end = spec.find(',', pos);
+        size_t end = spec.find_first_of(",:", pos);
         if (end == std::string::npos) end = spec.size();
         const std::string item = spec.substr(pos, end - pos);
         char* rest = nullptr;

@@ -41,6 +41,8 @@ public:
     };
     Counts counts() const { return counts_; }
     size_t cached_graphs() const { return execs_.size(); }
+    // STRATA_GRAPH_SPLIT's value: "32,192" or "32:192" -> {32, 192}; "0" or "": one piece a pass.
+    static std::vector<size_t> parse_split(const std::string& spec);
 
     const char* name() const override { return inner_->name(); }
     void prepare_weights(const ModelWeights& w) override;
@@ -195,10 +197,9 @@ private:
     // A pass is launched in pieces: the run so far is flushed (replayed or captured as a graph of its own) when it
     // reaches split_at_[k] ops, k counting the pieces of the pass. The GPU starts on the first piece while the host
     // records and launches the rest, instead of idling through the whole pass's recording and its launch call
-    // (~100 + ~100 µs for ~640 ops on the H200 host). STRATA_GRAPH_SPLIT="32,192" (the default; "0": one piece).
+    // (~100 + ~100 µs for ~640 ops on the H200 host). STRATA_GRAPH_SPLIT="32,192" (the default; "0": one piece; colons for commas).
     std::vector<size_t> split_at_;
     size_t piece_ = 0, pass_ops_ = 0;
-    static std::vector<size_t> parse_split(const std::string& spec);
 };
 
 }  // namespace strata
