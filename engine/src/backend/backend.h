@@ -81,8 +81,6 @@ public:
     };
     virtual MemoryUse memory_use() const { return {}; }
     virtual void reset_memory_peak() {}
-    // Host data into device memory. Inside a recorded pass (begin_graph … end_graph) dst must be memory that no earlier
-    // op of the pass touches (scratch taken for it): a GPU backend copies a graph's uploads before its first op.
     virtual void to_device(float* dst, const float* host, size_t n) = 0;
     virtual void to_host(float* host, const float* src, size_t n) = 0;
     virtual void fill(float* x, float value, size_t n) = 0;

@@ -97,16 +97,12 @@ void Qwen4Exp::forward(Session& s, const int32_t* ids, int T, const Outputs& out
     {
         Scratch e(be_, (size_t)T * H);   // the embeddings: needed only until they fill the streams
         be_.embed(w_.token_embd, ids_dev, T, e);
-        // Image rows replace the placeholders' embeddings (runs of consecutive rows), uploaded into memory of their
-        // own and copied over (a graph's uploads land before its first op: Backend::to_device)
-        if (media && media->rows)
+        if (media && media->rows)   // image rows replace the placeholders' embeddings (runs of consecutive rows)
             for (int t = 0; t < T;) {
                 if (!media->rows[t]) { ++t; continue; }
                 int k = 1;
                 while (t + k < T && media->rows[t + k] == media->rows[t] + (size_t)k * H) ++k;
-                Scratch rows(be_, (size_t)k * H);
-                be_.to_device(rows, media->rows[t], (size_t)k * H);
-                be_.copy(e + (size_t)t * H, rows, (size_t)k * H);
+                be_.to_device(e + (size_t)t * H, media->rows[t], (size_t)k * H);
                 t += k;
             }
         be_.repeat_streams(e, T, n, H, X);

@@ -49,17 +49,8 @@ void CapturedGraph::instantiate(cudaGraph_t graph) {
     CUDA_CHECK(cudaGraphInstantiate(&exec_, graph, 0));
 }
 
-void CapturedGraph::copy_before_launch(void* dst) {
-    STRATA_ASSERT(!slots_.empty());
-    copy_dst_.resize(slots_.size(), nullptr);
-    copy_dst_.back() = dst;
-}
-
 void CapturedGraph::launch(cudaStream_t s) {
     STRATA_ASSERT(exec_);
-    for (size_t i = 0; i < copy_dst_.size(); ++i)
-        if (copy_dst_[i])
-            CUDA_CHECK(cudaMemcpyAsync(copy_dst_[i], slots_[i].first, slots_[i].second, cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaGraphLaunch(exec_, s));
     CUDA_CHECK(cudaEventRecord(done_, s));
 }

@@ -22,11 +22,6 @@ public:
     DevicePool& scratch() { return scratch_; }
     // Pinned room for one upload of `bytes`, recorded as the graph's next upload slot.
     void* take_slot(size_t bytes);
-    // An upload from the slot just taken into device memory dst that no earlier op of this graph touches (fresh
-    // scratch of the pass): copied on the stream before each launch of the graph instead of as a node inside it.
-    // A graph of kernels alone launches in less host time (r125: a 20-kernel piece with one copy node took 40 µs in
-    // cudaGraphLaunch, and the GPU waited for the call to return).
-    void copy_before_launch(void* dst);
     size_t slot_count() const { return slots_.size(); }
     // An upload that a launch cannot refill (host data outside to_device): the graph runs once only.
     void mark_unrepeatable() { repeatable_ = false; }
@@ -45,7 +40,6 @@ private:
     std::vector<std::pair<void*, size_t>> blocks_;   // cudaHostAlloc'd (base, size)
     size_t block_used_ = 0;
     std::vector<std::pair<void*, size_t>> slots_;    // uploads in issue order
-    std::vector<void*> copy_dst_;                    // the slots' destinations copied before a launch (or null)
     bool repeatable_ = true;
 };
 

@@ -13,7 +13,6 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/captured_graph.h"
-#include "common/env.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_pool.h"
@@ -55,9 +54,6 @@ struct CudaBackend::Impl {
     bool graphs_on = false;                      // GraphCapture offered (not with the profile or STRATA_CUDA_SYNC)
     cuda::CapturedGraph* capturing = nullptr;    // the graph being captured
     bool upload_is_to_device = false;            // the upload in progress comes from to_device (a refillable slot)
-    // Graph uploads as copies before the launch (default) or as copy nodes inside the graph
-    // (STRATA_CUDA_GRAPH_COPY_NODES=1: the A/B of the change, read once)
-    const bool uploads_before_launch = !env_switch("STRATA_CUDA_GRAPH_COPY_NODES", false);
     std::unique_ptr<cuda::GpuOpProfile> prof;    // STRATA_CUDA_PROFILE=1; created with the stream
 
     // The profile's span of one Backend op (or of a step inside a fused op): open for the scope.
@@ -133,17 +129,14 @@ struct CudaBackend::Impl {
     };
 
     // Host → device without waiting: through pinned staging (the host array may be pageable and short-lived).
-    // While capturing, the data goes to a slot of the graph (refilled by later launches when it came from to_device);
-    // a to_device's slot is copied on the stream before each launch (its destination is fresh scratch of a
-    // GraphBackend pass, which no earlier op of the graph touches), any other inside the graph.
+    // While capturing, the data goes to a slot of the graph (refilled by later launches when it came from to_device).
     void upload(void* dst, const void* host, size_t bytes) {
         if (!bytes) return;
         if (capturing) {
             if (!upload_is_to_device) capturing->mark_unrepeatable();
             void* slot = capturing->take_slot(bytes);
             std::memcpy(slot, host, bytes);
-            if (upload_is_to_device && uploads_before_launch) capturing->copy_before_launch(dst);
-            else CUDA_CHECK(cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, stream));
+            CUDA_CHECK(cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, stream));
             return;
         }
         void* staged = staging.take(bytes);
