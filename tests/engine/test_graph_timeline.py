@@ -77,3 +77,18 @@ def test_timeline_of_a_written_trace(tmp_path, driver):
     assert before["events"] == [{"event": "[memcpy DtoH] 4", "start_us": 0.5, "us": 1.0},
                                 {"event": "[api] cudaGraphLaunch", "start_us": 3.0, "us": 2.0}]
     assert [g["gap_us"] for g in res["largest_gaps_of_last_pass"][1:]] == [1.0, 1.0, 1.0]
+
+
+def test_pass_starts_skip_row_kernels_inside_a_pass():
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    try:
+        from graph_timeline import pass_starts
+    finally:
+        sys.path.pop(0)
+    k = lambda name: (0, 0, name)
+    # two passes of the 12 GB PC: the embedding, the streams' fill, ..., a row gather of the join inside the pass
+    trace = [k("dequant_rows_kernel"), k("repeat_streams_kernel"), k("hr_down_kernel"), k("gather_rows_kernel"),
+             k("hybrid_join_kernel"), k("dequant_rows_kernel"), k("repeat_streams_kernel"), k("gather_rows_kernel")]
+    assert pass_starts(trace) == [0, 5]
+    # without the fill after any of them, every embedding kernel starts a pass
+    assert pass_starts([k("gather_rows_kernel"), k("hr_down_kernel"), k("gather_rows_kernel")]) == [0, 2]
