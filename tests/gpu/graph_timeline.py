@@ -1,8 +1,9 @@
 """What each kernel adds to a decode pass as it really runs: CUDA graphs replayed, programmatic dependent launches on.
 Runs the engine as the gateway does (`strata --serve`, one GEN of a 16-token prompt and --steps new tokens, greedy
-chosen on the GPU; --generate: `strata generate`, which copies every step's logits to the host) with a kernel tracer: --tracer LIB, our CUPTI tracer
-(tests/gpu/trace/kernel_trace.cpp, injected by the driver through CUDA_INJECTION64_PATH), or else Nsight Systems with
-every graph node traced (--cuda-graph-trace=node, its SQLite export). It splits the kernels into passes at the
+chosen on the GPU; --generate: `strata generate`, which copies every step's logits to the host) with a kernel tracer:
+--tracer LIB, our CUPTI tracer (tests/gpu/trace/kernel_trace.cpp, injected by the driver through
+CUDA_INJECTION64_PATH), or else Nsight Systems with every graph node traced (--cuda-graph-trace=node, its SQLite
+export). It splits the kernels into passes at the
 embedding kernel and, over the passes after --skip, charges each kernel with what it adds to the pass:
 
     added = end − max(start, end of every kernel before it)      (0 when it ends inside an earlier kernel)
@@ -254,7 +255,8 @@ def main(argv=None) -> int:
             c[1] += end - start
     events = sorted(({"event": k, "calls": round(v[0] / len(passes), 2), "us": round(v[1] / len(passes) / 1e3, 1)}
                      for k, v in host.items()), key=lambda r: -r["us"])
-    between = [kernels[bounds[i + 1]][0] - max(e for _, e, _ in passes[i - a.skip]) for i in range(a.skip, len(starts) - 1)]
+    between = [kernels[bounds[i + 1]][0] - max(e for _, e, _ in passes[i - a.skip])
+               for i in range(a.skip, len(starts) - 1)]
     largest = []
     if others:
         prev_end = max(e for _, e, _ in passes[-2])

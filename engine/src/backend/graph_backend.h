@@ -197,7 +197,8 @@ private:
     // A pass is launched in pieces: the run so far is flushed (replayed or captured as a graph of its own) when it
     // reaches split_at_[k] ops, k counting the pieces of the pass. The GPU starts on the first piece while the host
     // records and launches the rest, instead of idling through the whole pass's recording and its launch call
-    // (~100 + ~100 µs for ~640 ops on the H200 host). STRATA_GRAPH_SPLIT="32,192" (the default; "0": one piece; colons for commas).
+    // (~100 + ~100 µs for ~640 ops on the H200 host). STRATA_GRAPH_SPLIT="32,192" (the default; "0": one piece;
+    // colons may stand for the commas).
     std::vector<size_t> split_at_;
     size_t piece_ = 0, pass_ops_ = 0;
 };
