@@ -215,7 +215,7 @@ def main(argv=None) -> int:
     bounds = starts + [len(kernels)]
     passes = [kernels[bounds[i]:bounds[i + 1]] for i in range(a.skip, len(starts) - 1)]   # the last may be cut
     per = collections.OrderedDict()
-    spans, busy, gaps = [], [], []
+    spans, busy, gaps, ends = [], [], [], []
     for ks in passes:
         reach = ks[0][0]   # the latest end so far
         b = g = 0
@@ -231,6 +231,7 @@ def main(argv=None) -> int:
             b += added
             g += gap
         spans.append(reach - ks[0][0])
+        ends.append(reach)
         busy.append(b)
         gaps.append(g)
     # One pass's first kernels in order (the embedding, the first layers): start offset, span, added time.
@@ -253,14 +254,11 @@ def main(argv=None) -> int:
             c = host.setdefault(event_kind(name), [0, 0])
             c[0] += 1
             c[1] += end - start
-    events = sorted(({"event": k, "calls": round(v[0] / len(passes), 2), "us": round(v[1] / len(passes) / 1e3, 1)}
-                     for k, v in host.items()), key=lambda r: -r["us"])
-    between = [kernels[bounds[i + 1]][0] - max(e for _, e, _ in passes[i - a.skip])
-               for i in range(a.skip, len(starts) - 1)]
+    events = sorted(({"event": k, "calls": round(v[0] / n, 2), "us": us(v[1])} for k, v in host.items()),
+                    key=lambda r: -r["us"])
     largest = []
     if others:
-        prev_end = max(e for _, e, _ in passes[-2])
-        windows = [(last[0][0] - prev_end, prev_end, last[0][0], "before the pass")]
+        windows = [(last[0][0] - ends[-2], ends[-2], last[0][0], "before the pass")]
         reach = last[0][0]
         for start, end, name in last:
             if start > reach:
@@ -281,7 +279,7 @@ def main(argv=None) -> int:
                                    "span_us_mean": round(sum(k[1] - k[0] for k in side if k[2] == name) / 1e3 /
                                                          max(1, sum(1 for k in side if k[2] == name)), 1)}
                             for name in sorted({k[2] for k in side})},
-           "between_passes_us": round(sum(between) / len(between) / 1e3, 1),
+           "between_passes_us": us(sum(step_ns) - sum(spans)),   # a step less its pass: the next start less this end
            "events_per_pass": events, "largest_gaps_of_last_pass": largest,
            "table": table, "first_kernels_of_last_pass": sequence}
     with open(a.out, "w") as f:
